@@ -1,0 +1,280 @@
+"""Quasimetric RL agent (dissertation chapter 4) as an immutable, jit-able pytree.
+
+    agent = QRLAgent.create(QRLConfig(obs_dim=3, num_actions=3), seed=0)
+    agent, metrics = jax.jit(QRLAgent.update)(agent, batch)     # batch: observations, actions,
+                                                                # next_observations, rewards
+    actions = jax.jit(QRLAgent.act)(agent, observations, goals)
+
+Model (section 4.3.4): encoder f: s -> z; a quasimetric d_z(z1, z2) = head(proj(z1), proj(z2)) with an IQE
+(or, for the ablation, symmetric l2) head; a residual latent dynamics T(z, a) = z + g(z, a) whose last
+layer starts at zero (C.23). Discrete actions act greedily: argmin_a d_z(T(f(s), a), f(g)).
+
+Goals (C.26): with ``goal_mode='multi'`` each row's goal is another row's next state (the batch's next
+states rolled by one), replaced by the general goal with probability ``p_general_goal``; with
+``goal_mode='single'`` it is always the general goal. Continuous-action policy learning will extend
+``act``/``update`` with an actor; the critic below does not depend on the action type beyond
+``_action_features``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal, Sequence
+
+import flax.linen as nn
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from qrl import losses
+from qrl.quasimetrics import make_head
+
+Batch = dict[str, jax.Array]
+BATCH_KEYS = ("observations", "actions", "next_observations", "rewards")
+
+
+# ------------------------------------------------------------------------------------------ config
+
+
+@dataclasses.dataclass(frozen=True)
+class QRLConfig:
+    """Defaults are the paper-scale MountainCar settings of appendix C.3.1."""
+
+    obs_dim: int = 3
+    num_actions: int = 3
+    # Networks.
+    encoder_hidden: tuple[int, ...] = (1024, 1024, 1024)
+    latent_dim: int = 256
+    projector_hidden: tuple[int, ...] = (1024, 1024, 1024)
+    head: Literal["iqe", "l2"] = "iqe"
+    iqe_components: int = 16
+    iqe_dim_per_component: int = 32
+    iqe_reduction: Literal["sum", "maxmean"] = "maxmean"
+    l2_dim: int = 256  # projector output for the l2 head
+    dynamics_hidden: tuple[int, ...] = (1024, 1024, 1024)
+    # Objective (eq. 4.12, C.24).
+    phi_offset: float = 500.0
+    phi_beta: float = 0.01
+    epsilon: float = 0.25
+    lagrange_init: float = 0.01
+    transition_weight: float = 75.0
+    # Optimisation.
+    learning_rate: float = 5e-4
+    lagrange_learning_rate: float = 0.3
+    cosine_decay_steps: int | None = 500_000  # cosine to 0 over this many updates; None = constant
+    # Goals (C.26).
+    goal_mode: Literal["multi", "single"] = "multi"
+    p_general_goal: float = 0.05
+    general_goal: tuple[float, ...] | None = (0.5, 0.0, 1.0)
+
+    def __post_init__(self):
+        for name in ("obs_dim", "num_actions", "latent_dim", "iqe_components", "iqe_dim_per_component",
+                     "l2_dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"QRLConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.head not in ("iqe", "l2"):
+            raise ValueError(f"QRLConfig.head must be 'iqe' or 'l2', got {self.head!r}")
+        if self.goal_mode not in ("multi", "single"):
+            raise ValueError(f"QRLConfig.goal_mode must be 'multi' or 'single', got {self.goal_mode!r}")
+        if not 0.0 <= self.p_general_goal <= 1.0:
+            raise ValueError(f"QRLConfig.p_general_goal must be in [0, 1], got {self.p_general_goal}")
+        if self.general_goal is not None and len(self.general_goal) != self.obs_dim:
+            raise ValueError(f"QRLConfig.general_goal must have obs_dim={self.obs_dim} entries, got "
+                             f"{len(self.general_goal)}")
+        if self.general_goal is None and (self.goal_mode == "single" or self.p_general_goal > 0):
+            raise ValueError("QRLConfig.general_goal is None but goal_mode='single' or p_general_goal > 0 "
+                             "needs it")
+        if self.epsilon <= 0 or self.lagrange_init <= 0:
+            raise ValueError(f"QRLConfig.epsilon and lagrange_init must be > 0, got {self.epsilon}, "
+                             f"{self.lagrange_init}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.iqe_components * self.iqe_dim_per_component if self.head == "iqe" else self.l2_dim
+
+
+# ---------------------------------------------------------------------------------------- networks
+
+
+class MLP(nn.Module):
+    hidden: Sequence[int]
+    out_dim: int
+    zero_init_last: bool = False
+
+    @nn.compact
+    def __call__(self, x):
+        for width in self.hidden:
+            x = nn.relu(nn.Dense(width)(x))
+        init = nn.initializers.zeros if self.zero_init_last else nn.initializers.lecun_normal()
+        return nn.Dense(self.out_dim, kernel_init=init, bias_init=nn.initializers.zeros)(x)
+
+
+class QuasimetricCritic(nn.Module):
+    """Encoder f, quasimetric d_z (projector + head) and residual latent dynamics T."""
+
+    config: QRLConfig
+
+    def setup(self):
+        c = self.config
+        self.encoder = MLP(c.encoder_hidden, c.latent_dim)
+        self.projector = MLP(c.projector_hidden, c.head_dim)
+        head_kwargs = (dict(dim_per_component=c.iqe_dim_per_component, reduction=c.iqe_reduction)
+                       if c.head == "iqe" else {})
+        self.head = make_head(c.head, **head_kwargs)
+        self.residual = MLP(c.dynamics_hidden, c.latent_dim, zero_init_last=True)
+
+    def encode(self, obs):
+        return self.encoder(obs)
+
+    def distance(self, z1, z2):
+        return self.head(self.projector(z1), self.projector(z2))
+
+    def dynamics(self, z, action_features):
+        """T(z, a) = z + g(z, a)   (C.23)."""
+        return z + self.residual(jnp.concatenate([z, action_features], axis=-1))
+
+    def __call__(self, obs, action_features):  # used once, to initialise every submodule
+        z = self.encode(obs)
+        return self.distance(z, self.dynamics(z, action_features))
+
+
+# ------------------------------------------------------------------------------------------- agent
+
+
+def _optimizers(config: QRLConfig) -> tuple[optax.GradientTransformation, optax.GradientTransformation]:
+    lr = config.learning_rate
+    if config.cosine_decay_steps is not None:
+        lr = optax.cosine_decay_schedule(config.learning_rate, config.cosine_decay_steps)
+    return optax.adam(lr), optax.adam(config.lagrange_learning_rate)
+
+
+def validate_batch(batch: Batch, config: QRLConfig) -> None:
+    """Shape/dtype checks (static, so they cost nothing under jit)."""
+    missing = [k for k in BATCH_KEYS if k not in batch]
+    if missing:
+        raise ValueError(f"batch is missing keys {missing}; expected {list(BATCH_KEYS)}")
+    obs, act, nxt, rew = (batch[k] for k in BATCH_KEYS)
+    if obs.ndim != 2 or obs.shape[1] != config.obs_dim:
+        raise ValueError(f"batch['observations'] must be [B, {config.obs_dim}], got {obs.shape}")
+    b = obs.shape[0]
+    if nxt.shape != obs.shape:
+        raise ValueError(f"batch['next_observations'] must be {obs.shape}, got {nxt.shape}")
+    if act.shape != (b,) or not jnp.issubdtype(act.dtype, jnp.integer):
+        raise ValueError(f"batch['actions'] must be integer [B]=({b},) (-1 = no action), got "
+                         f"{act.dtype} {act.shape}")
+    if rew.shape != (b,):
+        raise ValueError(f"batch['rewards'] must be [B]=({b},), got {rew.shape}")
+
+
+class QRLAgent(flax.struct.PyTreeNode):
+    params: Any  # QuasimetricCritic parameters
+    lagrange_raw: jax.Array  # lambda = softplus(lagrange_raw)
+    opt_state: Any
+    lagrange_opt_state: Any
+    rng: jax.Array
+    config: QRLConfig = flax.struct.field(pytree_node=False)
+
+    # ------------------------------------------------------------------------------- construction
+    @classmethod
+    def create(cls, config: QRLConfig, seed: int | jax.Array = 0) -> "QRLAgent":
+        rng = jax.random.PRNGKey(seed) if isinstance(seed, int) else seed
+        rng, init_key = jax.random.split(rng)
+        params = QuasimetricCritic(config).init(
+            init_key, jnp.zeros((1, config.obs_dim)), jnp.zeros((1, config.num_actions)))
+        lagrange_raw = jnp.log(jnp.expm1(jnp.float32(config.lagrange_init)))  # softplus^-1
+        tx, lagrange_tx = _optimizers(config)
+        return cls(params=params, lagrange_raw=lagrange_raw, opt_state=tx.init(params),
+                   lagrange_opt_state=lagrange_tx.init(lagrange_raw), rng=rng, config=config)
+
+    @property
+    def critic(self) -> QuasimetricCritic:
+        return QuasimetricCritic(self.config)
+
+    @property
+    def lagrange_multiplier(self) -> jax.Array:
+        return jax.nn.softplus(self.lagrange_raw)
+
+    def _action_features(self, actions: jax.Array) -> jax.Array:
+        return jax.nn.one_hot(actions, self.config.num_actions)
+
+    # ---------------------------------------------------------------------------------- losses
+    def sample_goals(self, key: jax.Array, next_observations: jax.Array) -> jax.Array:
+        """Goals per C.26: the batch's next states rolled by one, or the general goal."""
+        c = self.config
+        if c.goal_mode == "single":
+            return jnp.broadcast_to(jnp.asarray(c.general_goal, jnp.float32), next_observations.shape)
+        goals = jnp.roll(next_observations, 1, axis=0)
+        if c.p_general_goal > 0:
+            use_general = jax.random.bernoulli(key, c.p_general_goal, (goals.shape[0], 1))
+            goals = jnp.where(use_general, jnp.asarray(c.general_goal, jnp.float32), goals)
+        return goals
+
+    def loss(self, params, lagrange_raw, batch: Batch, goals: jax.Array):
+        """Eq. 4.12 plus the weighted transition loss; returns (total, metrics)."""
+        c = self.config
+        critic = self.critic
+        obs, actions, next_obs, rewards = (batch[k] for k in BATCH_KEYS)
+        b = obs.shape[0]
+        z_all = critic.apply(params, jnp.concatenate([obs, next_obs, goals]), method="encode")
+        z, z_next, z_goal = z_all[:b], z_all[b:2 * b], z_all[2 * b:]
+        dist = lambda z1, z2: critic.apply(params, z1, z2, method="distance")  # noqa: E731
+
+        d_goal = dist(z, z_goal)
+        d_transition = dist(z, z_next)
+        push = losses.push_loss(d_goal, lambda d: losses.softplus_phi(d, c.phi_offset, c.phi_beta))
+        violation = losses.constraint_violation(d_transition, rewards)
+        model_term, multiplier_loss, lam = losses.lagrangian_terms(violation, lagrange_raw, c.epsilon)
+
+        has_action = actions >= 0
+        z_pred = critic.apply(params, z, self._action_features(jnp.maximum(actions, 0)),
+                              method="dynamics")
+        transition = losses.transition_loss(dist, z_pred, z_next, has_action)
+
+        total = push + model_term + c.transition_weight * transition + multiplier_loss
+        metrics = dict(loss=total, push_loss=push, violation=violation, lagrange_multiplier=lam,
+                       transition_loss=transition, mean_goal_distance=d_goal.mean(),
+                       mean_transition_distance=d_transition.mean())
+        return total, metrics
+
+    # ---------------------------------------------------------------------------------- update
+    def update(self, batch: Batch) -> tuple["QRLAgent", dict[str, jax.Array]]:
+        """One gradient step on the critic and the Lagrange multiplier (jit-able, pure)."""
+        validate_batch(batch, self.config)
+        rng, goal_key = jax.random.split(self.rng)
+        goals = self.sample_goals(goal_key, batch["next_observations"])
+        grads, metrics = jax.grad(self.loss, argnums=(0, 1), has_aux=True)(
+            self.params, self.lagrange_raw, batch, goals)
+        tx, lagrange_tx = _optimizers(self.config)
+        updates, opt_state = tx.update(grads[0], self.opt_state, self.params)
+        lagrange_updates, lagrange_opt_state = lagrange_tx.update(grads[1], self.lagrange_opt_state)
+        metrics["grad_norm"] = optax.global_norm(grads[0])
+        agent = self.replace(params=optax.apply_updates(self.params, updates),
+                             lagrange_raw=optax.apply_updates(self.lagrange_raw, lagrange_updates),
+                             opt_state=opt_state, lagrange_opt_state=lagrange_opt_state, rng=rng)
+        return agent, metrics
+
+    # ------------------------------------------------------------------------------ inference
+    def distance(self, observations: jax.Array, goals: jax.Array) -> jax.Array:
+        """d(s, g) = d_z(f(s), f(g)) = -V*(s; g) estimate, for matching leading shapes."""
+        z = self.critic.apply(self.params, observations, method="encode")
+        z_goal = self.critic.apply(self.params, goals, method="encode")
+        return self.critic.apply(self.params, z, z_goal, method="distance")
+
+    def action_costs(self, observations: jax.Array, goals: jax.Array) -> jax.Array:
+        """-Q(s, a; g) + r = d_z(T(f(s), a), f(g)) for every discrete action: ``[..., num_actions]``."""
+        critic, n = self.critic, self.config.num_actions
+        z = critic.apply(self.params, observations, method="encode")
+        z_goal = critic.apply(self.params, goals, method="encode")
+        z = jnp.broadcast_to(z[..., None, :], z.shape[:-1] + (n, z.shape[-1]))
+        features = jnp.broadcast_to(jnp.eye(n), z.shape[:-1] + (n,))
+        z_pred = critic.apply(self.params, z, features, method="dynamics")
+        return critic.apply(self.params, z_pred, z_goal[..., None, :], method="distance")
+
+    def act(self, observations: jax.Array, goals: jax.Array, rng: jax.Array | None = None) -> jax.Array:
+        """Greedy discrete action argmin_a d_z(T(f(s), a), f(g)); ``rng`` is unused (deterministic)."""
+        observations, goals = jnp.asarray(observations), jnp.asarray(goals)
+        for name, x in (("observations", observations), ("goals", goals)):
+            if x.shape[-1:] != (self.config.obs_dim,):
+                raise ValueError(f"{name} must have shape [..., {self.config.obs_dim}], got {x.shape}")
+        observations, goals = jnp.broadcast_arrays(observations, goals)
+        return jnp.argmin(self.action_costs(observations, goals), axis=-1).astype(jnp.int32)

@@ -1,0 +1,1 @@
+"""Environments and datasets. :mod:`envs.mountaincar` is the JAX discretised MountainCar."""
