@@ -43,6 +43,8 @@ class QRLConfig:
     obs_dim: int = 3
     num_actions: int = 3
     # Networks.
+    obs_center: tuple[float, ...] | None = None  # encoder input = (obs - obs_center) * obs_scale
+    obs_scale: tuple[float, ...] | None = None
     encoder_hidden: tuple[int, ...] = (1024, 1024, 1024)
     latent_dim: int = 256
     projector_hidden: tuple[int, ...] = (1024, 1024, 1024)
@@ -84,6 +86,10 @@ class QRLConfig:
         if self.general_goal is None and (self.goal_mode == "single" or self.p_general_goal > 0):
             raise ValueError("QRLConfig.general_goal is None but goal_mode='single' or p_general_goal > 0 "
                              "needs it")
+        for name in ("obs_center", "obs_scale"):
+            value = getattr(self, name)
+            if value is not None and len(value) != self.obs_dim:
+                raise ValueError(f"QRLConfig.{name} must have obs_dim={self.obs_dim} entries, got {len(value)}")
         if self.epsilon <= 0 or self.lagrange_init <= 0:
             raise ValueError(f"QRLConfig.epsilon and lagrange_init must be > 0, got {self.epsilon}, "
                              f"{self.lagrange_init}")
@@ -124,6 +130,11 @@ class QuasimetricCritic(nn.Module):
         self.residual = MLP(c.dynamics_hidden, c.latent_dim, zero_init_last=True)
 
     def encode(self, obs):
+        c = self.config
+        if c.obs_center is not None:
+            obs = obs - jnp.asarray(c.obs_center, obs.dtype)
+        if c.obs_scale is not None:
+            obs = obs * jnp.asarray(c.obs_scale, obs.dtype)
         return self.encoder(obs)
 
     def distance(self, z1, z2):

@@ -45,6 +45,10 @@ BIN_WIDTH = (HIGH - LOW) / (NUM_BINS - 1)
 
 OBS_DIM = 3
 GENERAL_GOAL = np.array([GOAL_POSITION, 0.0, 1.0], np.float32)  # "top of the hill" (appendix C.1)
+# Affine map of observations to about [-1, 1] per dimension (velocity spans only +-0.07): pass as
+# QRLConfig(obs_center=OBS_CENTER, obs_scale=OBS_SCALE).
+OBS_CENTER = (-0.3, 0.0, 0.0)
+OBS_SCALE = (1 / 0.9, 1 / MAX_SPEED, 1.0)
 MAX_EPISODE_STEPS = 250  # dataset episodes (C.3.1)
 EVAL_EPISODE_STEPS = 200  # evaluation budget (Table 4.1)
 
