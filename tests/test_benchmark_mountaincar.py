@@ -1,0 +1,33 @@
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks import mountaincar as bench
+from envs import mountaincar as mc
+
+
+def test_goals_and_oracles():
+    table = mc.transition_table()
+    goals = bench.make_goals(table)
+    assert len(goals) == 10 and goals[0].name == "top of hill"
+    assert all(g.target.sum() == 169 for g in goals[1:])  # 13 x 13 neighbourhoods
+    full = bench.evaluate(lambda g: bench.oracle_policy(g.optimal_cost, table), goals, table)
+    assert full["summary"]["top_of_hill"] == pytest.approx(100.0)
+    assert full["summary"]["nine_states"] == pytest.approx(100.0)
+    # The dataset oracle plans only over transitions seen in the data: never better than the full one.
+    data_table = mc.dataset_table(mc.generate_dataset(0))
+    partial = bench.evaluate(lambda g: bench.oracle_policy(mc.cost_to_go(g.target, data_table), data_table),
+                             goals[:2], table)
+    assert partial["summary"]["top_of_hill"] < 100.0
+
+
+def test_benchmark_smoke_run(tmp_path):
+    record = bench.run(bench.Args(scale="quick", methods=("qrl_multi",), steps=500, out_dir=str(tmp_path)))
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["command"].startswith("python -m benchmarks.mountaincar")
+    assert saved["train_config"]["steps"] == 500
+    summary = record["results"]["qrl_multi"]["summary"]
+    assert 0 <= summary["top_of_hill"] <= 100 and np.isfinite(summary["spearman_top_of_hill"])
+    assert (tmp_path / "values.png").stat().st_size > 10_000
+    assert "QRL multi-goal" in record["table"]
