@@ -156,7 +156,8 @@ def evaluate(policy_fn, goals: list[Goal], table: np.ndarray, value_fn=None) -> 
                    nine_states=float(np.mean([r["score"] for r in states])) if states else None)
     if value_fn is not None:
         summary["spearman_top_of_hill"] = per_goal[0]["spearman"]
-        summary["spearman_nine_states_mean"] = float(np.mean([r["spearman"] for r in states]))
+        summary["spearman_nine_states_mean"] = (float(np.mean([r["spearman"] for r in states]))
+                                                if states else None)
     return dict(summary=summary, per_goal=per_goal)
 
 
