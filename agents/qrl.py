@@ -89,7 +89,8 @@ class QRLConfig:
         for name in ("obs_center", "obs_scale"):
             value = getattr(self, name)
             if value is not None and len(value) != self.obs_dim:
-                raise ValueError(f"QRLConfig.{name} must have obs_dim={self.obs_dim} entries, got {len(value)}")
+                raise ValueError(f"QRLConfig.{name} must have obs_dim={self.obs_dim} entries, got "
+                                 f"{len(value)}")
         if self.epsilon <= 0 or self.lagrange_init <= 0:
             raise ValueError(f"QRLConfig.epsilon and lagrange_init must be > 0, got {self.epsilon}, "
                              f"{self.lagrange_init}")

@@ -57,21 +57,26 @@ LABELS = {
 METHODS = ("qrl_single", "qrl_multi", "l2_multi")
 
 
+# Every preset normalises MountainCar observations to about [-1, 1] inside the encoder.
+PAPER_CONFIG = QRLConfig(obs_center=mc.OBS_CENTER, obs_scale=mc.OBS_SCALE)
+
+
 def _scaled(width: int, depth: int, latent: int, components: int, dim_per_component: int,
             steps: int, lr: float = 5e-4) -> QRLConfig:
     hidden = (width,) * depth
-    return QRLConfig(obs_center=mc.OBS_CENTER, obs_scale=mc.OBS_SCALE, encoder_hidden=hidden, latent_dim=latent, projector_hidden=hidden[:max(depth - 1, 1)],
-                     iqe_components=components, iqe_dim_per_component=dim_per_component,
-                     l2_dim=components * dim_per_component, dynamics_hidden=hidden, learning_rate=lr,
-                     cosine_decay_steps=steps)
+    return dataclasses.replace(
+        PAPER_CONFIG, encoder_hidden=hidden, latent_dim=latent, projector_hidden=hidden[:max(depth - 1, 1)],
+        iqe_components=components, iqe_dim_per_component=dim_per_component,
+        l2_dim=components * dim_per_component, dynamics_hidden=hidden, learning_rate=lr,
+        cosine_decay_steps=steps)
 
 
 # Scale-downs of C.3.1 (3x1024 MLPs, latent 256, IQE 16x32, batch 4096, 5e5 steps).
 PRESETS = {
     "quick": (_scaled(128, 2, 64, 8, 16, 3_000, lr=1e-3), TrainConfig(steps=3_000, batch_size=256)),
     "cpu": (_scaled(256, 2, 128, 8, 16, 30_000, lr=1e-3), TrainConfig(steps=30_000, batch_size=256)),
-    "paper": (QRLConfig(obs_center=mc.OBS_CENTER, obs_scale=mc.OBS_SCALE), TrainConfig(steps=500_000, batch_size=4096, log_every=1000,
-                                       checkpoint_every=50_000)),
+    "paper": (PAPER_CONFIG, TrainConfig(steps=500_000, batch_size=4096, log_every=1000,
+                                        checkpoint_every=50_000)),
 }
 
 
