@@ -1,4 +1,4 @@
-"""Shared representation-learning objectives (alignment, uniformity, InfoNCE, ...) and metrics.
+"""Shared representation-learning objectives (:mod:`replearn.objectives`) and metrics.
 
-Not implemented yet; the QRL objectives live in :mod:`qrl.losses` for now.
+The QRL objectives live in :mod:`qrl.losses`.
 """
