@@ -429,23 +429,27 @@ class PQE(nn.Module):
             raise ValueError(f"PQE: gamma must be in (0, 1), got {self.gamma}")
         h = dim // k
         if self.shape == "halfline":
-            rate_xy, rate_yx = halfline_rates(x, y)
-        elif self.shape == "gaussian":
+            # Closed form of eq. 3.10: one of the two rates is always 0, so P[Pois(a) <= Pois(b)] = e^{-a}.
+            rate_xy, _ = halfline_rates(x, y)
+            total = (rate_xy / k).reshape(*rate_xy.shape[:-1], h, k).sum(-1)
+            return -jnp.expm1(-total) @ self._weights(h)
+        if self.shape == "gaussian":
             log_var = self.param("measure_log_var", nn.initializers.zeros, (dim,))
             rate_xy, rate_yx = gaussian_shape_rates(x, y, jnp.exp(log_var))
             mix = jnp.square(DeepLinearMatrix(dim, dim, _dln_hidden(dim), name="measure_mix")())
             rate_xy, rate_yx = rate_xy @ mix.T, rate_yx @ mix.T
         else:
             raise ValueError(f"PQE: shape must be 'halfline' or 'gaussian', got {self.shape!r}")
-        quasipartitions = expected_quasipartitions(rate_xy / k, rate_yx / k, k)
+        return expected_quasipartitions(rate_xy / k, rate_yx / k, k) @ self._weights(h)
 
+    def _weights(self, h: int) -> jax.Array:
+        """w_i = -log(beta_i) / -log(gamma), beta_i = sigmoid(b_i), b from the deep linear network."""
         def base_targets(key):
             lo, hi = (math.log(p ** (2 / h)) - math.log1p(-p ** (2 / h)) for p in (0.5, 0.75))
             return jax.random.uniform(key, (h,), minval=lo, maxval=hi)
 
         b = DeepLinearMatrix(h, 1, _dln_hidden(h), row_targets=base_targets, name="bases")()[:, 0]
-        weights = jax.nn.softplus(-b) / -math.log(self.gamma)  # -log sigmoid(b) / -log gamma
-        return quasipartitions @ weights
+        return jax.nn.softplus(-b) / -math.log(self.gamma)  # -log sigmoid(b) / -log gamma
 
 
 def _concave_init(key, shape, dtype=jnp.float32):

@@ -86,7 +86,7 @@ def pairwise_logits(x: jax.Array, y: jax.Array, energy: Energy = "dot", temperat
     x, y = _check_features("x", x), _check_features("y", y)
     if x.shape[-1] != y.shape[-1]:
         raise ValueError(f"x and y must have the same feature dimension, got {x.shape} and {y.shape}")
-    if temperature <= 0:
+    if isinstance(temperature, (int, float)) and temperature <= 0:  # may also be a traced array
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if energy == "dot":
         logits = x @ jnp.swapaxes(y, -1, -2)
