@@ -189,7 +189,8 @@ class QRLAgent(flax.struct.PyTreeNode):
     # ------------------------------------------------------------------------------- construction
     @classmethod
     def create(cls, config: QRLConfig, seed: int | jax.Array = 0) -> "QRLAgent":
-        rng = jax.random.PRNGKey(seed) if isinstance(seed, int) else seed
+        # An integer seed (Python, NumPy or a traced scalar, e.g. under vmap over seeds) or a PRNG key.
+        rng = jax.random.PRNGKey(seed) if jnp.ndim(seed) == 0 else seed
         rng, init_key = jax.random.split(rng)
         params = QuasimetricCritic(config).init(
             init_key, jnp.zeros((1, config.obs_dim)), jnp.zeros((1, config.num_actions)))
