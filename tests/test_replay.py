@@ -1,0 +1,77 @@
+"""Episode replay buffer: ring insertion, transition consistency and the goal-offset distribution."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from envs.replay import EpisodeBuffer
+
+T, D, A = 5, 2, 1
+
+
+def episodes(start, count):
+    """Episode e has observations obs[e, t] = (e, t) and actions a[e, t] = 10 e + t: easy to trace."""
+    e = np.arange(start, start + count)[:, None, None]
+    t = np.arange(T + 1)[None, :, None]
+    obs = np.concatenate(np.broadcast_arrays(e, t), axis=-1).astype(np.float32)
+    actions = (10 * e + np.arange(T)[None, :, None]).astype(np.float32)
+    return obs, actions
+
+
+def test_ring_insertion_overwrites_oldest():
+    buf = EpisodeBuffer.create(capacity=4, horizon=T, obs_dim=D, action_dim=A)
+    add = jax.jit(EpisodeBuffer.add)
+    buf = add(buf, *episodes(0, 3))
+    assert int(buf.size) == 3 and int(buf.insert_at) == 3
+    buf = add(buf, *episodes(3, 3))  # episodes 3, 4, 5: 4 and 5 overwrite 0 and 1
+    assert int(buf.size) == 4 and int(buf.insert_at) == 2
+    np.testing.assert_array_equal(np.asarray(buf.observations[:, 0, 0]), [4, 5, 2, 3])
+
+
+def test_samples_are_consistent_transitions_with_future_goals():
+    buf = EpisodeBuffer.create(capacity=8, horizon=T, obs_dim=D, action_dim=A).add(*episodes(0, 8))
+    s = jax.jit(EpisodeBuffer.sample, static_argnums=2)(buf, jax.random.PRNGKey(0), 4096)
+    e, t = np.asarray(s["observations"]).T
+    np.testing.assert_array_equal(np.asarray(s["next_observations"]), np.stack([e, t + 1], 1))
+    np.testing.assert_array_equal(np.asarray(s["actions"])[:, 0], 10 * e + t)
+    ge, gt = np.asarray(s["goals"]).T
+    np.testing.assert_array_equal(ge, e)                       # same episode
+    np.testing.assert_array_equal(gt - t, np.asarray(s["goal_offsets"]))
+    assert (gt >= t).all() and (gt <= T).all()
+
+
+def test_goal_offset_follows_truncated_geometric():
+    horizon, discount = 50, 0.9
+    buf = EpisodeBuffer.create(capacity=2, horizon=horizon, obs_dim=1, action_dim=1)
+    buf = buf.add(jnp.zeros((2, horizon + 1, 1)), jnp.zeros((2, horizon, 1)))
+    s = buf.sample(jax.random.PRNGKey(1), 200_000, discount=discount)
+    t, k = np.asarray(s["step"]), np.asarray(s["goal_offsets"])
+    for t0 in (0, 40, 49):  # K = 50, 10, 1
+        ks = k[t == t0]
+        max_k = horizon - t0
+        expected = discount ** np.arange(max_k + 1)
+        expected /= expected.sum()
+        observed = np.bincount(ks, minlength=max_k + 1) / len(ks)
+        assert len(observed) == max_k + 1
+        np.testing.assert_allclose(observed, expected, atol=4 * np.sqrt(expected.max() / len(ks)))
+
+
+def test_random_goals_cover_the_buffer():
+    buf = EpisodeBuffer.create(capacity=8, horizon=T, obs_dim=D, action_dim=A).add(*episodes(0, 6))
+    s = buf.sample(jax.random.PRNGKey(2), 20_000, p_future=0.0)
+    assert (np.asarray(s["goal_offsets"]) == -1).all()
+    ge, gt = np.asarray(s["goals"]).T
+    assert set(ge.astype(int)) == set(range(6))  # only stored episodes
+    assert set(gt.astype(int)) == set(range(T + 1))
+    mixed = buf.sample(jax.random.PRNGKey(3), 20_000, p_future=0.7)
+    assert np.mean(np.asarray(mixed["goal_offsets"]) >= 0) == pytest.approx(0.7, abs=0.02)
+
+
+def test_bad_input():
+    buf = EpisodeBuffer.create(capacity=2, horizon=T, obs_dim=D, action_dim=A)
+    with pytest.raises(ValueError, match="observations must have shape"):
+        buf.add(np.zeros((1, T, D)), np.zeros((1, T, A)))
+    with pytest.raises(ValueError, match="capacity"):
+        buf.add(*episodes(0, 3))
+    with pytest.raises(ValueError, match="horizon"):
+        EpisodeBuffer.create(capacity=2, horizon=0, obs_dim=D, action_dim=A)
