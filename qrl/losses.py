@@ -74,3 +74,20 @@ def transition_loss(distance_fn: Callable[[jax.Array, jax.Array], jax.Array], pr
 def q_cost(distance_to_goal_after_action: jax.Array, rewards: jax.Array | float = 0.0) -> jax.Array:
     """-Q(s, a; g) = d(T(f(s), a), f(g)) - r   (eq. 4.14). With constant costs r is a shift."""
     return distance_to_goal_after_action - rewards
+
+
+def actor_loss(distances: jax.Array, log_probs: jax.Array, entropy_weight: jax.Array) -> jax.Array:
+    """E[max_i d_i(T_i(f_i(s), a), f_i(g)) + alpha log pi(a | s, g)],  a ~ pi(. | s, g)   (section 4.3.4).
+
+    ``distances: [num_critics, B]``: each critic's predicted distance to the goal after taking the sampled
+    action; the max over critics is a pessimistic estimate (like min over twin Q-values). ``alpha`` is
+    the (stop-gradient) entropy weight.
+    """
+    return jnp.mean(jnp.max(distances, axis=0) + jax.lax.stop_gradient(entropy_weight) * log_probs)
+
+
+def entropy_weight_loss(log_entropy_weight: jax.Array, log_probs: jax.Array, target_entropy: float
+                        ) -> jax.Array:
+    """-log(alpha) (E[log pi] + H_target), minimised in log(alpha) (Haarnoja et al. 2018): alpha grows
+    while the policy's entropy -E[log pi] is below the target and shrinks while it is above."""
+    return -log_entropy_weight * (jnp.mean(jax.lax.stop_gradient(log_probs)) + target_entropy)

@@ -1,0 +1,40 @@
+"""Policies shared by the continuous-control agents."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+class TanhNormalPolicy(nn.Module):
+    """pi(a | x) = tanh(N(mu(x), diag sigma(x)^2)): an MLP outputs mu and log sigma (clipped to [-5, 2])."""
+
+    hidden: Sequence[int]
+    action_dim: int
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        for width in self.hidden:
+            x = nn.relu(nn.Dense(width)(x))
+        out = nn.Dense(2 * self.action_dim)(x)
+        mean, log_std = jnp.split(out, 2, axis=-1)
+        return mean, jnp.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)
+
+
+def tanh_normal_sample(key: jax.Array, mean: jax.Array, log_std: jax.Array
+                       ) -> tuple[jax.Array, jax.Array]:
+    """Reparametrised sample a = tanh(mu + sigma eps) and its log-density
+
+        log pi(a) = sum_j [log N(u_j; mu_j, sigma_j) - log(1 - tanh(u_j)^2)],
+
+    with log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)) (stable for large |u|).
+    """
+    noise = jax.random.normal(key, mean.shape, mean.dtype)
+    u = mean + jnp.exp(log_std) * noise
+    log_normal = -0.5 * jnp.square(noise) - log_std - 0.5 * jnp.log(2 * jnp.pi)
+    log_jacobian = 2 * (jnp.log(2.0) - u - jax.nn.softplus(-2 * u))
+    return jnp.tanh(u), jnp.sum(log_normal - log_jacobian, axis=-1)

@@ -1,0 +1,232 @@
+"""Quasimetric RL for continuous actions (dissertation section 4.3.4, appendix C.3.3) as a jit-able pytree.
+
+    agent = QRLContinuousAgent.create(QRLContinuousConfig(obs_dim=10, action_dim=4), seed=0)
+    agent, metrics = jax.jit(QRLContinuousAgent.update)(agent, batch)
+    actions = jax.jit(QRLContinuousAgent.act)(agent, observations, goals, rng)
+
+Batch: observations [B, D], actions [B, A] in [-1, 1], next_observations [B, D], rewards [B] (-1 per step),
+goals [B, D] (goal states, e.g. future states relabelled by the replay buffer).
+
+* **Critics**: ``num_critics`` (2) independent quasimetric critics, each with its own encoder f_i,
+  projector + IQE head d_i, residual latent dynamics T_i and Lagrange multiplier lambda_i, trained with the
+  QRL objective (eq. 4.12) with phi(x) = -softplus(15 - x, beta=0.1) (C.3.3) over random (s, g) pairs --
+  the batch's goals rolled by one -- plus ``transition_weight`` x the transition loss.
+* **Actor**: a tanh-Normal policy pi(a | s, g) minimising max_i d_i(T_i(f_i(s), a), f_i(g)) + alpha log pi,
+  with the entropy weight alpha adapted towards the target entropy -|A| (Haarnoja et al. 2018), plus an
+  optional behaviour-cloning term for offline data.
+
+Defaults are the state-based Fetch settings of C.3.3.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from agents.policies import TanhNormalPolicy, tanh_normal_sample
+from agents.qrl import QuasimetricCritic
+from qrl import losses
+
+Batch = dict[str, jax.Array]
+BATCH_KEYS = ("observations", "actions", "next_observations", "rewards", "goals")
+
+
+@dataclasses.dataclass(frozen=True)
+class QRLContinuousConfig:
+    obs_dim: int = 10
+    action_dim: int = 4
+    obs_center: tuple[float, ...] | None = None
+    obs_scale: tuple[float, ...] | None = None
+    # Critic networks (C.3.3): f x-512-512-128, projector 128-512-2048, IQE-maxmean 64 x 32, T residual.
+    encoder_hidden: tuple[int, ...] = (512, 512)
+    latent_dim: int = 128
+    projector_hidden: tuple[int, ...] = (512,)
+    head: Literal["iqe", "l2"] = "iqe"
+    iqe_components: int = 64
+    iqe_dim_per_component: int = 32
+    iqe_reduction: Literal["sum", "maxmean"] = "maxmean"
+    l2_dim: int = 2048
+    dynamics_hidden: tuple[int, ...] = (512, 512)
+    num_critics: int = 2
+    actor_hidden: tuple[int, ...] = (512, 512)
+    # Objective.
+    phi_offset: float = 15.0
+    phi_beta: float = 0.1
+    epsilon: float = 0.25
+    lagrange_init: float = 0.01
+    transition_weight: float = 0.2  # 0.1 for image observations
+    bc_weight: float = 0.0          # > 0 adds E||pi(s, g) - a||^2 (offline)
+    # Optimisation.
+    critic_learning_rate: float = 1e-4
+    lagrange_learning_rate: float = 1e-2
+    actor_learning_rate: float = 3e-5
+    entropy_init: float = 1.0
+    entropy_learning_rate: float = 3e-4
+    target_entropy: float | None = None  # None: -action_dim
+
+    def __post_init__(self):
+        for name in ("obs_dim", "action_dim", "latent_dim", "iqe_components", "iqe_dim_per_component",
+                     "l2_dim", "num_critics"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"QRLContinuousConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.head not in ("iqe", "l2"):
+            raise ValueError(f"QRLContinuousConfig.head must be 'iqe' or 'l2', got {self.head!r}")
+        if self.entropy_init <= 0 or self.epsilon <= 0 or self.lagrange_init <= 0:
+            raise ValueError("QRLContinuousConfig.entropy_init, epsilon and lagrange_init must be > 0")
+
+    @property
+    def head_dim(self) -> int:
+        return self.iqe_components * self.iqe_dim_per_component if self.head == "iqe" else self.l2_dim
+
+    @property
+    def entropy_target(self) -> float:
+        return -float(self.action_dim) if self.target_entropy is None else self.target_entropy
+
+
+def validate_batch(batch: Batch, config: QRLContinuousConfig) -> None:
+    missing = [k for k in BATCH_KEYS if k not in batch]
+    if missing:
+        raise ValueError(f"batch is missing keys {missing}; expected {list(BATCH_KEYS)}")
+    b = batch["observations"].shape[0]
+    expected = dict(observations=(b, config.obs_dim), next_observations=(b, config.obs_dim),
+                    goals=(b, config.obs_dim), actions=(b, config.action_dim), rewards=(b,))
+    for key, shape in expected.items():
+        if batch[key].shape != shape:
+            raise ValueError(f"batch[{key!r}] must have shape {shape}, got {batch[key].shape}")
+
+
+def _optimizers(c: QRLContinuousConfig):
+    return dict(critic=optax.adam(c.critic_learning_rate), lagrange=optax.adam(c.lagrange_learning_rate),
+                actor=optax.adam(c.actor_learning_rate), entropy=optax.adam(c.entropy_learning_rate))
+
+
+class QRLContinuousAgent(flax.struct.PyTreeNode):
+    critic_params: Any     # stacked over critics: every leaf has a leading [num_critics] axis
+    lagrange_raw: jax.Array  # [num_critics]
+    actor_params: Any
+    log_entropy_weight: jax.Array
+    opt_states: dict
+    rng: jax.Array
+    config: QRLContinuousConfig = flax.struct.field(pytree_node=False)
+
+    @classmethod
+    def create(cls, config: QRLContinuousConfig, seed: int | jax.Array = 0) -> "QRLContinuousAgent":
+        rng = jax.random.PRNGKey(seed) if jnp.ndim(seed) == 0 else seed
+        rng, critic_key, actor_key = jax.random.split(rng, 3)
+        obs, act = jnp.zeros((1, config.obs_dim)), jnp.zeros((1, config.action_dim))
+        critic_params = jax.vmap(lambda k: QuasimetricCritic(config).init(k, obs, act))(
+            jax.random.split(critic_key, config.num_critics))
+        actor_params = TanhNormalPolicy(config.actor_hidden, config.action_dim).init(
+            actor_key, jnp.zeros((1, 2 * config.obs_dim)))
+        lagrange_raw = jnp.full((config.num_critics,), jnp.log(jnp.expm1(config.lagrange_init)), jnp.float32)
+        log_entropy_weight = jnp.log(jnp.float32(config.entropy_init))
+        tx = _optimizers(config)
+        opt_states = dict(critic=tx["critic"].init(critic_params), lagrange=tx["lagrange"].init(lagrange_raw),
+                          actor=tx["actor"].init(actor_params), entropy=tx["entropy"].init(log_entropy_weight))
+        return cls(critic_params=critic_params, lagrange_raw=lagrange_raw, actor_params=actor_params,
+                   log_entropy_weight=log_entropy_weight, opt_states=opt_states, rng=rng, config=config)
+
+    @property
+    def critic(self) -> QuasimetricCritic:
+        return QuasimetricCritic(self.config)
+
+    @property
+    def policy(self) -> TanhNormalPolicy:
+        return TanhNormalPolicy(self.config.actor_hidden, self.config.action_dim)
+
+    # ---------------------------------------------------------------------------------- losses
+    def critic_loss(self, params, lagrange_raw, batch: Batch):
+        """One critic: eq. 4.12 with random goals (the batch's goals rolled by one) + transition loss."""
+        c, critic = self.config, self.critic
+        obs, next_obs = batch["observations"], batch["next_observations"]
+        goals = jnp.roll(batch["goals"], 1, axis=0)
+        b = obs.shape[0]
+        z_all = critic.apply(params, jnp.concatenate([obs, next_obs, goals]), method="encode")
+        z, z_next, z_goal = z_all[:b], z_all[b:2 * b], z_all[2 * b:]
+        dist = lambda z1, z2: critic.apply(params, z1, z2, method="distance")  # noqa: E731
+        d_goal = dist(z, z_goal)
+        push = losses.push_loss(d_goal, lambda d: losses.softplus_phi(d, c.phi_offset, c.phi_beta))
+        violation = losses.constraint_violation(dist(z, z_next), batch["rewards"])
+        model_term, multiplier_loss, lam = losses.lagrangian_terms(violation, lagrange_raw, c.epsilon)
+        z_pred = critic.apply(params, z, batch["actions"], method="dynamics")
+        transition = losses.transition_loss(dist, z_pred, z_next)
+        total = push + model_term + c.transition_weight * transition + multiplier_loss
+        return total, dict(push_loss=push, violation=violation, lagrange_multiplier=lam,
+                           transition_loss=transition, mean_goal_distance=d_goal.mean())
+
+    def goal_distances_after(self, critic_params, observations, actions, goals) -> jax.Array:
+        """d_i(T_i(f_i(s), a), f_i(g)) for every critic: ``[num_critics, ...]``."""
+        critic = self.critic
+
+        def one(params):
+            z = critic.apply(params, observations, method="encode")
+            z_goal = critic.apply(params, goals, method="encode")
+            z_pred = critic.apply(params, z, actions, method="dynamics")
+            return critic.apply(params, z_pred, z_goal, method="distance")
+
+        return jax.vmap(one)(critic_params)
+
+    def actor_loss_fn(self, actor_params, critic_params, batch: Batch, key):
+        mean, log_std = self.policy.apply(actor_params, jnp.concatenate([batch["observations"], batch["goals"]], -1))
+        actions, log_probs = tanh_normal_sample(key, mean, log_std)
+        distances = self.goal_distances_after(jax.lax.stop_gradient(critic_params), batch["observations"],
+                                              actions, batch["goals"])
+        loss = losses.actor_loss(distances, log_probs, jnp.exp(self.log_entropy_weight))
+        if self.config.bc_weight:
+            loss = loss + self.config.bc_weight * jnp.mean(jnp.sum(jnp.square(jnp.tanh(mean) - batch["actions"]), -1))
+        return loss, dict(actor_loss=loss, log_prob=log_probs.mean(), actor_distance=distances.max(0).mean())
+
+    # ---------------------------------------------------------------------------------- update
+    def update(self, batch: Batch) -> tuple["QRLContinuousAgent", dict[str, jax.Array]]:
+        """One step on the critics and multipliers, then the actor (against the updated critics), then
+        the entropy weight. Pure and jit-able."""
+        validate_batch(batch, self.config)
+        tx = _optimizers(self.config)
+        rng, actor_key = jax.random.split(self.rng)
+
+        def critics_total(params, lagrange_raw):
+            totals, metrics = jax.vmap(self.critic_loss, in_axes=(0, 0, None))(params, lagrange_raw, batch)
+            return totals.sum(), metrics
+
+        (c_grads, l_grads), critic_metrics = jax.grad(critics_total, argnums=(0, 1), has_aux=True)(
+            self.critic_params, self.lagrange_raw)
+        updates, critic_state = tx["critic"].update(c_grads, self.opt_states["critic"], self.critic_params)
+        critic_params = optax.apply_updates(self.critic_params, updates)
+        updates, lagrange_state = tx["lagrange"].update(l_grads, self.opt_states["lagrange"])
+        lagrange_raw = optax.apply_updates(self.lagrange_raw, updates)
+
+        a_grads, actor_metrics = jax.grad(self.actor_loss_fn, has_aux=True)(
+            self.actor_params, critic_params, batch, actor_key)
+        updates, actor_state = tx["actor"].update(a_grads, self.opt_states["actor"], self.actor_params)
+        actor_params = optax.apply_updates(self.actor_params, updates)
+
+        e_grad = jax.grad(losses.entropy_weight_loss)(self.log_entropy_weight, actor_metrics["log_prob"],
+                                                      self.config.entropy_target)
+        updates, entropy_state = tx["entropy"].update(e_grad, self.opt_states["entropy"])
+        log_entropy_weight = optax.apply_updates(self.log_entropy_weight, updates)
+
+        metrics = {f"critic{i}/{k}": v[i] for k, v in critic_metrics.items() for i in range(self.config.num_critics)}
+        metrics.update(actor_metrics, entropy_weight=jnp.exp(log_entropy_weight),
+                       critic_grad_norm=optax.global_norm(c_grads), actor_grad_norm=optax.global_norm(a_grads))
+        agent = self.replace(critic_params=critic_params, lagrange_raw=lagrange_raw, actor_params=actor_params,
+                             log_entropy_weight=log_entropy_weight, rng=rng,
+                             opt_states=dict(critic=critic_state, lagrange=lagrange_state, actor=actor_state,
+                                             entropy=entropy_state))
+        return agent, metrics
+
+    # ------------------------------------------------------------------------------ inference
+    def act(self, observations: jax.Array, goals: jax.Array, rng: jax.Array | None = None) -> jax.Array:
+        """A sample of pi(. | s, g) if ``rng`` is given, else its mode tanh(mu); in [-1, 1]^A."""
+        observations, goals = jnp.asarray(observations), jnp.asarray(goals)
+        for name, x in (("observations", observations), ("goals", goals)):
+            if x.shape[-1:] != (self.config.obs_dim,):
+                raise ValueError(f"{name} must have shape [..., {self.config.obs_dim}], got {x.shape}")
+        observations, goals = jnp.broadcast_arrays(observations, goals)
+        mean, log_std = self.policy.apply(self.actor_params, jnp.concatenate([observations, goals], -1))
+        if rng is None:
+            return jnp.tanh(mean)
+        return tanh_normal_sample(rng, mean, log_std)[0]

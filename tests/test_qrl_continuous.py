@@ -1,0 +1,110 @@
+"""Continuous-action QRL: tanh-Normal log-density, actor and entropy losses, the jitted update."""
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from scipy import stats
+
+from agents.policies import tanh_normal_sample
+from agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
+from qrl import losses
+
+TINY = QRLContinuousConfig(obs_dim=5, action_dim=2, encoder_hidden=(32,), latent_dim=16, projector_hidden=(32,),
+                           iqe_components=4, iqe_dim_per_component=8, dynamics_hidden=(32,), actor_hidden=(32,))
+
+
+def batch(n=32, seed=0):
+    rng = np.random.default_rng(seed)
+    obs = rng.normal(size=(n, 5)).astype(np.float32)
+    return dict(observations=obs, actions=rng.uniform(-1, 1, (n, 2)).astype(np.float32),
+                next_observations=obs + 0.1, rewards=-np.ones(n, np.float32),
+                goals=rng.normal(size=(n, 5)).astype(np.float32))
+
+
+def test_tanh_normal_log_density_matches_change_of_variables():
+    mean, log_std = jnp.array([[0.3, -1.0]]), jnp.array([[-0.5, 0.2]])
+    a, log_p = tanh_normal_sample(jax.random.PRNGKey(0), mean, log_std)
+    a = np.asarray(a[0], np.float64)
+    u = np.arctanh(a)
+    ref = np.sum(stats.norm.logpdf(u, np.asarray(mean[0]), np.exp(np.asarray(log_std[0]))) - np.log(1 - a ** 2))
+    assert float(log_p[0]) == pytest.approx(ref, rel=1e-4)
+    assert np.all(np.abs(a) < 1)
+
+
+def test_actor_loss_takes_the_pessimistic_critic():
+    distances = jnp.array([[1.0, 5.0], [3.0, 2.0]])  # [critics, batch]
+    log_probs = jnp.array([-1.0, 1.0])
+    # max over critics = [3, 5]; + 0.5 * log pi = [-0.5, 0.5] -> mean 4.0
+    assert float(losses.actor_loss(distances, log_probs, jnp.float32(0.5))) == pytest.approx(4.0)
+
+
+def test_entropy_weight_moves_towards_the_target():
+    grad = jax.grad(losses.entropy_weight_loss)
+    # Entropy -E[log pi] = -1 below the target 2: alpha must grow (negative gradient on log alpha).
+    assert float(grad(jnp.float32(0.0), jnp.array([1.0]), 2.0)) < 0
+    assert float(grad(jnp.float32(0.0), jnp.array([-5.0]), 2.0)) > 0
+
+
+def test_update_is_jittable_and_trains_two_independent_critics():
+    agent = QRLContinuousAgent.create(TINY, 0)
+    first_layer = [leaf for leaf in jax.tree.leaves(agent.critic_params) if leaf.ndim == 3][0]  # a kernel
+    assert first_layer.shape[0] == 2 and not np.allclose(first_layer[0], first_layer[1])
+    update = jax.jit(QRLContinuousAgent.update)
+    b = batch()
+    new, metrics = update(agent, b)
+    assert all(np.isfinite(v).all() for v in metrics.values())
+    assert {"critic0/push_loss", "critic1/push_loss", "actor_loss", "entropy_weight"} <= set(metrics)
+    changed = lambda x, y: not np.allclose(x, y)  # noqa: E731
+    assert any(changed(x, y) for x, y in zip(jax.tree.leaves(new.actor_params), jax.tree.leaves(agent.actor_params)))
+    assert changed(new.log_entropy_weight, agent.log_entropy_weight)
+    for _ in range(3):
+        new, metrics = update(new, b)
+    a = jax.jit(QRLContinuousAgent.act)(new, b["observations"], b["goals"], jax.random.PRNGKey(0))
+    assert a.shape == (32, 2) and np.all(np.abs(a) <= 1)
+    np.testing.assert_array_equal(new.act(b["observations"], b["goals"]), new.act(b["observations"], b["goals"]))
+
+
+class KnownCriticAgent(QRLContinuousAgent):
+    """Critics replaced by the exact cost-to-go of s' = s + a: d(T(s, a), g) = ||s + a - g||."""
+
+    def goal_distances_after(self, critic_params, observations, actions, goals):
+        return jnp.stack([jnp.linalg.norm(observations + actions - goals, axis=-1)] * 2)
+
+
+def test_actor_learns_to_move_towards_the_goal_under_a_known_critic():
+    """Only the actor is trained, against known critics: the learned action points at the goal."""
+    config = dataclasses.replace(TINY, obs_dim=2, action_dim=2, entropy_init=1e-3)
+    agent = KnownCriticAgent.create(config, 0)
+    rng = np.random.default_rng(0)
+    obs = rng.uniform(-1, 1, (256, 2)).astype(np.float32)
+    goals = rng.uniform(-1, 1, (256, 2)).astype(np.float32)
+    b = dict(observations=obs, goals=goals, actions=np.zeros((256, 2), np.float32))
+    grad = jax.jit(jax.grad(lambda p, key: agent.actor_loss_fn(p, None, b, key)[0]))
+    tx = optax.adam(3e-3)
+    params, state = agent.actor_params, tx.init(agent.actor_params)
+    for i in range(300):
+        updates, state = tx.update(grad(params, jax.random.PRNGKey(i)), state)
+        params = optax.apply_updates(params, updates)
+    actions = np.asarray(agent.replace(actor_params=params).act(obs, goals))
+    direction = goals - obs
+    cosine = np.sum(actions * direction, 1) / (np.linalg.norm(actions, axis=1) * np.linalg.norm(direction, axis=1))
+    assert np.median(cosine) > 0.9
+
+
+def test_seeds_vmap_and_bad_batches():
+    agents = jax.vmap(lambda s: QRLContinuousAgent.create(TINY, s))(jnp.arange(3))
+    _, metrics = jax.jit(jax.vmap(QRLContinuousAgent.update, in_axes=(0, None)))(agents, batch())
+    assert metrics["actor_loss"].shape == (3,)
+    agent = QRLContinuousAgent.create(TINY, 0)
+    bad = dict(batch(), actions=np.zeros((32, 3), np.float32))
+    with pytest.raises(ValueError, match=r"batch\['actions'\] must have shape \(32, 2\)"):
+        agent.update(bad)
+    with pytest.raises(ValueError, match="missing keys"):
+        agent.update({k: v for k, v in batch().items() if k != "goals"})
+    with pytest.raises(ValueError, match="num_critics"):
+        QRLContinuousConfig(num_critics=0)
+    assert math.isclose(TINY.entropy_target, -2.0)
