@@ -256,11 +256,13 @@ def plot_align_uniform(path: Path, encoders) -> None:
     fig, ax = plt.subplots(figsize=(6.5, 5))
     markers = {"align_uniform": "o", "infonce": "s", "untrained": "x", "pixels": "^"}
     acc = np.array([e["accuracy"] for e in encoders])
+    low = np.percentile(acc, 10)  # collapsed encoders would otherwise squash the colour scale
     for family, marker in markers.items():
         es = [e for e in encoders if e["family"] == family]
         sc = ax.scatter([e["uniform"] for e in es], [e["align"] for e in es], c=[e["accuracy"] for e in es],
-                        cmap="viridis", vmin=acc.min(), vmax=acc.max(), marker=marker, s=50, label=family)
-    fig.colorbar(sc, label="linear-probe accuracy")
+                        cmap="viridis", vmin=low, vmax=acc.max(), marker=marker, s=50, label=family,
+                        linewidths=0.8)
+    fig.colorbar(sc, label="linear-probe accuracy", extend="min" if acc.min() < low else "neither")
     ax.set(xlabel="L_uniform (t=2)  - lower is more uniform", ylabel="L_align (alpha=2)  - lower is more aligned",
            title="Digits: alignment vs uniformity (cf. Figure 2-7)")
     ax.legend(fontsize=8)
