@@ -1,0 +1,140 @@
+"""Contrastive RL (Eysenbach et al. 2022), as a jit-able pytree agent (a baseline for online GCRL).
+
+    agent = CRLAgent.create(CRLConfig(obs_dim=10, action_dim=4), seed=0)
+    agent, metrics = jax.jit(CRLAgent.update)(agent, batch)   # observations, actions, goals
+    actions = jax.jit(CRLAgent.act)(agent, observations, goals, rng)
+
+Critic: f(s, a) = <phi(s, a), psi(g)> trained by binary NCE (:func:`replearn.objectives.binary_nce`) with
+the other rows' goals as negatives; goals must be future states of the same trajectory (the replay
+buffer's truncated-geometric relabelling), so f estimates the log discounted occupancy ratio. Actor: a
+tanh-Normal policy maximising f(s, pi(s, g), g), with an optional entropy term (used for images in the
+original).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from agents.policies import TanhNormalPolicy, tanh_normal_sample
+from agents.qrl import MLP
+from replearn.objectives import binary_nce, info_nce
+
+Batch = dict[str, jax.Array]
+BATCH_KEYS = ("observations", "actions", "goals")
+
+
+@dataclasses.dataclass(frozen=True)
+class CRLConfig:
+    obs_dim: int = 10
+    action_dim: int = 4
+    hidden: tuple[int, ...] = (256, 256)
+    repr_dim: int = 64
+    actor_hidden: tuple[int, ...] = (256, 256)
+    objective: str = "binary_nce"  # or "infonce"
+    critic_learning_rate: float = 3e-4
+    actor_learning_rate: float = 3e-4
+    entropy_weight: float = 0.0
+
+    def __post_init__(self):
+        if self.objective not in ("binary_nce", "infonce"):
+            raise ValueError(f"CRLConfig.objective must be 'binary_nce' or 'infonce', got {self.objective!r}")
+        for name in ("obs_dim", "action_dim", "repr_dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"CRLConfig.{name} must be >= 1, got {getattr(self, name)}")
+
+
+class ContrastiveCritic(nn.Module):
+    config: CRLConfig
+
+    def setup(self):
+        c = self.config
+        self.sa_encoder = MLP(c.hidden, c.repr_dim)
+        self.g_encoder = MLP(c.hidden, c.repr_dim)
+
+    def __call__(self, observations, actions, goals):
+        """Critic matrix ``[B, B]``: logits[i, j] = <phi(s_i, a_i), psi(g_j)>."""
+        phi = self.sa_encoder(jnp.concatenate([observations, actions], -1))
+        psi = self.g_encoder(goals)
+        return phi @ psi.T
+
+    def diagonal(self, observations, actions, goals):
+        """f(s_i, a_i, g_i) only: ``[B]``."""
+        phi = self.sa_encoder(jnp.concatenate([observations, actions], -1))
+        return jnp.sum(phi * self.g_encoder(goals), -1)
+
+
+class CRLAgent(flax.struct.PyTreeNode):
+    critic_params: Any
+    actor_params: Any
+    opt_states: dict
+    rng: jax.Array
+    config: CRLConfig = flax.struct.field(pytree_node=False)
+
+    @classmethod
+    def create(cls, config: CRLConfig, seed: int | jax.Array = 0) -> "CRLAgent":
+        rng = jax.random.PRNGKey(seed) if jnp.ndim(seed) == 0 else seed
+        rng, critic_key, actor_key = jax.random.split(rng, 3)
+        obs, act = jnp.zeros((1, config.obs_dim)), jnp.zeros((1, config.action_dim))
+        critic_params = ContrastiveCritic(config).init(critic_key, obs, act, obs)
+        actor_params = TanhNormalPolicy(config.actor_hidden, config.action_dim).init(
+            actor_key, jnp.zeros((1, 2 * config.obs_dim)))
+        critic_tx, actor_tx = cls._optimizers(config)
+        return cls(critic_params=critic_params, actor_params=actor_params, rng=rng, config=config,
+                   opt_states=dict(critic=critic_tx.init(critic_params), actor=actor_tx.init(actor_params)))
+
+    @staticmethod
+    def _optimizers(c: CRLConfig):
+        return optax.adam(c.critic_learning_rate), optax.adam(c.actor_learning_rate)
+
+    @property
+    def critic(self) -> ContrastiveCritic:
+        return ContrastiveCritic(self.config)
+
+    @property
+    def policy(self) -> TanhNormalPolicy:
+        return TanhNormalPolicy(self.config.actor_hidden, self.config.action_dim)
+
+    def critic_loss(self, params, batch: Batch):
+        logits = self.critic.apply(params, batch["observations"], batch["actions"], batch["goals"])
+        loss = binary_nce(logits) if self.config.objective == "binary_nce" else info_nce(logits, "forward")
+        correct = jnp.mean(jnp.argmax(logits, axis=1) == jnp.arange(logits.shape[0]))
+        return loss, dict(critic_loss=loss, categorical_accuracy=correct, logits_positive=jnp.diag(logits).mean())
+
+    def actor_loss(self, actor_params, critic_params, batch: Batch, key):
+        """-E[f(s, a, g)] + entropy_weight E[log pi(a | s, g)],  a ~ pi(. | s, g)."""
+        obs, goals = batch["observations"], batch["goals"]
+        mean, log_std = self.policy.apply(actor_params, jnp.concatenate([obs, goals], -1))
+        actions, log_probs = tanh_normal_sample(key, mean, log_std)
+        q = self.critic.apply(jax.lax.stop_gradient(critic_params), obs, actions, goals, method="diagonal")
+        loss = jnp.mean(self.config.entropy_weight * log_probs - q)
+        return loss, dict(actor_loss=loss, actor_q=q.mean())
+
+    def update(self, batch: Batch) -> tuple["CRLAgent", dict[str, jax.Array]]:
+        missing = [k for k in BATCH_KEYS if k not in batch]
+        if missing:
+            raise ValueError(f"batch is missing keys {missing}; expected {list(BATCH_KEYS)}")
+        critic_tx, actor_tx = self._optimizers(self.config)
+        rng, key = jax.random.split(self.rng)
+        c_grads, critic_metrics = jax.grad(self.critic_loss, has_aux=True)(self.critic_params, batch)
+        updates, critic_state = critic_tx.update(c_grads, self.opt_states["critic"])
+        critic_params = optax.apply_updates(self.critic_params, updates)
+        a_grads, actor_metrics = jax.grad(self.actor_loss, has_aux=True)(self.actor_params, critic_params, batch, key)
+        updates, actor_state = actor_tx.update(a_grads, self.opt_states["actor"])
+        agent = self.replace(critic_params=critic_params, actor_params=optax.apply_updates(self.actor_params, updates),
+                             rng=rng, opt_states=dict(critic=critic_state, actor=actor_state))
+        return agent, {**critic_metrics, **actor_metrics}
+
+    def act(self, observations: jax.Array, goals: jax.Array, rng: jax.Array | None = None) -> jax.Array:
+        """A sample of pi(. | s, g) if ``rng`` is given, else its mode; in [-1, 1]^A."""
+        observations, goals = jnp.broadcast_arrays(jnp.asarray(observations), jnp.asarray(goals))
+        if observations.shape[-1] != self.config.obs_dim:
+            raise ValueError(f"observations and goals must have shape [..., {self.config.obs_dim}], got "
+                             f"{observations.shape}")
+        mean, log_std = self.policy.apply(self.actor_params, jnp.concatenate([observations, goals], -1))
+        return jnp.tanh(mean) if rng is None else tanh_normal_sample(rng, mean, log_std)[0]
