@@ -38,3 +38,13 @@ def tanh_normal_sample(key: jax.Array, mean: jax.Array, log_std: jax.Array
     log_normal = -0.5 * jnp.square(noise) - log_std - 0.5 * jnp.log(2 * jnp.pi)
     log_jacobian = 2 * (jnp.log(2.0) - u - jax.nn.softplus(-2 * u))
     return jnp.tanh(u), jnp.sum(log_normal - log_jacobian, axis=-1)
+
+
+def tanh_normal_log_prob(mean: jax.Array, log_std: jax.Array, actions: jax.Array, eps: float = 1e-6
+                         ) -> jax.Array:
+    """log pi(a) of given actions in (-1, 1) under tanh(N(mu, sigma)); actions are clipped to
+    [-1 + eps, 1 - eps] so that atanh stays finite for boundary actions."""
+    a = jnp.clip(actions, -1 + eps, 1 - eps)
+    u = jnp.arctanh(a)
+    log_normal = -0.5 * jnp.square((u - mean) / jnp.exp(log_std)) - log_std - 0.5 * jnp.log(2 * jnp.pi)
+    return jnp.sum(log_normal - jnp.log1p(-jnp.square(a)), axis=-1)

@@ -1,0 +1,64 @@
+"""Goal-conditioned behaviour cloning (a baseline for online GCRL), as a jit-able pytree agent.
+
+The policy pi(a | s, g) (tanh-Normal MLP) maximises the likelihood of the logged action a_t given the
+state s_t and a goal g relabelled as a future state of the same trajectory (hindsight relabelling):
+
+    L = -E[log pi(a_t | s_t, g)].
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from agents.policies import TanhNormalPolicy, tanh_normal_log_prob, tanh_normal_sample
+
+
+@dataclasses.dataclass(frozen=True)
+class GCBCConfig:
+    obs_dim: int = 10
+    action_dim: int = 4
+    hidden: tuple[int, ...] = (256, 256)
+    learning_rate: float = 3e-4
+
+
+class GCBCAgent(flax.struct.PyTreeNode):
+    params: Any
+    opt_state: Any
+    rng: jax.Array
+    config: GCBCConfig = flax.struct.field(pytree_node=False)
+
+    @classmethod
+    def create(cls, config: GCBCConfig, seed: int | jax.Array = 0) -> "GCBCAgent":
+        rng = jax.random.PRNGKey(seed) if jnp.ndim(seed) == 0 else seed
+        rng, key = jax.random.split(rng)
+        params = TanhNormalPolicy(config.hidden, config.action_dim).init(key, jnp.zeros((1, 2 * config.obs_dim)))
+        return cls(params=params, opt_state=optax.adam(config.learning_rate).init(params), rng=rng, config=config)
+
+    @property
+    def policy(self) -> TanhNormalPolicy:
+        return TanhNormalPolicy(self.config.hidden, self.config.action_dim)
+
+    def loss(self, params, batch):
+        mean, log_std = self.policy.apply(params, jnp.concatenate([batch["observations"], batch["goals"]], -1))
+        nll = -jnp.mean(tanh_normal_log_prob(mean, log_std, batch["actions"]))
+        return nll, dict(bc_nll=nll, action_error=jnp.mean(jnp.abs(jnp.tanh(mean) - batch["actions"])))
+
+    def update(self, batch) -> tuple["GCBCAgent", dict[str, jax.Array]]:
+        for key, dim in (("observations", self.config.obs_dim), ("goals", self.config.obs_dim),
+                         ("actions", self.config.action_dim)):
+            if key not in batch or batch[key].shape[-1] != dim:
+                raise ValueError(f"batch[{key!r}] must have shape [B, {dim}]")
+        grads, metrics = jax.grad(self.loss, has_aux=True)(self.params, batch)
+        updates, opt_state = optax.adam(self.config.learning_rate).update(grads, self.opt_state)
+        return self.replace(params=optax.apply_updates(self.params, updates), opt_state=opt_state), metrics
+
+    def act(self, observations, goals, rng=None):
+        """A sample of pi(. | s, g) if ``rng`` is given, else its mode; in [-1, 1]^A."""
+        observations, goals = jnp.broadcast_arrays(jnp.asarray(observations), jnp.asarray(goals))
+        mean, log_std = self.policy.apply(self.params, jnp.concatenate([observations, goals], -1))
+        return jnp.tanh(mean) if rng is None else tanh_normal_sample(rng, mean, log_std)[0]
