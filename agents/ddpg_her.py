@@ -1,0 +1,140 @@
+"""DDPG + HER (goal-conditioned DDPG with hindsight relabelling), optionally with a quasimetric critic as
+in Liu et al. 2022 (MRN); a baseline for online GCRL, as a jit-able pytree agent.
+
+Rewards follow dissertation C.3.3 (no access to the task's reward function): r = 0 if the next state
+*equals* the (relabelled) goal in the goal dimensions, else -1. Critic targets
+y = r + gamma Q'(s', pi'(s', g), g), clipped to [-1 / (1 - gamma), 0]; actor loss
+-Q(s, pi(s, g), g) + action_l2 * ||pi(s, g)||^2; target networks by Polyak averaging.
+
+``critic='mlp'``: Q = MLP(s, a, g). ``critic='mrn'`` or ``'iqe'``: Q = -d(f(s, a), h(g)) with a quasimetric
+head from :mod:`qrl.quasimetrics` on separate (s, a) and goal encoders into a shared latent.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+import flax.linen as nn
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from agents.qrl import MLP
+from qrl.quasimetrics import make_head
+
+
+@dataclasses.dataclass(frozen=True)
+class DDPGHERConfig:
+    obs_dim: int = 10
+    action_dim: int = 4
+    goal_dims: tuple[int, ...] = (0, 1, 2)  # where goals live in the state vector (Fetch Reach)
+    hidden: tuple[int, ...] = (256, 256, 256)
+    critic: Literal["mlp", "mrn", "iqe"] = "mlp"
+    latent_dim: int = 2048  # quasimetric critics: IQE 64 x 32 as in QRL
+    gamma: float = 0.98
+    polyak: float = 0.95
+    action_l2: float = 1.0
+    actor_learning_rate: float = 1e-3
+    critic_learning_rate: float = 1e-3
+
+    def __post_init__(self):
+        if self.critic not in ("mlp", "mrn", "iqe"):
+            raise ValueError(f"DDPGHERConfig.critic must be 'mlp', 'mrn' or 'iqe', got {self.critic!r}")
+        if not 0 < self.gamma < 1 or not 0 <= self.polyak < 1:
+            raise ValueError(f"DDPGHERConfig: need 0 < gamma < 1 and 0 <= polyak < 1, got {self.gamma}, {self.polyak}")
+        if any(not 0 <= d < self.obs_dim for d in self.goal_dims):
+            raise ValueError(f"DDPGHERConfig.goal_dims {self.goal_dims} must index a {self.obs_dim}-dim state")
+
+
+class Actor(nn.Module):
+    config: DDPGHERConfig
+
+    @nn.compact
+    def __call__(self, observations, goals):
+        return jnp.tanh(MLP(self.config.hidden, self.config.action_dim)(jnp.concatenate([observations, goals], -1)))
+
+
+class Critic(nn.Module):
+    config: DDPGHERConfig
+
+    @nn.compact
+    def __call__(self, observations, actions, goals):
+        c = self.config
+        if c.critic == "mlp":
+            return MLP(c.hidden, 1)(jnp.concatenate([observations, actions, goals], -1))[..., 0]
+        z_sa = MLP(c.hidden, c.latent_dim, name="sa_encoder")(jnp.concatenate([observations, actions], -1))
+        z_g = MLP(c.hidden, c.latent_dim, name="goal_encoder")(goals)
+        head = make_head("mrn") if c.critic == "mrn" else make_head("iqe", dim_per_component=32)
+        return -head(z_sa, z_g)
+
+
+def goal_reward(next_observations: jax.Array, goals: jax.Array, goal_dims: tuple[int, ...]) -> jax.Array:
+    """0 where the next state equals the goal in the goal dimensions, else -1 (C.3.3)."""
+    idx = jnp.asarray(goal_dims)
+    reached = jnp.all(next_observations[..., idx] == goals[..., idx], axis=-1)
+    return jnp.where(reached, 0.0, -1.0)
+
+
+class DDPGHERAgent(flax.struct.PyTreeNode):
+    actor_params: Any
+    critic_params: Any
+    target_actor_params: Any
+    target_critic_params: Any
+    opt_states: dict
+    rng: jax.Array
+    config: DDPGHERConfig = flax.struct.field(pytree_node=False)
+
+    @classmethod
+    def create(cls, config: DDPGHERConfig, seed: int | jax.Array = 0) -> "DDPGHERAgent":
+        rng = jax.random.PRNGKey(seed) if jnp.ndim(seed) == 0 else seed
+        rng, actor_key, critic_key = jax.random.split(rng, 3)
+        obs, act = jnp.zeros((1, config.obs_dim)), jnp.zeros((1, config.action_dim))
+        actor_params = Actor(config).init(actor_key, obs, obs)
+        critic_params = Critic(config).init(critic_key, obs, act, obs)
+        return cls(actor_params=actor_params, critic_params=critic_params, target_actor_params=actor_params,
+                   target_critic_params=critic_params, rng=rng, config=config,
+                   opt_states=dict(actor=optax.adam(config.actor_learning_rate).init(actor_params),
+                                   critic=optax.adam(config.critic_learning_rate).init(critic_params)))
+
+    def critic_loss(self, critic_params, batch):
+        c = self.config
+        obs, actions, next_obs, goals = (batch[k] for k in ("observations", "actions", "next_observations", "goals"))
+        rewards = goal_reward(next_obs, goals, c.goal_dims)
+        next_actions = Actor(c).apply(self.target_actor_params, next_obs, goals)
+        target_q = Critic(c).apply(self.target_critic_params, next_obs, next_actions, goals)
+        target = jnp.clip(rewards + c.gamma * target_q, -1.0 / (1.0 - c.gamma), 0.0)
+        q = Critic(c).apply(critic_params, obs, actions, goals)
+        loss = jnp.mean(jnp.square(q - jax.lax.stop_gradient(target)))
+        return loss, dict(critic_loss=loss, q=q.mean(), reward=rewards.mean())
+
+    def actor_loss(self, actor_params, critic_params, batch):
+        c = self.config
+        actions = Actor(c).apply(actor_params, batch["observations"], batch["goals"])
+        q = Critic(c).apply(critic_params, batch["observations"], actions, batch["goals"])
+        loss = -jnp.mean(q) + c.action_l2 * jnp.mean(jnp.square(actions))
+        return loss, dict(actor_loss=loss)
+
+    def update(self, batch) -> tuple["DDPGHERAgent", dict[str, jax.Array]]:
+        for key in ("observations", "actions", "next_observations", "goals"):
+            if key not in batch:
+                raise ValueError(f"batch is missing {key!r}")
+        c = self.config
+        c_grads, critic_metrics = jax.grad(self.critic_loss, has_aux=True)(self.critic_params, batch)
+        updates, critic_state = optax.adam(c.critic_learning_rate).update(c_grads, self.opt_states["critic"])
+        critic_params = optax.apply_updates(self.critic_params, updates)
+        a_grads, actor_metrics = jax.grad(self.actor_loss, has_aux=True)(self.actor_params, critic_params, batch)
+        updates, actor_state = optax.adam(c.actor_learning_rate).update(a_grads, self.opt_states["actor"])
+        actor_params = optax.apply_updates(self.actor_params, updates)
+        polyak = lambda target, online: jax.tree.map(  # noqa: E731
+            lambda t, o: c.polyak * t + (1 - c.polyak) * o, target, online)
+        agent = self.replace(actor_params=actor_params, critic_params=critic_params,
+                             target_actor_params=polyak(self.target_actor_params, actor_params),
+                             target_critic_params=polyak(self.target_critic_params, critic_params),
+                             opt_states=dict(actor=actor_state, critic=critic_state))
+        return agent, {**critic_metrics, **actor_metrics}
+
+    def act(self, observations, goals, rng=None):
+        """The deterministic policy pi(s, g) (exploration noise is added by the training loop)."""
+        observations, goals = jnp.broadcast_arrays(jnp.asarray(observations), jnp.asarray(goals))
+        return Actor(self.config).apply(self.actor_params, observations, goals)
