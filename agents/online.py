@@ -1,0 +1,182 @@
+"""One online goal-conditioned training loop for every agent (QRL, CRL, GCBC, DDPG+HER) on Fetch.
+
+Schedule (dissertation C.3.3): prefill the replay buffer with ``prefill_episodes`` random episodes, then
+repeat cycles of ``rollouts_per_cycle`` exploration episodes (the agent's action plus N(0, noise^2),
+clipped) and ``updates_per_cycle`` gradient steps; evaluate ``eval_episodes`` deterministic episodes on
+the env's own goals every ``eval_every`` env steps (success = goal reached at any step).
+
+The gradient steps of a cycle are one jitted ``lax.scan``: each step samples the on-device replay buffer
+(goals = future states relabelled with P(k) ~ discount^k, mapped to goal states by zeroing non-goal
+dimensions; rewards -1 per step) and calls ``agent.update``. Any agent with ``update(batch)`` and
+``act(obs, goals, rng)`` works. Logs ``metrics.csv``/``metrics.jsonl``; orbax checkpoints hold the agent,
+the replay buffer and the loop's counters and keys, so a resumed run continues exactly.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+from tqdm import tqdm
+
+from envs import fetch
+from envs.replay import EpisodeBuffer
+from qrl.train import restore_checkpoint
+
+
+@dataclasses.dataclass(frozen=True)
+class OnlineConfig:
+    task: str = "reach"
+    env_steps: int = 20_000          # total budget, prefill included
+    prefill_episodes: int = 200
+    rollouts_per_cycle: int = 10
+    updates_per_cycle: int = 500     # 125 for image observations
+    batch_size: int = 256
+    exploration_noise: float = 0.3
+    eval_every: int = 2_000          # env steps
+    eval_episodes: int = 50
+    p_future: float = 1.0            # else a random buffer state as the goal
+    discount: float = 0.99           # of the future-goal offset distribution
+    seed: int = 0
+    checkpoint_every: int = 10       # cycles; 0 disables
+    resume: bool = True
+    buffer_episodes: int | None = None  # replay capacity; None: everything the budget can collect
+
+    def __post_init__(self):
+        if self.task not in fetch.TASKS:
+            raise ValueError(f"OnlineConfig.task must be one of {sorted(fetch.TASKS)}, got {self.task!r}")
+        for name in ("env_steps", "prefill_episodes", "rollouts_per_cycle", "updates_per_cycle", "batch_size",
+                     "eval_every", "eval_episodes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"OnlineConfig.{name} must be >= 1, got {getattr(self, name)}")
+
+    @property
+    def episode_capacity(self) -> int:
+        if self.buffer_episodes is not None:
+            return self.buffer_episodes
+        return self.prefill_episodes + math.ceil(self.env_steps / fetch.EPISODE_LENGTH) + self.rollouts_per_cycle
+
+
+@functools.partial(jax.jit, static_argnames=("updates", "batch_size", "p_future", "discount"))
+def train_cycle(agent, buffer: EpisodeBuffer, key, goal_mask, updates: int, batch_size: int, p_future: float,
+                discount: float):
+    """``updates`` gradient steps on batches from ``buffer`` (one compiled call); mean metrics."""
+    def step(agent, key):
+        s = buffer.sample(key, batch_size, p_future, discount)
+        batch = dict(observations=s["observations"], actions=s["actions"],
+                     next_observations=s["next_observations"], goals=s["goals"] * goal_mask,
+                     rewards=-jnp.ones(batch_size, jnp.float32))
+        return agent.update(batch)
+
+    agent, metrics = jax.lax.scan(step, agent, jax.random.split(key, updates))
+    return agent, jax.tree.map(jnp.mean, metrics)
+
+
+@functools.partial(jax.jit, static_argnames=("noise",))
+def _explore(agent, observations, goals, key, noise: float):
+    policy_key, noise_key = jax.random.split(key)
+    actions = agent.act(observations, goals, policy_key)
+    return jnp.clip(actions + noise * jax.random.normal(noise_key, actions.shape), -1.0, 1.0)
+
+
+_greedy = jax.jit(lambda agent, observations, goals: agent.act(observations, goals))
+
+
+def evaluate(agent, env, task: str, episodes: int, seed: int) -> float:
+    """Success rate of the deterministic policy over ``episodes`` episodes (in batches of env's size)."""
+    successes = []
+    for i in range(math.ceil(episodes / env.num_envs)):
+        out = fetch.rollout(env, task, lambda o, g: np.asarray(_greedy(agent, o, g)), seed=seed + i)
+        successes.append(out["success"])
+    return float(np.concatenate(successes)[:episodes].mean())
+
+
+def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None, desc: str = "online"):
+    """Train ``agent`` online on Fetch ``config.task``. Returns ``(agent, history)``; ``history`` is the
+    list of logged rows (env_steps, mean update metrics, eval_success where evaluated)."""
+    spec = fetch.TASKS[config.task]
+    env = fetch.make_vector_env(config.task, config.rollouts_per_cycle)
+    eval_env = fetch.make_vector_env(config.task, min(config.eval_episodes, 10))
+    goal_mask = jnp.asarray(fetch.state_to_goal(config.task, np.ones(spec.obs_dim, np.float32)))
+    buffer = EpisodeBuffer.create(config.episode_capacity, fetch.EPISODE_LENGTH, spec.obs_dim, fetch.ACTION_DIM)
+    key = jax.random.PRNGKey(config.seed)
+    state = dict(agent=agent, buffer=buffer, key=key, env_steps=jnp.int32(0), cycle=jnp.int32(0))
+    history: list[dict] = []
+    manager = None
+    if run_dir is not None:
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        manager = ocp.CheckpointManager((run_dir / "checkpoints").absolute(), options=ocp.CheckpointManagerOptions(
+            max_to_keep=2, enable_async_checkpointing=False))
+        if config.resume and manager.latest_step() is not None:
+            _, state = restore_checkpoint(manager, state)
+            log = run_dir / "metrics.jsonl"
+            history = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+            history = [r for r in history if r["env_steps"] <= int(state["env_steps"])]
+
+    def collect(state, policy, seed):
+        out = fetch.rollout(env, config.task, policy, seed=seed)
+        state["buffer"] = state["buffer"].add(jnp.asarray(out["observations"]), jnp.asarray(out["actions"]))
+        state["env_steps"] = state["env_steps"] + out["actions"].shape[0] * fetch.EPISODE_LENGTH
+        return float(out["success"].mean())
+
+    bar = tqdm(total=config.env_steps, initial=int(state["env_steps"]), desc=desc, unit="step")
+    random_policy = np.random.default_rng(config.seed)
+    while int(state["buffer"].size) < config.prefill_episodes and int(state["env_steps"]) < config.env_steps:
+        before = int(state["env_steps"])
+        collect(state, lambda o, g: random_policy.uniform(-1, 1, (len(o), fetch.ACTION_DIM)),
+                seed=config.seed * 1_000_003 + int(state["buffer"].size))
+        bar.update(int(state["env_steps"]) - before)
+    next_eval = (int(state["env_steps"]) // config.eval_every + 1) * config.eval_every
+    while int(state["env_steps"]) < config.env_steps:
+        cycle = int(state["cycle"])
+        key, act_key, train_key = jax.random.split(state["key"], 3)
+        act_keys = iter(jax.random.split(act_key, fetch.EPISODE_LENGTH))
+        before = int(state["env_steps"])
+        explore_success = collect(
+            state, lambda o, g: np.asarray(_explore(state["agent"], o, g, next(act_keys), config.exploration_noise)),
+            seed=config.seed * 1_000_003 + 500_000 + cycle)
+        state["agent"], metrics = train_cycle(state["agent"], state["buffer"], train_key, goal_mask,
+                                              config.updates_per_cycle, config.batch_size, config.p_future,
+                                              config.discount)
+        state["key"], state["cycle"] = key, jnp.int32(cycle + 1)
+        row = {"env_steps": int(state["env_steps"]), "cycle": cycle + 1, "explore_success": explore_success,
+               **{k: float(v) for k, v in metrics.items()}}
+        if int(state["env_steps"]) >= next_eval or int(state["env_steps"]) >= config.env_steps:
+            row["eval_success"] = evaluate(state["agent"], eval_env, config.task, config.eval_episodes,
+                                           seed=10_000_000 + int(state["env_steps"]))
+            next_eval += config.eval_every
+            bar.set_postfix(success=f"{row['eval_success']:.2f}")
+        history.append(row)
+        bar.update(int(state["env_steps"]) - before)
+        if run_dir is not None:
+            with (run_dir / "metrics.jsonl").open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            if manager and config.checkpoint_every and ((cycle + 1) % config.checkpoint_every == 0
+                                                         or int(state["env_steps"]) >= config.env_steps):
+                manager.save(int(state["env_steps"]), args=ocp.args.StandardSave(state))
+    bar.close()
+    if run_dir is not None:
+        _write_csv(run_dir / "metrics.csv", history)
+    if manager:
+        manager.wait_until_finished()
+        manager.close()
+    env.close()
+    eval_env.close()
+    return state["agent"], history
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    import csv
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(rows)
