@@ -1,0 +1,27 @@
+"""benchmarks/fetch.py: smoothing, the sample-efficiency ratio, agent factories."""
+import numpy as np
+import pytest
+
+from benchmarks import fetch as bf
+
+
+def test_smoothing_is_a_trailing_window_of_five():
+    np.testing.assert_allclose(bf.smooth([0, 1, 2, 3, 4, 5, 6]), [0, 0.5, 1, 1.5, 2, 3, 4])
+
+
+def test_efficiency_ratio_as_in_c33():
+    steps = np.array([2000, 4000, 6000, 8000, 10000])
+    qrl = np.array([0.1, 0.5, 0.8, 0.9, 0.95])
+    peer = np.array([0.1, 0.2, 0.3, 0.4, 0.6])
+    # QRL first exceeds the peer's final 0.6 at 6000 steps: ratio 10000 / 6000.
+    assert bf.efficiency_ratio(steps, qrl, steps, peer) == pytest.approx(10000 / 6000)
+    assert bf.efficiency_ratio(steps, peer, steps, qrl) is None
+
+
+@pytest.mark.parametrize("name", ["qrl", "crl", "gcbc", "ddpg_her", "ddpg_her_mrn", "ddpg_her_iqe"])
+def test_agent_factories(name):
+    agent, overrides = bf.make_agent(name, "push", 0)
+    assert agent.config.obs_dim == 25
+    assert set(overrides) <= {"exploration_noise", "p_future"}
+    with pytest.raises(ValueError, match="unknown agent"):
+        bf.make_agent("sac", "reach", 0)
