@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from agents.common import as_key
 from agents.policies import TanhNormalPolicy, tanh_normal_sample
 from agents.qrl import MLP
 from replearn.objectives import binary_nce, info_nce
@@ -78,7 +79,7 @@ class CRLAgent(flax.struct.PyTreeNode):
 
     @classmethod
     def create(cls, config: CRLConfig, seed: int | jax.Array = 0) -> "CRLAgent":
-        rng = jax.random.PRNGKey(seed) if jnp.ndim(seed) == 0 else seed
+        rng = as_key(seed)
         rng, critic_key, actor_key = jax.random.split(rng, 3)
         obs, act = jnp.zeros((1, config.obs_dim)), jnp.zeros((1, config.action_dim))
         critic_params = ContrastiveCritic(config).init(critic_key, obs, act, obs)

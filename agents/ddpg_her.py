@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from agents.common import as_key
 from agents.qrl import MLP
 from qrl.quasimetrics import make_head
 
@@ -87,7 +88,7 @@ class DDPGHERAgent(flax.struct.PyTreeNode):
 
     @classmethod
     def create(cls, config: DDPGHERConfig, seed: int | jax.Array = 0) -> "DDPGHERAgent":
-        rng = jax.random.PRNGKey(seed) if jnp.ndim(seed) == 0 else seed
+        rng = as_key(seed)
         rng, actor_key, critic_key = jax.random.split(rng, 3)
         obs, act = jnp.zeros((1, config.obs_dim)), jnp.zeros((1, config.action_dim))
         actor_params = Actor(config).init(actor_key, obs, obs)

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from agents.common import as_key
 from agents.policies import TanhNormalPolicy, tanh_normal_log_prob, tanh_normal_sample
 
 
@@ -34,7 +35,7 @@ class GCBCAgent(flax.struct.PyTreeNode):
 
     @classmethod
     def create(cls, config: GCBCConfig, seed: int | jax.Array = 0) -> "GCBCAgent":
-        rng = jax.random.PRNGKey(seed) if jnp.ndim(seed) == 0 else seed
+        rng = as_key(seed)
         rng, key = jax.random.split(rng)
         params = TanhNormalPolicy(config.hidden, config.action_dim).init(key, jnp.zeros((1, 2 * config.obs_dim)))
         return cls(params=params, opt_state=optax.adam(config.learning_rate).init(params), rng=rng, config=config)

@@ -26,6 +26,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from agents.common import as_key
+
 from qrl import losses
 from qrl.quasimetrics import make_head
 
@@ -189,8 +191,7 @@ class QRLAgent(flax.struct.PyTreeNode):
     # ------------------------------------------------------------------------------- construction
     @classmethod
     def create(cls, config: QRLConfig, seed: int | jax.Array = 0) -> "QRLAgent":
-        # An integer seed (Python, NumPy or a traced scalar, e.g. under vmap over seeds) or a PRNG key.
-        rng = jax.random.PRNGKey(seed) if jnp.ndim(seed) == 0 else seed
+        rng = as_key(seed)
         rng, init_key = jax.random.split(rng)
         params = QuasimetricCritic(config).init(
             init_key, jnp.zeros((1, config.obs_dim)), jnp.zeros((1, config.num_actions)))

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from agents.common import as_key
 from agents.policies import TanhNormalPolicy, tanh_normal_sample
 from agents.qrl import QuasimetricCritic
 from qrl import losses
@@ -115,7 +116,7 @@ class QRLContinuousAgent(flax.struct.PyTreeNode):
 
     @classmethod
     def create(cls, config: QRLContinuousConfig, seed: int | jax.Array = 0) -> "QRLContinuousAgent":
-        rng = jax.random.PRNGKey(seed) if jnp.ndim(seed) == 0 else seed
+        rng = as_key(seed)
         rng, critic_key, actor_key = jax.random.split(rng, 3)
         obs, act = jnp.zeros((1, config.obs_dim)), jnp.zeros((1, config.action_dim))
         critic_params = jax.vmap(lambda k: QuasimetricCritic(config).init(k, obs, act))(
