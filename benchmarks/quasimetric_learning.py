@@ -120,6 +120,10 @@ class Args:
     """Seeds graph generation, splits and initialisation."""
     parts: tuple[Literal["graphs", "large", "throughput"], ...] = ("graphs", "large", "throughput")
     out_dir: str = "results/quasimetric_learning"
+    steps: int | None = None
+    """Override the preset's gradient steps per random-graph run."""
+    large_steps: int | None = None
+    """Override the preset's gradient steps on the larger graph."""
 
 
 # ------------------------------------------------------------------------------------------- model
@@ -420,6 +424,7 @@ def run(args: Args) -> dict:
     if unknown:
         raise ValueError(f"unknown methods {unknown}; expected names from {list(METHODS)}")
     scale = PRESETS[args.scale]
+    scale = dataclasses.replace(scale, steps=args.steps or scale.steps, large_steps=args.large_steps or scale.large_steps)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
