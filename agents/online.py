@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 from pathlib import Path
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +26,7 @@ from tqdm import tqdm
 
 from envs import fetch
 from envs.replay import EpisodeBuffer
-from qrl.train import restore_checkpoint
+from qrl.train import MetricsLog, checkpoint_manager, restore_checkpoint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,18 +106,15 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
     buffer = EpisodeBuffer.create(config.episode_capacity, fetch.EPISODE_LENGTH, spec.obs_dim, fetch.ACTION_DIM)
     key = jax.random.PRNGKey(config.seed)
     state = dict(agent=agent, buffer=buffer, key=key, env_steps=jnp.int32(0), cycle=jnp.int32(0))
-    history: list[dict] = []
-    manager = None
+    manager, log = None, None
     if run_dir is not None:
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        manager = ocp.CheckpointManager((run_dir / "checkpoints").absolute(), options=ocp.CheckpointManagerOptions(
-            max_to_keep=2, enable_async_checkpointing=False))
+        manager = checkpoint_manager(run_dir, keep=2)
         if config.resume and manager.latest_step() is not None:
             _, state = restore_checkpoint(manager, state)
-            log = run_dir / "metrics.jsonl"
-            history = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-            history = [r for r in history if r["env_steps"] <= int(state["env_steps"])]
+        log = MetricsLog(run_dir, int(state["env_steps"]), step_key="env_steps")
+    history = list(log.rows) if log else []
 
     def collect(state, policy, seed):
         out = fetch.rollout(env, config.task, policy, seed=seed)
@@ -156,15 +151,14 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
             bar.set_postfix(success=f"{row['eval_success']:.2f}")
         history.append(row)
         bar.update(int(state["env_steps"]) - before)
-        if run_dir is not None:
-            with (run_dir / "metrics.jsonl").open("a") as f:
-                f.write(json.dumps(row) + "\n")
+        if log:
+            log.append(row)
             if manager and config.checkpoint_every and ((cycle + 1) % config.checkpoint_every == 0
                                                          or int(state["env_steps"]) >= config.env_steps):
                 manager.save(int(state["env_steps"]), args=ocp.args.StandardSave(state))
     bar.close()
-    if run_dir is not None:
-        _write_csv(run_dir / "metrics.csv", history)
+    if log:
+        log.write_csv()
     if manager:
         manager.wait_until_finished()
         manager.close()
@@ -172,11 +166,3 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
     eval_env.close()
     return state["agent"], history
 
-
-def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    import csv
-    keys = list(dict.fromkeys(k for r in rows for k in r))
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=keys)
-        writer.writeheader()
-        writer.writerows(rows)

@@ -73,6 +73,9 @@ class EpisodeBuffer(struct.PyTreeNode):
         Returns observations, actions, next_observations, goals (states), goal_offsets (k, or -1 for a
         random goal) and episode/step indices. Sampling an empty buffer returns zeros (check ``size``).
         """
+        if batch_size < 1 or not 0.0 <= p_future <= 1.0 or not 0.0 < discount < 1.0:
+            raise ValueError(f"EpisodeBuffer.sample: need batch_size >= 1, p_future in [0, 1] and discount in "
+                             f"(0, 1); got {batch_size}, {p_future}, {discount}")
         t_max = self.horizon
         ep_key, t_key, k_key, mix_key, rand_ep_key, rand_t_key = jax.random.split(key, 6)
         size = jnp.maximum(self.size, 1)

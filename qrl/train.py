@@ -84,15 +84,16 @@ def _train_chunk(agent, key, data, batch_size: int, length: int):
     return agent, key, jax.tree_util.tree_map(jnp.mean, metrics)
 
 
-class _MetricsLog:
-    """metrics.jsonl (one row per chunk) + metrics.csv written from it; truncated on resume."""
+class MetricsLog:
+    """metrics.jsonl (one row per log point) + metrics.csv written from it; on resume, rows after the
+    restored ``resume_step`` (by ``row[step_key]``) are dropped so nothing is logged twice."""
 
-    def __init__(self, run_dir: Path, resume_step: int):
+    def __init__(self, run_dir: Path, resume_step: int, step_key: str = "step"):
         self.jsonl, self.csv = run_dir / "metrics.jsonl", run_dir / "metrics.csv"
         rows = []
         if resume_step and self.jsonl.exists():
             rows = [json.loads(line) for line in self.jsonl.read_text().splitlines() if line.strip()]
-            rows = [r for r in rows if r["step"] <= resume_step]
+            rows = [r for r in rows if r[step_key] <= resume_step]
         self.rows = rows
         self._flush()
 
@@ -114,9 +115,9 @@ class _MetricsLog:
             writer.writerows(self.rows)
 
 
-def _checkpoint_manager(run_dir: Path, config: TrainConfig) -> ocp.CheckpointManager:
-    options = ocp.CheckpointManagerOptions(max_to_keep=config.keep_checkpoints,
-                                           enable_async_checkpointing=False)
+def checkpoint_manager(run_dir: Path, keep: int) -> ocp.CheckpointManager:
+    """Synchronous orbax manager for ``run_dir/checkpoints`` keeping the ``keep`` latest steps."""
+    options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False)
     return ocp.CheckpointManager((run_dir / "checkpoints").absolute(), options=options)
 
 
@@ -149,12 +150,12 @@ def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         if config.checkpoint_every:
-            manager = _checkpoint_manager(run_dir, config)
+            manager = checkpoint_manager(run_dir, config.keep_checkpoints)
             if config.resume and manager.latest_step() is not None:
                 step, state = restore_checkpoint(manager, state)
                 if step > config.steps:
                     raise ValueError(f"checkpoint step {step} in {run_dir} is beyond steps={config.steps}")
-        log = _MetricsLog(run_dir, step)
+        log = MetricsLog(run_dir, step)
     history = list(log.rows) if log else []
     agent, key = state["agent"], state["sampler_key"]
 

@@ -58,6 +58,8 @@ def _check_k(k: int, n: int) -> None:
 def knn_indices(x: jax.Array, k: int, normalized: bool = True, chunk: int = 1024) -> jax.Array:
     """Indices ``[n, k]`` of each row's k nearest other rows, nearest first (ties: lower index first)."""
     x = jnp.asarray(x)
+    if x.ndim != 2:
+        raise ValueError(f"knn_indices: x must have shape [n, d], got {x.shape}")
     n = x.shape[0]
     _check_k(k, n)
     chunk = min(chunk, n)

@@ -1,5 +1,6 @@
 """The online loop on FetchReach at toy size: runs every agent, logs, checkpoints and resumes exactly."""
 import dataclasses
+import json
 
 import jax
 import numpy as np
@@ -28,6 +29,9 @@ def test_qrl_runs_logs_and_resumes_exactly(tmp_path):
     for a, b in zip(jax.tree.leaves(full.actor_params), jax.tree.leaves(resumed.actor_params)):
         np.testing.assert_allclose(a, b, rtol=1e-6)
     assert [r["env_steps"] for r in resumed_history] == [r["env_steps"] for r in history]
+    logged = [json.loads(line)["env_steps"]
+              for line in (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()]
+    assert logged == [r["env_steps"] for r in history]  # nothing logged twice across the resume
 
 
 @pytest.mark.parametrize("make", [lambda: CRLAgent.create(CRLConfig(hidden=(16,), repr_dim=4, actor_hidden=(8,)), 0),

@@ -73,5 +73,7 @@ def test_bad_input():
         buf.add(np.zeros((1, T, D)), np.zeros((1, T, A)))
     with pytest.raises(ValueError, match="capacity"):
         buf.add(*episodes(0, 3))
+    with pytest.raises(ValueError, match="p_future in"):
+        buf.sample(jax.random.PRNGKey(0), 8, p_future=1.5)
     with pytest.raises(ValueError, match="horizon"):
         EpisodeBuffer.create(capacity=2, horizon=0, obs_dim=D, action_dim=A)

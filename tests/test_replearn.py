@@ -219,5 +219,7 @@ def test_metrics_reject_bad_input():
         rm.mutual_knn(np.ones((10, 3)), np.ones((10, 3)), k=10)
     with pytest.raises(ValueError, match=r"shape \[n, d\]"):
         rm.cka(np.ones(10), np.ones(10))
+    with pytest.raises(ValueError, match=r"knn_indices: x must have shape \[n, d\]"):
+        rm.knn_indices(np.ones(10), 3)
     with pytest.raises(ValueError, match="kernel"):
         rm.cka(np.ones((10, 3)), np.ones((10, 3)), kernel="poly")
