@@ -7,7 +7,9 @@ the env's own goals every ``eval_every`` env steps (success = goal reached at an
 
 The gradient steps of a cycle are one jitted ``lax.scan``: each step samples the on-device replay buffer
 (goals = future states relabelled with P(k) ~ discount^k, mapped to goal states by zeroing non-goal
-dimensions; rewards -1 per step) and calls ``agent.update``. Any agent with ``update(batch)`` and
+dimensions; rewards -1 per step) and calls ``agent.update``. With ``obs="image"`` the agent sees 64x64
+RGB frames and goal images (:class:`envs.fetch.ImageRenderer`), the buffer stores uint8 frames, and goals
+are future frames (no dimension masking). Any agent with ``update(batch)`` and
 ``act(obs, goals, rng)`` works. Logs ``metrics.csv``/``metrics.jsonl``; orbax checkpoints hold the agent,
 the replay buffer and the loop's counters and keys, so a resumed run continues exactly.
 """
@@ -32,6 +34,7 @@ from qrl.train import MetricsLog, checkpoint_manager, restore_checkpoint
 @dataclasses.dataclass(frozen=True)
 class OnlineConfig:
     task: str = "reach"
+    obs: str = "state"               # "state" | "image" (64x64 RGB frames and goal images)
     env_steps: int = 20_000          # total budget, prefill included
     prefill_episodes: int = 200
     rollouts_per_cycle: int = 10
@@ -50,6 +53,8 @@ class OnlineConfig:
     def __post_init__(self):
         if self.task not in fetch.TASKS:
             raise ValueError(f"OnlineConfig.task must be one of {sorted(fetch.TASKS)}, got {self.task!r}")
+        if self.obs not in ("state", "image"):
+            raise ValueError(f"OnlineConfig.obs must be 'state' or 'image', got {self.obs!r}")
         for name in ("env_steps", "prefill_episodes", "rollouts_per_cycle", "updates_per_cycle", "batch_size",
                      "eval_every", "eval_episodes"):
             if getattr(self, name) < 1:
@@ -69,7 +74,8 @@ def train_cycle(agent, buffer: EpisodeBuffer, key, goal_mask, updates: int, batc
     def step(agent, key):
         s = buffer.sample(key, batch_size, p_future, discount)
         batch = dict(observations=s["observations"], actions=s["actions"],
-                     next_observations=s["next_observations"], goals=s["goals"] * goal_mask,
+                     next_observations=s["next_observations"],
+                     goals=s["goals"] if goal_mask is None else s["goals"] * goal_mask,
                      rewards=-jnp.ones(batch_size, jnp.float32))
         return agent.update(batch)
 
@@ -87,11 +93,12 @@ def _explore(agent, observations, goals, key, noise: float):
 _greedy = jax.jit(lambda agent, observations, goals: agent.act(observations, goals))
 
 
-def evaluate(agent, env, task: str, episodes: int, seed: int) -> float:
+def evaluate(agent, env, task: str, episodes: int, seed: int, renderer=None) -> float:
     """Success rate of the deterministic policy over ``episodes`` episodes (in batches of env's size)."""
     successes = []
     for i in range(math.ceil(episodes / env.num_envs)):
-        out = fetch.rollout(env, task, lambda o, g: np.asarray(_greedy(agent, o, g)), seed=seed + i)
+        out = fetch.rollout(env, task, lambda o, g: np.asarray(_greedy(agent, o, g)), seed=seed + i,
+                            renderer=renderer)
         successes.append(out["success"])
     return float(np.concatenate(successes)[:episodes].mean())
 
@@ -102,8 +109,16 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
     spec = fetch.TASKS[config.task]
     env = fetch.make_vector_env(config.task, config.rollouts_per_cycle)
     eval_env = fetch.make_vector_env(config.task, min(config.eval_episodes, 10))
-    goal_mask = jnp.asarray(fetch.state_to_goal(config.task, np.ones(spec.obs_dim, np.float32)))
-    buffer = EpisodeBuffer.create(config.episode_capacity, fetch.EPISODE_LENGTH, spec.obs_dim, fetch.ACTION_DIM)
+    image = config.obs == "image"
+    renderer = fetch.ImageRenderer(env, config.task) if image else None
+    eval_renderer = fetch.ImageRenderer(eval_env, config.task) if image else None
+    if image:  # goals are whole future frames
+        goal_mask = None
+        buffer = EpisodeBuffer.create(config.episode_capacity, fetch.EPISODE_LENGTH,
+                                      (fetch.IMAGE_SIZE, fetch.IMAGE_SIZE, 3), fetch.ACTION_DIM, jnp.uint8)
+    else:
+        goal_mask = jnp.asarray(fetch.state_to_goal(config.task, np.ones(spec.obs_dim, np.float32)))
+        buffer = EpisodeBuffer.create(config.episode_capacity, fetch.EPISODE_LENGTH, spec.obs_dim, fetch.ACTION_DIM)
     key = jax.random.PRNGKey(config.seed)
     state = dict(agent=agent, buffer=buffer, key=key, env_steps=jnp.int32(0), cycle=jnp.int32(0))
     manager, log = None, None
@@ -117,8 +132,9 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
     history = list(log.rows) if log else []
 
     def collect(state, policy, seed):
-        out = fetch.rollout(env, config.task, policy, seed=seed)
-        state["buffer"] = state["buffer"].add(jnp.asarray(out["observations"]), jnp.asarray(out["actions"]))
+        out = fetch.rollout(env, config.task, policy, seed=seed, renderer=renderer)
+        stored = out["images"] if image else out["observations"]
+        state["buffer"] = state["buffer"].add(jnp.asarray(stored), jnp.asarray(out["actions"]))
         state["env_steps"] = state["env_steps"] + out["actions"].shape[0] * fetch.EPISODE_LENGTH
         return float(out["success"].mean())
 
@@ -146,7 +162,7 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
                **{k: float(v) for k, v in metrics.items()}}
         if int(state["env_steps"]) >= next_eval or int(state["env_steps"]) >= config.env_steps:
             row["eval_success"] = evaluate(state["agent"], eval_env, config.task, config.eval_episodes,
-                                           seed=10_000_000 + int(state["env_steps"]))
+                                           seed=10_000_000 + int(state["env_steps"]), renderer=eval_renderer)
             next_eval += config.eval_every
             bar.set_postfix(success=f"{row['eval_success']:.2f}")
         history.append(row)
@@ -162,6 +178,9 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
     if manager:
         manager.wait_until_finished()
         manager.close()
+    for r in (renderer, eval_renderer):
+        if r is not None:
+            r.close()
     env.close()
     eval_env.close()
     return state["agent"], history

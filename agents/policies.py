@@ -25,6 +25,24 @@ class TanhNormalPolicy(nn.Module):
         return mean, jnp.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)
 
 
+class GoalConditionedPolicy(nn.Module):
+    """pi(a | s, g): a :class:`TanhNormalPolicy` on [s, g]; for images (``image=True``) on the concatenated
+    features of one :class:`~agents.networks.AtariConvBackbone` applied to s and to g (C.3.3)."""
+
+    hidden: Sequence[int]
+    action_dim: int
+    image: bool = False
+
+    @nn.compact
+    def __call__(self, observations: jax.Array, goals: jax.Array) -> tuple[jax.Array, jax.Array]:
+        if self.image:
+            from agents.networks import AtariConvBackbone
+
+            backbone = AtariConvBackbone()
+            observations, goals = backbone(observations), backbone(goals)
+        return TanhNormalPolicy(self.hidden, self.action_dim)(jnp.concatenate([observations, goals], -1))
+
+
 def tanh_normal_sample(key: jax.Array, mean: jax.Array, log_std: jax.Array
                        ) -> tuple[jax.Array, jax.Array]:
     """Reparametrised sample a = tanh(mu + sigma eps) and its log-density

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import optax
 
 from agents.common import as_key
+from agents.networks import AtariConvBackbone
 
 from qrl import losses
 from qrl.quasimetrics import make_head
@@ -131,9 +132,12 @@ class QuasimetricCritic(nn.Module):
                        if c.head == "iqe" else {})
         self.head = make_head(c.head, **head_kwargs)
         self.residual = MLP(c.dynamics_hidden, c.latent_dim, zero_init_last=True)
+        self.backbone = AtariConvBackbone() if getattr(c, "image_shape", None) is not None else None
 
     def encode(self, obs):
         c = self.config
+        if self.backbone is not None:  # images: f = MLP(conv features)
+            return self.encoder(self.backbone(obs))
         if c.obs_center is not None:
             obs = obs - jnp.asarray(c.obs_center, obs.dtype)
         if c.obs_scale is not None:

@@ -5,7 +5,11 @@
     actions = jax.jit(QRLContinuousAgent.act)(agent, observations, goals, rng)
 
 Batch: observations [B, D], actions [B, A] in [-1, 1], next_observations [B, D], rewards [B] (-1 per step),
-goals [B, D] (goal states, e.g. future states relabelled by the replay buffer).
+goals [B, D] (goal states, e.g. future states relabelled by the replay buffer). With ``image_shape`` set
+(e.g. ``(64, 64, 3)``), observations, next_observations and goals are uint8 images ``[B, 64, 64, 3]``
+instead: every critic encoder and the actor then start with their own
+:class:`~agents.networks.AtariConvBackbone` (C.3.3's image settings: f = backbone-512-128, transition
+weight 0.1, 125 updates per 10 rollouts -- see ``IMAGE_DEFAULTS``).
 
 * **Critics**: ``num_critics`` (2) independent quasimetric critics, each with its own encoder f_i,
   projector + IQE head d_i, residual latent dynamics T_i and Lagrange multiplier lambda_i, trained with the
@@ -28,7 +32,7 @@ import jax.numpy as jnp
 import optax
 
 from agents.common import as_key
-from agents.policies import TanhNormalPolicy, tanh_normal_sample
+from agents.policies import GoalConditionedPolicy, tanh_normal_sample
 from agents.qrl import QuasimetricCritic
 from qrl import losses
 
@@ -42,6 +46,7 @@ class QRLContinuousConfig:
     action_dim: int = 4
     obs_center: tuple[float, ...] | None = None
     obs_scale: tuple[float, ...] | None = None
+    image_shape: tuple[int, int, int] | None = None  # set for image observations (obs_dim is then unused)
     # Critic networks (C.3.3): f x-512-512-128, projector 128-512-2048, IQE-maxmean 64 x 32, T residual.
     encoder_hidden: tuple[int, ...] = (512, 512)
     latent_dim: int = 128
@@ -80,6 +85,10 @@ class QRLContinuousConfig:
             raise ValueError("QRLContinuousConfig.entropy_init, epsilon and lagrange_init must be > 0")
 
     @property
+    def obs_shape(self) -> tuple[int, ...]:
+        return tuple(self.image_shape) if self.image_shape is not None else (self.obs_dim,)
+
+    @property
     def head_dim(self) -> int:
         return self.iqe_components * self.iqe_dim_per_component if self.head == "iqe" else self.l2_dim
 
@@ -88,13 +97,17 @@ class QRLContinuousConfig:
         return -float(self.action_dim) if self.target_entropy is None else self.target_entropy
 
 
+# C.3.3's changes for 64x64 image observations (use with OnlineConfig(obs="image", updates_per_cycle=125)).
+IMAGE_DEFAULTS = dict(image_shape=(64, 64, 3), encoder_hidden=(512,), transition_weight=0.1)
+
+
 def validate_batch(batch: Batch, config: QRLContinuousConfig) -> None:
     missing = [k for k in BATCH_KEYS if k not in batch]
     if missing:
         raise ValueError(f"batch is missing keys {missing}; expected {list(BATCH_KEYS)}")
     b = batch["observations"].shape[0]
-    expected = dict(observations=(b, config.obs_dim), next_observations=(b, config.obs_dim),
-                    goals=(b, config.obs_dim), actions=(b, config.action_dim), rewards=(b,))
+    obs = (b, *config.obs_shape)
+    expected = dict(observations=obs, next_observations=obs, goals=obs, actions=(b, config.action_dim), rewards=(b,))
     for key, shape in expected.items():
         if batch[key].shape != shape:
             raise ValueError(f"batch[{key!r}] must have shape {shape}, got {batch[key].shape}")
@@ -118,11 +131,10 @@ class QRLContinuousAgent(flax.struct.PyTreeNode):
     def create(cls, config: QRLContinuousConfig, seed: int | jax.Array = 0) -> "QRLContinuousAgent":
         rng = as_key(seed)
         rng, critic_key, actor_key = jax.random.split(rng, 3)
-        obs, act = jnp.zeros((1, config.obs_dim)), jnp.zeros((1, config.action_dim))
+        obs, act = jnp.zeros((1, *config.obs_shape)), jnp.zeros((1, config.action_dim))
         critic_params = jax.vmap(lambda k: QuasimetricCritic(config).init(k, obs, act))(
             jax.random.split(critic_key, config.num_critics))
-        actor_params = TanhNormalPolicy(config.actor_hidden, config.action_dim).init(
-            actor_key, jnp.zeros((1, 2 * config.obs_dim)))
+        actor_params = cls.policy_module(config).init(actor_key, obs, obs)
         lagrange_raw = jnp.full((config.num_critics,), jnp.log(jnp.expm1(config.lagrange_init)), jnp.float32)
         log_entropy_weight = jnp.log(jnp.float32(config.entropy_init))
         tx = _optimizers(config)
@@ -136,8 +148,12 @@ class QRLContinuousAgent(flax.struct.PyTreeNode):
         return QuasimetricCritic(self.config)
 
     @property
-    def policy(self) -> TanhNormalPolicy:
-        return TanhNormalPolicy(self.config.actor_hidden, self.config.action_dim)
+    def policy(self) -> GoalConditionedPolicy:
+        return self.policy_module(self.config)
+
+    @staticmethod
+    def policy_module(config: QRLContinuousConfig) -> GoalConditionedPolicy:
+        return GoalConditionedPolicy(config.actor_hidden, config.action_dim, image=config.image_shape is not None)
 
     # ---------------------------------------------------------------------------------- losses
     def critic_loss(self, params, lagrange_raw, batch: Batch):
@@ -172,7 +188,7 @@ class QRLContinuousAgent(flax.struct.PyTreeNode):
         return jax.vmap(one)(critic_params)
 
     def actor_loss_fn(self, actor_params, critic_params, batch: Batch, key):
-        mean, log_std = self.policy.apply(actor_params, jnp.concatenate([batch["observations"], batch["goals"]], -1))
+        mean, log_std = self.policy.apply(actor_params, batch["observations"], batch["goals"])
         actions, log_probs = tanh_normal_sample(key, mean, log_std)
         distances = self.goal_distances_after(jax.lax.stop_gradient(critic_params), batch["observations"],
                                               actions, batch["goals"])
@@ -224,10 +240,11 @@ class QRLContinuousAgent(flax.struct.PyTreeNode):
         """A sample of pi(. | s, g) if ``rng`` is given, else its mode tanh(mu); in [-1, 1]^A."""
         observations, goals = jnp.asarray(observations), jnp.asarray(goals)
         for name, x in (("observations", observations), ("goals", goals)):
-            if x.shape[-1:] != (self.config.obs_dim,):
-                raise ValueError(f"{name} must have shape [..., {self.config.obs_dim}], got {x.shape}")
+            shape = self.config.obs_shape
+            if x.shape[x.ndim - len(shape):] != shape:
+                raise ValueError(f"{name} must have shape [..., {', '.join(map(str, shape))}], got {x.shape}")
         observations, goals = jnp.broadcast_arrays(observations, goals)
-        mean, log_std = self.policy.apply(self.actor_params, jnp.concatenate([observations, goals], -1))
+        mean, log_std = self.policy.apply(self.actor_params, observations, goals)
         if rng is None:
             return jnp.tanh(mean)
         return tanh_normal_sample(rng, mean, log_std)[0]

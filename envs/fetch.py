@@ -5,15 +5,25 @@ dimensions that the task's goal refers to (gripper position for Reach, object po
 set to the target, all others zero. Episodes last 50 steps; an episode succeeds if the goal is reached
 (the env's ``is_success``: within 5 cm) at any step.
 
+Image observations (:class:`ImageRenderer`): 64x64 RGB views from a fixed camera with the env's goal
+marker hidden, and goal images rendered with the goal entity moved to the target (the gripper for Reach,
+the object for Push/Slide, following Contrastive RL's image Fetch) and the simulator state restored
+afterwards. Off-screen rendering needs a headless OpenGL backend: this module sets ``MUJOCO_GL=egl`` unless
+the variable is already set (EGL works on CPU through Mesa's llvmpipe, and on NVIDIA GPUs; use
+``MUJOCO_GL=osmesa`` after ``apt-get install libosmesa6`` where EGL is missing). The variable must be set
+before mujoco is first imported.
+
 Pinned: gymnasium-robotics 1.4.2 needs mujoco < 3.12 (mujoco 3.11.0 here); only the v4 envs exist.
-Image observations come with the Fetch issue's image variant; this module is state-based for now.
 """
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Callable
 
 import numpy as np
+
+os.environ.setdefault("MUJOCO_GL", "egl")
 
 EPISODE_LENGTH = 50
 
@@ -71,20 +81,107 @@ def make_vector_env(task: str, num_envs: int):
     return gym.make_vec(spec.env_id, num_envs=num_envs, vectorization_mode="sync")
 
 
-def rollout(env, task: str, policy: Callable[[np.ndarray, np.ndarray], np.ndarray], seed: int | None
-            ) -> dict[str, np.ndarray]:
-    """Run one 50-step episode in every sub-env of ``env`` with ``policy(obs [N, D], goals [N, D]) ->
-    actions [N, 4]``. Returns observations [N, 51, D], actions [N, 50, 4], goals [N, D], success [N]
-    (reached at any step) and final_success [N]."""
+IMAGE_SIZE = 64
+# A three-quarter view of the table from the robot's right: depth is visible, the whole workspace in frame.
+CAMERA = dict(lookat=(1.3, 0.75, 0.5), distance=1.3, azimuth=150.0, elevation=-30.0)
+
+
+class ImageRenderer:
+    """``size`` x ``size`` RGB (uint8) renders of every sub-env of a Fetch vector env from :data:`CAMERA`.
+
+    Sites (the goal marker among them) and the mocap guide lines are hidden, so the goal is only given by
+    the goal image. Call :meth:`close` when done (frees the GL contexts).
+    """
+
+    def __init__(self, env, task: str, size: int = IMAGE_SIZE, camera: dict | None = None):
+        import mujoco
+
+        _task(task)
+        if size < 16:
+            raise ValueError(f"ImageRenderer: size must be >= 16 pixels, got {size}")
+        self.task, self.size = task, size
+        self.envs = [sub.unwrapped for sub in env.envs]
+        for sub in self.envs:  # the mocap body's guide lines would show the commanded gripper target
+            mocap = sub.model.body("robot0:mocap").id
+            sub.model.geom_rgba[sub.model.geom_bodyid == mocap, 3] = 0.0
+        try:
+            self.renderers = [mujoco.Renderer(sub.model, size, size) for sub in self.envs]
+        except Exception as error:  # e.g. GLFW without a display
+            raise RuntimeError(
+                f"off-screen rendering failed ({error!r}) with MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}. Set "
+                "MUJOCO_GL=egl (or osmesa) in the environment before mujoco is first imported") from error
+        self.camera = mujoco.MjvCamera()
+        cam = {**CAMERA, **(camera or {})}
+        self.camera.lookat[:] = cam["lookat"]
+        self.camera.distance, self.camera.azimuth, self.camera.elevation = (
+            cam["distance"], cam["azimuth"], cam["elevation"])
+        self.option = mujoco.MjvOption()
+        self.option.sitegroup[:] = 0
+
+    def observe(self) -> np.ndarray:
+        """Current frames ``[N, size, size, 3]`` uint8."""
+        frames = []
+        for sub, renderer in zip(self.envs, self.renderers):
+            renderer.update_scene(sub.data, camera=self.camera, scene_option=self.option)
+            frames.append(renderer.render())
+        return np.stack(frames)
+
+    def goal_images(self) -> np.ndarray:
+        """Frames with each sub-env's goal entity placed at its goal; the simulator state is restored."""
+        import mujoco
+
+        frames = []
+        for sub, renderer in zip(self.envs, self.renderers):
+            model, data = sub.model, sub.data
+            kind = mujoco.mjtState.mjSTATE_INTEGRATION
+            saved = np.empty(mujoco.mj_stateSize(model, kind))
+            mujoco.mj_getState(model, data, saved, kind)
+            if self.task == "reach":  # drive the gripper's mocap target to the goal and let it settle
+                data.mocap_pos[0] = sub.goal
+                for _ in range(10):
+                    mujoco.mj_step(model, data, nstep=sub.n_substeps)
+            else:  # put the object on the goal, keeping its orientation
+                qpos = sub._utils.get_joint_qpos(model, data, "object0:joint").copy()
+                qpos[:3] = sub.goal
+                sub._utils.set_joint_qpos(model, data, "object0:joint", qpos)
+                mujoco.mj_forward(model, data)
+            renderer.update_scene(data, camera=self.camera, scene_option=self.option)
+            frames.append(renderer.render())
+            mujoco.mj_setState(model, data, saved, kind)
+            mujoco.mj_forward(model, data)
+        return np.stack(frames)
+
+    def close(self):
+        for renderer in self.renderers:
+            renderer.close()
+
+
+def rollout(env, task: str, policy: Callable[[np.ndarray, np.ndarray], np.ndarray], seed: int | None,
+            renderer: ImageRenderer | None = None) -> dict[str, np.ndarray]:
+    """Run one 50-step episode in every sub-env of ``env`` with ``policy(obs, goals) -> actions [N, 4]``.
+
+    State observations (no ``renderer``): the policy sees states [N, D] and goal states [N, D]. With a
+    ``renderer`` it sees frames [N, 64, 64, 3] and goal images instead. Returns observations [N, 51, D],
+    actions [N, 50, 4], goals [N, D] (goal states), success [N] (reached at any step), final_success [N],
+    and with a renderer also images [N, 51, 64, 64, 3] and goal_images [N, 64, 64, 3] (uint8).
+    """
     obs, _ = env.reset(seed=seed)
     goals = goal_state(task, obs["desired_goal"])
     observations, actions, successes = [obs["observation"].astype(np.float32)], [], []
+    images = [renderer.observe()] if renderer else None
+    goal_images = renderer.goal_images() if renderer else None
     for _ in range(EPISODE_LENGTH):
-        action = np.clip(np.asarray(policy(observations[-1], goals), np.float32), -1.0, 1.0)
+        inputs = (images[-1], goal_images) if renderer else (observations[-1], goals)
+        action = np.clip(np.asarray(policy(*inputs), np.float32), -1.0, 1.0)
         obs, _, _, _, info = env.step(action)
         observations.append(obs["observation"].astype(np.float32))
+        if renderer:
+            images.append(renderer.observe())
         actions.append(action)
         successes.append(np.asarray(info["is_success"], bool))
     successes = np.stack(successes, 1)
-    return dict(observations=np.stack(observations, 1), actions=np.stack(actions, 1), goals=goals,
-                success=successes.any(1), final_success=successes[:, -1])
+    out = dict(observations=np.stack(observations, 1), actions=np.stack(actions, 1), goals=goals,
+               success=successes.any(1), final_success=successes[:, -1])
+    if renderer:
+        out.update(images=np.stack(images, 1), goal_images=goal_images)
+    return out

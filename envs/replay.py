@@ -5,7 +5,8 @@ pytree: ``add`` and ``sample`` are pure functions (jit them, or run them inside 
 agent), so a training iteration never leaves the device and the buffer checkpoints with orbax like any
 other pytree.
 
-Episode layout (horizon T): ``observations [E, T + 1, D]`` (the last one is the final next-state),
+Episode layout (horizon T): ``observations [E, T + 1, *obs_shape]`` (the last one is the final
+next-state; ``obs_shape`` is ``(D,)`` for vectors or e.g. ``(64, 64, 3)`` uint8 for images),
 ``actions [E, T, A]``. A sample picks an episode uniformly among the stored ones and a step t uniformly in
 [0, T), and returns (s_t, a_t, s_{t+1}) with a goal state drawn as
 
@@ -24,20 +25,24 @@ from flax import struct
 
 
 class EpisodeBuffer(struct.PyTreeNode):
-    observations: jax.Array  # [E, T + 1, D]
+    observations: jax.Array  # [E, T + 1, *obs_shape]
     actions: jax.Array       # [E, T, A]
     size: jax.Array          # number of stored episodes (<= E), int32 scalar
     insert_at: jax.Array     # ring-buffer position of the next episode, int32 scalar
 
     @classmethod
-    def create(cls, capacity: int, horizon: int, obs_dim: int, action_dim: int,
+    def create(cls, capacity: int, horizon: int, obs_shape: int | tuple[int, ...], action_dim: int,
                dtype=jnp.float32) -> "EpisodeBuffer":
-        for name, value in (("capacity", capacity), ("horizon", horizon), ("obs_dim", obs_dim),
-                            ("action_dim", action_dim)):
+        """An empty buffer; ``dtype`` is the observations' (e.g. ``jnp.uint8`` for images)."""
+        obs_shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
+        for name, value in (("capacity", capacity), ("horizon", horizon), ("action_dim", action_dim),
+                            *((f"obs_shape[{i}]", n) for i, n in enumerate(obs_shape))):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"EpisodeBuffer.create: {name} must be a positive int, got {value!r}")
-        return cls(observations=jnp.zeros((capacity, horizon + 1, obs_dim), dtype),
-                   actions=jnp.zeros((capacity, horizon, action_dim), dtype),
+        if not obs_shape:
+            raise ValueError("EpisodeBuffer.create: obs_shape must have at least one dimension")
+        return cls(observations=jnp.zeros((capacity, horizon + 1, *obs_shape), dtype),
+                   actions=jnp.zeros((capacity, horizon, action_dim), jnp.float32),
                    size=jnp.zeros((), jnp.int32), insert_at=jnp.zeros((), jnp.int32))
 
     @property
@@ -49,10 +54,11 @@ class EpisodeBuffer(struct.PyTreeNode):
         return self.actions.shape[1]
 
     def add(self, observations: jax.Array, actions: jax.Array) -> "EpisodeBuffer":
-        """Append a batch of episodes ``[B, T + 1, D]`` / ``[B, T, A]`` (oldest overwritten when full)."""
-        if observations.ndim != 3 or observations.shape[1:] != self.observations.shape[1:]:
-            raise ValueError(f"observations must have shape [B, {self.horizon + 1}, "
-                             f"{self.observations.shape[2]}], got {observations.shape}")
+        """Append a batch of episodes ``[B, T + 1, *obs_shape]`` / ``[B, T, A]`` (oldest overwritten when
+        full)."""
+        if observations.ndim != self.observations.ndim or observations.shape[1:] != self.observations.shape[1:]:
+            raise ValueError(f"observations must have shape [B, {', '.join(map(str, self.observations.shape[1:]))}]"
+                             f", got {observations.shape}")
         if actions.shape != (observations.shape[0], *self.actions.shape[1:]):
             raise ValueError(f"actions must have shape [{observations.shape[0]}, {self.horizon}, "
                              f"{self.actions.shape[2]}], got {actions.shape}")

@@ -25,3 +25,14 @@ def test_agent_factories(name):
     assert set(overrides) <= {"exploration_noise", "p_future"}
     with pytest.raises(ValueError, match="unknown agent"):
         bf.make_agent("sac", "reach", 0)
+
+
+def test_presets_and_image_agents():
+    _, cpu, _ = bf.agent_config("qrl", "reach", qrl_preset="cpu")
+    assert cpu.iqe_components == 16 and cpu.encoder_hidden == (256, 256)
+    assert cpu.transition_weight == 0.2 and cpu.phi_offset == 15.0  # the objective is unchanged
+    _, image, _ = bf.agent_config("qrl", "reach", qrl_preset="cpu", obs="image")
+    assert image.image_shape == (64, 64, 3) and image.transition_weight == 0.1
+    assert image.encoder_hidden == (512,)  # C.3.3: backbone-512-128 for images
+    with pytest.raises(ValueError, match="QRL agent only"):
+        bf.agent_config("crl", "reach", obs="image")

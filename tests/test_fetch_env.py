@@ -45,3 +45,27 @@ def test_a_scripted_reacher_succeeds():
 
     out = fetch.rollout(env, "reach", policy, seed=1)
     assert out["success"].all()
+
+
+@pytest.mark.parametrize("task", ["reach", "push"])
+def test_image_rollout_renders_frames_and_goal_images_without_disturbing_the_sim(task):
+    env = fetch.make_vector_env(task, 2)
+    renderer = fetch.ImageRenderer(env, task)
+    try:
+        zeros = lambda obs, goals: np.zeros((len(obs), fetch.ACTION_DIM))  # noqa: E731
+        seen = []
+        out = fetch.rollout(env, task, lambda o, g: (seen.append((o.shape, g.shape)), zeros(o, g))[1], seed=3,
+                            renderer=renderer)
+        assert out["images"].shape == (2, 51, 64, 64, 3) and out["images"].dtype == np.uint8
+        assert out["goal_images"].shape == (2, 64, 64, 3)
+        assert seen[0] == ((2, 64, 64, 3), (2, 64, 64, 3))  # the policy sees frames and goal images
+        # The goal entity moved: the goal image differs from the first frame; the two goals differ.
+        assert np.abs(out["goal_images"].astype(int) - out["images"][:, 0]).max() > 50
+        assert np.abs(out["goal_images"][0].astype(int) - out["goal_images"][1]).max() > 50
+        # Rendering goal images restores the simulator: states match a state-only rollout exactly.
+        plain = fetch.rollout(fetch.make_vector_env(task, 2), task, zeros, seed=3)
+        np.testing.assert_array_equal(out["observations"], plain["observations"])
+    finally:
+        renderer.close()
+    with pytest.raises(ValueError, match="size"):
+        fetch.ImageRenderer(env, task, size=8)

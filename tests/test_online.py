@@ -39,3 +39,16 @@ def test_qrl_runs_logs_and_resumes_exactly(tmp_path):
 def test_other_agents_run(make):
     _, history = train_online(make(), dataclasses.replace(TOY, env_steps=300))
     assert np.isfinite([v for r in history for v in r.values()]).all()
+
+
+@pytest.mark.slow  # ~45 s: renders, compiles a conv update; the pieces have fast tests of their own
+def test_image_observations_run_end_to_end(tmp_path):
+    from agents.qrl_continuous import IMAGE_DEFAULTS
+
+    config = dataclasses.replace(QRL_TINY, **{**IMAGE_DEFAULTS, "encoder_hidden": (8,)})
+    loop = dataclasses.replace(TOY, obs="image", env_steps=200, prefill_episodes=2, updates_per_cycle=2,
+                               batch_size=4, eval_episodes=2)
+    agent, history = train_online(QRLContinuousAgent.create(config, 0), loop, tmp_path)
+    assert history[-1]["env_steps"] == 200 and 0.0 <= history[-1]["eval_success"] <= 1.0
+    with pytest.raises(ValueError, match="obs"):
+        OnlineConfig(obs="pixels")

@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from agents.policies import tanh_normal_sample
-from agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
+from agents.qrl_continuous import IMAGE_DEFAULTS, QRLContinuousAgent, QRLContinuousConfig
 from qrl import losses
 
 TINY = QRLContinuousConfig(obs_dim=5, action_dim=2, encoder_hidden=(32,), latent_dim=16, projector_hidden=(32,),
@@ -108,3 +108,25 @@ def test_seeds_vmap_and_bad_batches():
     with pytest.raises(ValueError, match="num_critics"):
         QRLContinuousConfig(num_critics=0)
     assert math.isclose(TINY.entropy_target, -2.0)
+
+
+def test_image_observations_use_conv_backbones():
+    """64x64 uint8 frames: every critic and the actor own an Atari conv backbone (1024 features)."""
+    config = dataclasses.replace(TINY, **{**IMAGE_DEFAULTS, "encoder_hidden": (16,)})
+    agent = QRLContinuousAgent.create(config, 0)
+    conv = agent.critic_params["params"]["backbone"]
+    assert conv["Conv_0"]["kernel"].shape == (2, 8, 8, 3, 32)  # stacked over the two critics
+    assert agent.critic_params["params"]["encoder"]["Dense_0"]["kernel"].shape == (2, 1024, 16)
+    assert "AtariConvBackbone_0" in agent.actor_params["params"]
+    rng = np.random.default_rng(0)
+    frames = lambda: rng.integers(0, 256, (4, 64, 64, 3), dtype=np.uint8)  # noqa: E731
+    images = dict(observations=frames(), next_observations=frames(), goals=frames(),
+                  actions=rng.uniform(-1, 1, (4, 2)).astype(np.float32), rewards=-np.ones(4, np.float32))
+    new, metrics = jax.jit(QRLContinuousAgent.update)(agent, images)
+    assert np.isfinite(metrics["critic0/push_loss"]) and config.transition_weight == 0.1
+    assert not np.allclose(new.critic_params["params"]["backbone"]["Conv_0"]["kernel"], conv["Conv_0"]["kernel"])
+    assert new.act(images["observations"], images["goals"]).shape == (4, 2)
+    with pytest.raises(ValueError, match="64, 64, 3"):
+        new.act(np.zeros((4, 5), np.float32), np.zeros((4, 5), np.float32))
+    with pytest.raises(ValueError, match="observations"):
+        QRLContinuousAgent.update(agent, batch())

@@ -19,7 +19,7 @@ def episodes(start, count):
 
 
 def test_ring_insertion_overwrites_oldest():
-    buf = EpisodeBuffer.create(capacity=4, horizon=T, obs_dim=D, action_dim=A)
+    buf = EpisodeBuffer.create(capacity=4, horizon=T, obs_shape=D, action_dim=A)
     add = jax.jit(EpisodeBuffer.add)
     buf = add(buf, *episodes(0, 3))
     assert int(buf.size) == 3 and int(buf.insert_at) == 3
@@ -29,7 +29,7 @@ def test_ring_insertion_overwrites_oldest():
 
 
 def test_samples_are_consistent_transitions_with_future_goals():
-    buf = EpisodeBuffer.create(capacity=8, horizon=T, obs_dim=D, action_dim=A).add(*episodes(0, 8))
+    buf = EpisodeBuffer.create(capacity=8, horizon=T, obs_shape=D, action_dim=A).add(*episodes(0, 8))
     s = jax.jit(EpisodeBuffer.sample, static_argnums=2)(buf, jax.random.PRNGKey(0), 4096)
     e, t = np.asarray(s["observations"]).T
     np.testing.assert_array_equal(np.asarray(s["next_observations"]), np.stack([e, t + 1], 1))
@@ -42,7 +42,7 @@ def test_samples_are_consistent_transitions_with_future_goals():
 
 def test_goal_offset_follows_truncated_geometric():
     horizon, discount = 50, 0.9
-    buf = EpisodeBuffer.create(capacity=2, horizon=horizon, obs_dim=1, action_dim=1)
+    buf = EpisodeBuffer.create(capacity=2, horizon=horizon, obs_shape=1, action_dim=1)
     buf = buf.add(jnp.zeros((2, horizon + 1, 1)), jnp.zeros((2, horizon, 1)))
     s = buf.sample(jax.random.PRNGKey(1), 200_000, discount=discount)
     t, k = np.asarray(s["step"]), np.asarray(s["goal_offsets"])
@@ -57,7 +57,7 @@ def test_goal_offset_follows_truncated_geometric():
 
 
 def test_random_goals_cover_the_buffer():
-    buf = EpisodeBuffer.create(capacity=8, horizon=T, obs_dim=D, action_dim=A).add(*episodes(0, 6))
+    buf = EpisodeBuffer.create(capacity=8, horizon=T, obs_shape=D, action_dim=A).add(*episodes(0, 6))
     s = buf.sample(jax.random.PRNGKey(2), 20_000, p_future=0.0)
     assert (np.asarray(s["goal_offsets"]) == -1).all()
     ge, gt = np.asarray(s["goals"]).T
@@ -68,7 +68,7 @@ def test_random_goals_cover_the_buffer():
 
 
 def test_bad_input():
-    buf = EpisodeBuffer.create(capacity=2, horizon=T, obs_dim=D, action_dim=A)
+    buf = EpisodeBuffer.create(capacity=2, horizon=T, obs_shape=D, action_dim=A)
     with pytest.raises(ValueError, match="observations must have shape"):
         buf.add(np.zeros((1, T, D)), np.zeros((1, T, A)))
     with pytest.raises(ValueError, match="capacity"):
@@ -76,4 +76,19 @@ def test_bad_input():
     with pytest.raises(ValueError, match="p_future in"):
         buf.sample(jax.random.PRNGKey(0), 8, p_future=1.5)
     with pytest.raises(ValueError, match="horizon"):
-        EpisodeBuffer.create(capacity=2, horizon=0, obs_dim=D, action_dim=A)
+        EpisodeBuffer.create(capacity=2, horizon=0, obs_shape=D, action_dim=A)
+
+
+def test_image_episodes_are_stored_as_uint8_frames():
+    frames = np.random.default_rng(0).integers(0, 256, (3, T + 1, 8, 8, 3), dtype=np.uint8)
+    acts = np.zeros((3, T, A), np.float32)
+    buf = EpisodeBuffer.create(capacity=4, horizon=T, obs_shape=(8, 8, 3), action_dim=A, dtype=jnp.uint8)
+    buf = buf.add(jnp.asarray(frames), jnp.asarray(acts))
+    s = buf.sample(jax.random.PRNGKey(0), 16)
+    assert s["observations"].dtype == jnp.uint8 and s["goals"].shape == (16, 8, 8, 3)
+    e, t = np.asarray(s["episode"]), np.asarray(s["step"])
+    np.testing.assert_array_equal(s["next_observations"], frames[e, t + 1])
+    with pytest.raises(ValueError, match="observations must have shape"):
+        buf.add(jnp.zeros((1, T + 1, 8, 8)), jnp.asarray(acts[:1]))
+    with pytest.raises(ValueError, match="obs_shape"):
+        EpisodeBuffer.create(capacity=4, horizon=T, obs_shape=(8, 0, 3), action_dim=A)

@@ -1,0 +1,27 @@
+"""Network pieces shared by the agents."""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+
+class AtariConvBackbone(nn.Module):
+    """The Atari conv net (Mnih et al.) that C.3.3 uses for 64x64 Fetch images, as in Contrastive RL:
+    conv 32 8x8/4 -> 64 4x4/2 -> 64 3x3/1 (VALID, ReLU), flattened: 64x64 -> 4x4x64 = 1024 features.
+
+    Input ``[..., H, W, C]``, uint8 (scaled to [0, 1]) or float (used as is); output ``[..., features]``.
+    Every module that reads images owns its own copy (C.3.3); a module with two images (observation and
+    goal) runs the same copy on both.
+    """
+
+    @nn.compact
+    def __call__(self, images: jax.Array) -> jax.Array:
+        if images.ndim < 3:
+            raise ValueError(f"AtariConvBackbone expects images [..., H, W, C], got shape {images.shape}")
+        x = images.astype(jnp.float32) / 255.0 if images.dtype == jnp.uint8 else images
+        batch = x.shape[:-3]
+        x = x.reshape((-1, *x.shape[-3:]))
+        for features, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
+            x = nn.relu(nn.Conv(features, (kernel, kernel), (stride, stride), padding="VALID")(x))
+        return x.reshape((*batch, -1))
