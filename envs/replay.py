@@ -103,3 +103,63 @@ class EpisodeBuffer(struct.PyTreeNode):
                     goals=self.observations[goal_episode, goal_t],
                     goal_offsets=jnp.where(use_future, k, -1),
                     episode=episode, step=t)
+
+
+class SequenceBuffer(struct.PyTreeNode):
+    """Whole fixed-length episodes for world-model learning, sampled as contiguous chunks (a pytree).
+
+    Layout (L = episode length + 1 observations): ``observations [E, L, *obs_shape]``, ``prev_actions
+    [E, L, A]`` (the action that led to each observation; zero at the first) and ``rewards [E, L]``
+    (received on arriving at each observation; zero at the first).
+    """
+
+    observations: jax.Array
+    prev_actions: jax.Array
+    rewards: jax.Array
+    size: jax.Array
+    insert_at: jax.Array
+
+    @classmethod
+    def create(cls, capacity: int, length: int, obs_shape: int | tuple[int, ...], action_dim: int,
+               dtype=jnp.float32) -> "SequenceBuffer":
+        obs_shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
+        for name, value in (("capacity", capacity), ("length", length), ("action_dim", action_dim),
+                            *((f"obs_shape[{i}]", n) for i, n in enumerate(obs_shape))):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"SequenceBuffer.create: {name} must be a positive int, got {value!r}")
+        return cls(observations=jnp.zeros((capacity, length, *obs_shape), dtype),
+                   prev_actions=jnp.zeros((capacity, length, action_dim), jnp.float32),
+                   rewards=jnp.zeros((capacity, length), jnp.float32),
+                   size=jnp.zeros((), jnp.int32), insert_at=jnp.zeros((), jnp.int32))
+
+    @property
+    def capacity(self) -> int:
+        return self.observations.shape[0]
+
+    def add(self, observations, prev_actions, rewards) -> "SequenceBuffer":
+        """Append one episode ``[L, ...]`` (the oldest is overwritten when full)."""
+        expected = dict(observations=self.observations.shape[1:], prev_actions=self.prev_actions.shape[1:],
+                        rewards=self.rewards.shape[1:])
+        for name, value in (("observations", observations), ("prev_actions", prev_actions), ("rewards", rewards)):
+            if tuple(value.shape) != expected[name]:
+                raise ValueError(f"SequenceBuffer.add: {name} must have shape {expected[name]}, got {value.shape}")
+        i = self.insert_at
+        return self.replace(observations=self.observations.at[i].set(observations.astype(self.observations.dtype)),
+                            prev_actions=self.prev_actions.at[i].set(prev_actions),
+                            rewards=self.rewards.at[i].set(rewards),
+                            size=jnp.minimum(self.size + 1, self.capacity),
+                            insert_at=(i + 1) % self.capacity)
+
+    def sample(self, key: jax.Array, batch_size: int, chunk: int) -> dict[str, jax.Array]:
+        """``batch_size`` chunks of ``chunk`` consecutive steps from uniformly chosen stored episodes."""
+        length = self.observations.shape[1]
+        if batch_size < 1 or not 1 <= chunk <= length:
+            raise ValueError(f"SequenceBuffer.sample: need batch_size >= 1 and 1 <= chunk <= {length}, got "
+                             f"{batch_size}, {chunk}")
+        ep_key, t_key = jax.random.split(key)
+        episode = jax.random.randint(ep_key, (batch_size,), 0, jnp.maximum(self.size, 1))
+        start = jax.random.randint(t_key, (batch_size,), 0, length - chunk + 1)
+        steps = start[:, None] + jnp.arange(chunk)
+        return dict(observations=self.observations[episode[:, None], steps],
+                    prev_actions=self.prev_actions[episode[:, None], steps],
+                    rewards=self.rewards[episode[:, None], steps], episode=episode, start=start)

@@ -223,3 +223,18 @@ def test_metrics_reject_bad_input():
         rm.knn_indices(np.ones(10), 3)
     with pytest.raises(ValueError, match="kernel"):
         rm.cka(np.ones((10, 3)), np.ones((10, 3)), kernel="poly")
+
+
+def test_ridge_probe_r2_reads_out_linear_targets_and_not_noise():
+    from replearn.probes import ridge_probe_r2
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(600, 5))
+    w = rng.normal(size=(5, 3))
+    y = x @ w
+    assert ridge_probe_r2(x[:400], y[:400], x[400:], y[400:], alpha=1e-3) > 0.999
+    noise = rng.normal(size=(600, 2))
+    assert abs(ridge_probe_r2(x[:400], noise[:400], x[400:], noise[400:])) < 0.05
+    assert np.isnan(ridge_probe_r2(x[:400], np.zeros((400, 0)), x[400:], np.zeros((200, 0))))
+    with pytest.raises(ValueError, match="same K"):
+        ridge_probe_r2(x[:400], y[:400], x[400:, :4], y[400:])

@@ -1,0 +1,299 @@
+"""Denoised MDP agent (dissertation chapter 5, Algorithm 1) and Dreamer as its configuration.
+
+    config = DenoisedMDPConfig(model=WorldModelConfig(obs_shape=(25,), action_dim=6), beta=0.25)
+    agent = DenoisedMDPAgent.create(config, seed=0)
+    agent, metrics = jax.jit(DenoisedMDPAgent.update)(agent, batch)   # batch: observations [B, T, D],
+                                                                       # prev_actions [B, T, A], rewards [B, T]
+    latent = agent.initial_latent(num_envs)
+    actions, latent = jax.jit(DenoisedMDPAgent.act)(agent, latent, observations, prev_actions, rng)
+
+One ``update`` = one world-model step on eq. 5.4 (:func:`denoised.losses.model_loss`) and one policy step
+in the denoised latent x only (the actor and critics read x's features [h^x, x], never y or z):
+
+* ``policy="imagine"`` (Dreamer's): ``horizon``-step rollouts of the x prior from every posterior state,
+  rewards r_x, lambda-returns (gamma 0.99, lambda 0.95); the actor backpropagates through the imagined
+  dynamics, the value regresses the returns; gradients clipped at norm 100.
+* ``policy="sac"``: latent SAC on posterior transitions (x_t, a_t, r_x(x_{t+1}), x_{t+1}) with twin Q,
+  target networks and automatic entropy tuning; the target uses the *next* action's log-prob.
+
+``DenoisedMDPConfig.dreamer()`` switches y and z off (with alpha = 1 this is Dreamer's loss and model).
+Defaults follow the official DMC settings (``../shared/README.md``): model lr 6e-4, actor/value lr 8e-5,
+Adam eps 1e-7, clip 100, alpha 1, 3 free nats on KL_x.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+import flax.linen as nn
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from agents.common import as_key
+from agents.policies import TanhNormalPolicy, tanh_normal_sample
+from denoised import losses
+from denoised.model import FactoredRSSM, WorldModelConfig, all_features, features, imagine_x, init_params, observe
+from qrl.losses import entropy_weight_loss
+
+Batch = dict[str, jax.Array]
+
+
+@dataclasses.dataclass(frozen=True)
+class DenoisedMDPConfig:
+    model: WorldModelConfig = WorldModelConfig()
+    # Eq. 5.4.
+    alpha: float = 1.0
+    beta: float = 0.25           # Table D.5 picks beta per environment from (0, 1]; 1 = no regularisation
+    free_nats: float = 3.0
+    kl_split: bool = False
+    # Policy learning in x.
+    policy: Literal["imagine", "sac"] = "imagine"
+    actor_hidden: tuple[int, ...] = (400, 400, 400)
+    critic_hidden: tuple[int, ...] = (400, 400, 400)
+    horizon: int = 15
+    imagine_starts: int | None = None  # imagine from a random subset of the B x T posterior states (None: all)
+    discount: float = 0.99
+    lam: float = 0.95
+    # Optimisation.
+    model_learning_rate: float = 6e-4
+    actor_learning_rate: float = 8e-5
+    critic_learning_rate: float = 8e-5
+    adam_eps: float = 1e-7
+    grad_clip: float = 100.0
+    sac_learning_rate: float = 3e-4
+    sac_tau: float = 0.005
+    sac_entropy_init: float = 0.1
+
+    def __post_init__(self):
+        if self.alpha <= 0 or not 0 < self.beta <= 1:
+            raise ValueError(f"DenoisedMDPConfig: need alpha > 0 and beta in (0, 1], got {self.alpha}, {self.beta}")
+        if self.policy not in ("imagine", "sac"):
+            raise ValueError(f"DenoisedMDPConfig.policy must be 'imagine' or 'sac', got {self.policy!r}")
+        if self.imagine_starts is not None and self.imagine_starts < 1:
+            raise ValueError(f"DenoisedMDPConfig.imagine_starts must be >= 1 or None, got {self.imagine_starts}")
+        if self.horizon < 1 or self.free_nats < 0:
+            raise ValueError("DenoisedMDPConfig: horizon must be >= 1 and free_nats >= 0")
+
+    @classmethod
+    def dreamer(cls, model: WorldModelConfig, **kwargs) -> "DenoisedMDPConfig":
+        """Dreamer: x only, alpha = 1, beta irrelevant (no y/z)."""
+        kept = {k: getattr(model, k) for k in ("obs_shape", "action_dim", "hidden", "embed_dim",
+                                                 "mlp_encoder_hidden", "mlp_decoder_hidden", "conv_width")}
+        sizes = dict(x_belief=model.x_belief, x_state=model.x_state)
+        return cls(model=WorldModelConfig.dreamer(**kept, **sizes), **{"alpha": 1.0, "beta": 1.0, **kwargs})
+
+
+class Critic(nn.Module):
+    """V(x) (``with_action=False``) or Q(x, a)."""
+
+    hidden: tuple[int, ...]
+
+    @nn.compact
+    def __call__(self, x, action=None):
+        if action is not None:
+            x = jnp.concatenate([x, action], -1)
+        for width in self.hidden:
+            x = nn.elu(nn.Dense(width)(x))
+        return nn.Dense(1)(x)[..., 0]
+
+
+def _adam(lr, c: DenoisedMDPConfig, clip: bool = True):
+    parts = [optax.clip_by_global_norm(c.grad_clip)] if clip else []
+    return optax.chain(*parts, optax.adam(lr, eps=c.adam_eps))
+
+
+def _optimizers(c: DenoisedMDPConfig) -> dict:
+    tx = dict(model=_adam(c.model_learning_rate, c))
+    if c.policy == "imagine":
+        tx.update(actor=_adam(c.actor_learning_rate, c), critic=_adam(c.critic_learning_rate, c))
+    else:  # D.2.1: plain SAC, no gradient clipping
+        tx.update(actor=_adam(c.sac_learning_rate, c, False), critic=_adam(c.sac_learning_rate, c, False),
+                  entropy=_adam(c.sac_learning_rate, c, False))
+    return tx
+
+
+def validate_batch(batch: Batch, c: WorldModelConfig) -> None:
+    for key in ("observations", "prev_actions", "rewards"):
+        if key not in batch:
+            raise ValueError(f"batch is missing {key!r}; expected observations, prev_actions, rewards")
+    b, t = batch["rewards"].shape if batch["rewards"].ndim == 2 else (None, None)
+    if b is None:
+        raise ValueError(f"batch['rewards'] must be [B, T], got {batch['rewards'].shape}")
+    if batch["prev_actions"].shape != (b, t, c.action_dim):
+        raise ValueError(f"batch['prev_actions'] must be [{b}, {t}, {c.action_dim}], got {batch['prev_actions'].shape}")
+    if tuple(batch["observations"].shape) != (b, t, *c.obs_shape):
+        raise ValueError(f"batch['observations'] must be [{b}, {t}, {', '.join(map(str, c.obs_shape))}], got "
+                         f"{batch['observations'].shape}")
+
+
+class DenoisedMDPAgent(flax.struct.PyTreeNode):
+    model_params: Any
+    actor_params: Any
+    critic_params: Any            # value net (imagine) or two stacked Q nets (sac)
+    target_critic_params: Any     # SAC targets (a copy, unused by "imagine")
+    log_entropy_weight: jax.Array
+    opt_states: dict
+    rng: jax.Array
+    config: DenoisedMDPConfig = flax.struct.field(pytree_node=False)
+
+    @classmethod
+    def create(cls, config: DenoisedMDPConfig, seed: int | jax.Array = 0) -> "DenoisedMDPAgent":
+        rng = as_key(seed)
+        rng, model_key, actor_key, critic_key = jax.random.split(rng, 4)
+        m = config.model
+        feat = jnp.zeros((1, m.feature_dim("x")))
+        action = jnp.zeros((1, m.action_dim))
+        model_params = init_params(m, model_key)
+        actor_params = TanhNormalPolicy(config.actor_hidden, m.action_dim).init(actor_key, feat)
+        critic = Critic(config.critic_hidden)
+        if config.policy == "imagine":
+            critic_params = critic.init(critic_key, feat)
+        else:
+            critic_params = jax.vmap(lambda k: critic.init(k, feat, action))(jax.random.split(critic_key, 2))
+        log_entropy_weight = jnp.log(jnp.float32(config.sac_entropy_init))
+        tx = _optimizers(config)
+        opt_states = dict(model=tx["model"].init(model_params), actor=tx["actor"].init(actor_params),
+                          critic=tx["critic"].init(critic_params))
+        if config.policy == "sac":
+            opt_states["entropy"] = tx["entropy"].init(log_entropy_weight)
+        return cls(model_params=model_params, actor_params=actor_params, critic_params=critic_params,
+                   target_critic_params=critic_params, log_entropy_weight=log_entropy_weight,
+                   opt_states=opt_states, rng=rng, config=config)
+
+    @property
+    def model(self) -> FactoredRSSM:
+        return FactoredRSSM(self.config.model)
+
+    def _policy(self, actor_params, feat, key):
+        mean, log_std = TanhNormalPolicy(self.config.actor_hidden, self.config.model.action_dim).apply(actor_params, feat)
+        return tanh_normal_sample(key, mean, log_std)
+
+    # ---------------------------------------------------------------------------- world model
+    def model_loss_fn(self, model_params, batch: Batch, key):
+        """Eq. 5.4 on a batch of sequences; returns (loss, (posterior states, metrics))."""
+        c, m = self.config, self.config.model
+        states, stats = observe(m, model_params, batch["observations"], batch["prev_actions"], key)
+        recon = self.model.apply(model_params, all_features(m, states), method="decode")
+        target = batch["observations"]
+        if m.pixels:
+            target = target.astype(jnp.float32) / 255.0 - 0.5
+        recon_nll = losses.gaussian_nll(target, recon, len(m.obs_shape))
+        predicted = self.model.apply(model_params, states, method="reward")
+        reward_nll = losses.gaussian_nll(batch["rewards"], sum(predicted.values()), 0)
+        loss, metrics = losses.model_loss(recon_nll, reward_nll, stats, c.alpha, c.beta, c.free_nats, c.kl_split)
+        return loss, (states, metrics)
+
+    # -------------------------------------------------------------------------- policy: imagine
+    def imagine_loss(self, policy_params, model_params, states, key):
+        """Actor loss + value loss on imagined x-rollouts. ``policy_params = (actor, value)``; the returns
+        bootstrap from a stop-gradient copy of the value net and the value regresses stop-gradient returns, so
+        one gradient of the sum gives each network its own loss's gradient."""
+        c = self.config
+        actor_params, critic_params = policy_params
+        start = jax.tree.map(lambda s: jax.lax.stop_gradient(s.reshape((-1, s.shape[-1]))),
+                             {"hx": states["hx"], "x": states["x"]})
+        key, subset_key = jax.random.split(key)
+        n = start["x"].shape[0]
+        if c.imagine_starts is not None and c.imagine_starts < n:
+            rows = jax.random.choice(subset_key, n, (c.imagine_starts,), replace=False)
+            start = jax.tree.map(lambda s: s[rows], start)
+        policy = lambda feat, k: self._policy(actor_params, feat, k)[0]  # noqa: E731
+        imagined, _ = imagine_x(c.model, model_params, start, policy, c.horizon, key)
+        feat = features(imagined, "x")                                              # [H + 1, N, F]
+        rewards = self.model.apply(model_params, imagined, method="reward")["x"][1:]  # r_x(x_{t+1})
+        values = Critic(c.critic_hidden).apply(jax.lax.stop_gradient(critic_params), feat)
+        returns = losses.lambda_returns(rewards, values, c.discount, c.lam)
+        actor_loss = losses.imagination_actor_loss(returns, c.discount)
+        critic_values = Critic(c.critic_hidden).apply(critic_params, jax.lax.stop_gradient(feat[:-1]))
+        critic_loss = losses.value_loss(critic_values, returns, c.discount)
+        return actor_loss + critic_loss, dict(actor_loss=actor_loss, value_loss=critic_loss,
+                                              imagined_return=returns[0].mean(), imagined_reward=rewards.mean())
+
+    # ------------------------------------------------------------------------------ policy: sac
+    def sac_transitions(self, model_params, states, batch: Batch):
+        """(x_t, a_t, r_x(x_{t+1}), x_{t+1}) from the posterior of the batch's sequences, flattened."""
+        feat = jax.lax.stop_gradient(features(states, "x"))
+        rewards = jax.lax.stop_gradient(self.model.apply(model_params, states, method="reward")["x"])
+        flat = lambda x: x.reshape((-1, *x.shape[2:]))  # noqa: E731
+        return (flat(feat[:, :-1]), flat(batch["prev_actions"][:, 1:]), flat(rewards[:, 1:]), flat(feat[:, 1:]))
+
+    def sac_critic_loss(self, critic_params, transitions, key):
+        c = self.config
+        x, a, r, x_next = transitions
+        q = jax.vmap(lambda p: Critic(c.critic_hidden).apply(p, x, a))(critic_params)
+        next_a, next_log_prob = self._policy(self.actor_params, x_next, key)
+        next_q = jax.vmap(lambda p: Critic(c.critic_hidden).apply(p, x_next, next_a))(self.target_critic_params)
+        target = losses.sac_critic_target(r, next_q[0], next_q[1], next_log_prob, jnp.exp(self.log_entropy_weight),
+                                          c.discount)
+        return jnp.mean(jnp.square(q - jax.lax.stop_gradient(target)[None])), dict(q=q.mean())
+
+    def sac_actor_loss(self, actor_params, critic_params, x, key):
+        a, log_prob = self._policy(actor_params, x, key)
+        q = jax.vmap(lambda p: Critic(self.config.critic_hidden).apply(p, x, a))(critic_params)
+        return losses.sac_actor_loss(q[0], q[1], log_prob, jnp.exp(self.log_entropy_weight)), log_prob.mean()
+
+    # ---------------------------------------------------------------------------------- update
+    def update(self, batch: Batch) -> tuple["DenoisedMDPAgent", dict]:
+        """One world-model step, then one policy step in x. Pure and jit-able."""
+        c = self.config
+        validate_batch(batch, c.model)
+        tx = _optimizers(c)
+        rng, model_key, policy_key, target_key = jax.random.split(self.rng, 4)
+        (_, (states, metrics)), grads = jax.value_and_grad(self.model_loss_fn, has_aux=True)(
+            self.model_params, batch, model_key)
+        updates, model_state = tx["model"].update(grads, self.opt_states["model"], self.model_params)
+        model_params = optax.apply_updates(self.model_params, updates)
+        metrics["model_grad_norm"] = optax.global_norm(grads)
+        opt_states = dict(self.opt_states, model=model_state)
+        new = dict(model_params=model_params)
+        if c.policy == "imagine":
+            (actor_grads, critic_grads), info = jax.grad(self.imagine_loss, has_aux=True)(
+                (self.actor_params, self.critic_params), model_params, states, policy_key)
+            metrics.update(info)
+        else:
+            transitions = self.sac_transitions(model_params, states, batch)
+            critic_grads, info = jax.grad(self.sac_critic_loss, has_aux=True)(self.critic_params, transitions,
+                                                                              target_key)
+            actor_grads, log_prob = jax.grad(self.sac_actor_loss, has_aux=True)(
+                self.actor_params, self.critic_params, transitions[0], policy_key)
+            e_grad = jax.grad(entropy_weight_loss)(self.log_entropy_weight, log_prob, -float(c.model.action_dim))
+            updates, opt_states["entropy"] = tx["entropy"].update(e_grad, self.opt_states["entropy"])
+            new["log_entropy_weight"] = optax.apply_updates(self.log_entropy_weight, updates)
+            metrics.update(info, log_prob=log_prob, entropy_weight=jnp.exp(new["log_entropy_weight"]))
+        updates, opt_states["actor"] = tx["actor"].update(actor_grads, self.opt_states["actor"], self.actor_params)
+        new["actor_params"] = optax.apply_updates(self.actor_params, updates)
+        updates, opt_states["critic"] = tx["critic"].update(critic_grads, self.opt_states["critic"], self.critic_params)
+        new["critic_params"] = optax.apply_updates(self.critic_params, updates)
+        if c.policy == "sac":
+            new["target_critic_params"] = optax.incremental_update(new["critic_params"], self.target_critic_params,
+                                                                   c.sac_tau)
+        return self.replace(**new, opt_states=opt_states, rng=rng), metrics
+
+    # ------------------------------------------------------------------------------- inference
+    def initial_latent(self, batch_size: int) -> dict:
+        from denoised.model import initial_state
+
+        return initial_state(self.config.model, (batch_size,))
+
+    def filter(self, latent: dict, observations, prev_actions, rng) -> dict:
+        """One posterior step: the latent after seeing ``observations`` [N, ...] reached by ``prev_actions``."""
+        embed = self.model.apply(self.model_params, observations, method="encode")
+        return self.model.apply(self.model_params, latent, prev_actions, embed, rng, method="observe_step")[0]
+
+    def act(self, latent: dict, observations, prev_actions, rng: jax.Array | None = None):
+        """Filter one step, then act from x's features: a sample of pi if ``rng`` is given, else its mode.
+        Returns (actions [N, A] in [-1, 1], new latent)."""
+        m = self.config.model
+        observations, prev_actions = jnp.asarray(observations), jnp.asarray(prev_actions)
+        if tuple(observations.shape[1:]) != tuple(m.obs_shape) or prev_actions.shape[1:] != (m.action_dim,):
+            raise ValueError(f"act: observations must be [N, {', '.join(map(str, m.obs_shape))}] and prev_actions "
+                             f"[N, {m.action_dim}], got {observations.shape} and {prev_actions.shape}")
+        filter_key, policy_key = jax.random.split(self.rng if rng is None else rng)
+        latent = self.filter(latent, observations, prev_actions, filter_key)
+        feat = features(latent, "x")
+        if rng is None:
+            mean, _ = TanhNormalPolicy(self.config.actor_hidden, m.action_dim).apply(self.actor_params, feat)
+            return jnp.tanh(mean), latent
+        return self._policy(self.actor_params, feat, policy_key)[0], latent

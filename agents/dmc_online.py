@@ -1,0 +1,205 @@
+"""The online loop of Algorithm 1 (Denoised MDP / Dreamer) on DeepMind Control, and the latent probe data.
+
+Schedule (Dreamer's, used by Denoised MDP): prefill ``prefill_steps`` env steps with uniformly random
+actions, then repeat: ``updates_per_collect`` gradient steps (one jitted ``lax.scan`` over sampled
+``batch_size`` x ``chunk`` sequences) and one exploration episode (the agent's action + N(0, noise^2),
+clipped), i.e. 100 updates every 1000 env steps. Env steps are control steps: one episode is 1000 of
+them (500 agent steps at action repeat 2). A deterministic evaluation episode runs every ``eval_every``
+env steps. Orbax checkpoints hold the agent, the sequence buffer and the loop's counters and key; every
+episode resets the env with a seed derived from its index, so a resumed run continues exactly.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+from tqdm import tqdm
+
+from denoised.model import features, observe
+from envs.dmc import EPISODE_STEPS, DMCEnv
+from envs.replay import SequenceBuffer
+from qrl.train import MetricsLog, checkpoint_manager, restore_checkpoint
+
+
+@dataclasses.dataclass(frozen=True)
+class DMCOnlineConfig:
+    task: str = "cheetah-run"
+    variant: str = "noiseless"
+    env_steps: int = 100_000
+    prefill_steps: int = 5_000
+    updates_per_collect: int = 100     # per episode = per 1000 env steps
+    action_repeat: int = 2
+    batch_size: int = 50
+    chunk: int = 50
+    exploration_noise: float = 0.3
+    eval_every: int = 10_000
+    num_distractors: int = 8
+    seed: int = 0
+    checkpoint_every: int = 5          # episodes; 0 disables
+    resume: bool = True
+    buffer_episodes: int | None = None  # replay capacity; None: every episode the budget collects (resuming
+                                        # with a larger env_steps then needs the same explicit capacity)
+
+    def __post_init__(self):
+        for name in ("env_steps", "updates_per_collect", "action_repeat", "batch_size", "chunk", "eval_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"DMCOnlineConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.chunk > self.episode_length + 1:
+            raise ValueError(f"DMCOnlineConfig.chunk must be <= {self.episode_length + 1}, got {self.chunk}")
+
+    @property
+    def episode_length(self) -> int:
+        return EPISODE_STEPS // self.action_repeat
+
+    def make_env(self) -> DMCEnv:
+        return DMCEnv(self.task, self.variant, self.seed, self.action_repeat, self.num_distractors)
+
+
+@functools.partial(jax.jit, static_argnames=("updates", "batch_size", "chunk"))
+def train_chunk(agent, buffer: SequenceBuffer, key, updates: int, batch_size: int, chunk: int):
+    """``updates`` gradient steps on sampled sequence chunks (one compiled call); mean metrics."""
+    def step(agent, key):
+        batch = buffer.sample(key, batch_size, chunk)
+        return agent.update(dict(observations=batch["observations"], prev_actions=batch["prev_actions"],
+                                 rewards=batch["rewards"]))
+
+    agent, metrics = jax.lax.scan(step, agent, jax.random.split(key, updates))
+    return agent, jax.tree.map(jnp.mean, metrics)
+
+
+@jax.jit
+def _act(agent, latent, obs, prev_action, key):
+    return agent.act(latent, obs, prev_action, key)
+
+
+@jax.jit
+def _act_greedy(agent, latent, obs, prev_action):
+    return agent.act(latent, obs, prev_action)
+
+
+def run_episode(env: DMCEnv, agent=None, key=None, noise: float = 0.0, seed: int | None = None,
+                greedy: bool = False) -> dict[str, np.ndarray]:
+    """One episode: uniformly random actions without ``agent``. Returns observations [L, D], prev_actions
+    [L, A], rewards [L] (L = episode length + 1, zeros at the first step), agent_states, distractor_states,
+    and the episode return."""
+    obs, info = env.reset(seed=seed)
+    action_dim = env.action_space.shape[0]
+    rng = np.random.default_rng(seed)
+    observations, prev_actions, rewards = [obs], [np.zeros(action_dim, np.float32)], [0.0]
+    agent_states, distractor_states = [info["agent_state"]], [info["distractor_state"]]
+    latent = agent.initial_latent(1) if agent is not None else None
+    keys = iter(jax.random.split(key, EPISODE_STEPS)) if agent is not None and not greedy else None
+    done = False
+    while not done:
+        if agent is None:
+            action = rng.uniform(-1, 1, action_dim).astype(np.float32)
+        else:
+            o, p = jnp.asarray(observations[-1][None]), jnp.asarray(prev_actions[-1][None])
+            action, latent = _act_greedy(agent, latent, o, p) if greedy else _act(agent, latent, o, p, next(keys))
+            action = np.asarray(action[0])
+            if noise:
+                action = np.clip(action + noise * rng.normal(size=action_dim), -1, 1).astype(np.float32)
+        obs, reward, terminated, truncated, info = env.step(action)
+        observations.append(obs)
+        prev_actions.append(action.astype(np.float32))
+        rewards.append(reward)
+        agent_states.append(info["agent_state"])
+        distractor_states.append(info["distractor_state"])
+        done = terminated or truncated
+    return dict(observations=np.stack(observations), prev_actions=np.stack(prev_actions),
+                rewards=np.asarray(rewards, np.float32), agent_states=np.stack(agent_states),
+                distractor_states=np.stack(distractor_states), episode_return=float(np.sum(rewards)))
+
+
+def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None = None, desc: str = "dmc"):
+    """Algorithm 1 with ``agent`` (a :class:`~agents.denoised_mdp.DenoisedMDPAgent`). Returns ``(agent,
+    history)``; ``history`` rows: env_steps, episode, train_return, mean update metrics, eval_return."""
+    env = config.make_env()
+    capacity = config.buffer_episodes or math.ceil(config.env_steps / EPISODE_STEPS) + 1
+    buffer = SequenceBuffer.create(capacity, config.episode_length + 1, env.observation_space.shape,
+                                   env.action_space.shape[0])
+    state = dict(agent=agent, buffer=buffer, key=jax.random.PRNGKey(config.seed), env_steps=jnp.int32(0),
+                 episode=jnp.int32(0))
+    manager, log = None, None
+    if run_dir is not None:
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        manager = checkpoint_manager(run_dir, keep=2)
+        if config.resume and manager.latest_step() is not None:
+            _, state = restore_checkpoint(manager, state)
+        log = MetricsLog(run_dir, int(state["env_steps"]), step_key="env_steps")
+    history = list(log.rows) if log else []
+    bar = tqdm(total=config.env_steps, initial=int(state["env_steps"]), desc=desc, unit="step")
+    next_eval = (int(state["env_steps"]) // config.eval_every + 1) * config.eval_every
+
+    def store(episode):
+        state["buffer"] = state["buffer"].add(jnp.asarray(episode["observations"]),
+                                              jnp.asarray(episode["prev_actions"]), jnp.asarray(episode["rewards"]))
+        state["env_steps"] = state["env_steps"] + EPISODE_STEPS
+        state["episode"] = state["episode"] + 1
+        bar.update(EPISODE_STEPS)
+
+    while int(state["env_steps"]) < config.env_steps:
+        index = int(state["episode"])
+        episode_seed = config.seed * 1_000_003 + index
+        row = {}
+        if int(state["env_steps"]) < config.prefill_steps:
+            episode = run_episode(env, seed=episode_seed)
+        else:
+            key, train_key, act_key = jax.random.split(state["key"], 3)
+            state["agent"], metrics = train_chunk(state["agent"], state["buffer"], train_key,
+                                                  config.updates_per_collect, config.batch_size, config.chunk)
+            state["key"] = key
+            row.update({k: float(v) for k, v in metrics.items()})
+            episode = run_episode(env, state["agent"], act_key, config.exploration_noise, seed=episode_seed)
+        store(episode)
+        row = {"env_steps": int(state["env_steps"]), "episode": index + 1, "train_return": episode["episode_return"],
+               **row}
+        if int(state["env_steps"]) >= next_eval or int(state["env_steps"]) >= config.env_steps:
+            evaluation = run_episode(env, state["agent"], seed=10_000_000 + index, greedy=True)
+            row["eval_return"] = evaluation["episode_return"]
+            next_eval += config.eval_every
+            bar.set_postfix(eval_return=f"{row['eval_return']:.0f}")
+        history.append(row)
+        if log:
+            log.append(row)
+            if manager and config.checkpoint_every and ((index + 1) % config.checkpoint_every == 0
+                                                         or int(state["env_steps"]) >= config.env_steps):
+                manager.save(int(state["env_steps"]), args=ocp.args.StandardSave(state))
+    bar.close()
+    if log:
+        log.write_csv()
+    if manager:
+        manager.wait_until_finished()
+        manager.close()
+    return state["agent"], history
+
+
+def latent_probe_data(agent, config: DMCOnlineConfig, episodes: int, seed: int, noise: float = 0.3) -> dict:
+    """Roll ``episodes`` episodes with the agent (+ exploration noise for state coverage), filter each with
+    the posterior, and return per-step x features, y features (if any), true agent states, distractor
+    states and the episode index of every step."""
+    env = config.make_env()
+    m = agent.config.model
+    out = {k: [] for k in ("x", "y", "agent_state", "distractor_state", "episode")}
+    for i in range(episodes):
+        key = jax.random.PRNGKey(seed + i)
+        ep = run_episode(env, agent, key, noise, seed=seed + i)
+        states, _ = _observe_jit(m, agent.model_params, jnp.asarray(ep["observations"][None]),
+                                 jnp.asarray(ep["prev_actions"][None]), key)
+        out["x"].append(np.asarray(features(states, "x"))[0])
+        if "y" in m.factors:
+            out["y"].append(np.asarray(features(states, "y"))[0])
+        out["agent_state"].append(ep["agent_states"])
+        out["distractor_state"].append(ep["distractor_states"])
+        out["episode"].append(np.full(len(ep["rewards"]), i))
+    return {k: np.concatenate(v) for k, v in out.items() if v}
+
+
+_observe_jit = jax.jit(observe, static_argnums=0)

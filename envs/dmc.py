@@ -1,0 +1,219 @@
+"""DeepMind Control tasks with the Denoised MDP paper's four kinds of information, state observations.
+
+    env = DMCEnv("cheetah-run", variant="noisy_sensor", seed=0)      # a gymnasium.Env
+    obs, info = env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+
+Table D.1 of the dissertation crosses controllable/uncontrollable with reward-relevant/irrelevant
+information; its pixel variants are built from video backgrounds, a noisy sensor and camera jitter. The
+state-observation analogues here (cumulative, like the paper's):
+
+* ``noiseless``: the task's own observation vector (flattened dm_control observation dict).
+* ``distractors``: + ``num_distractors`` uncontrollable, reward-irrelevant dimensions: smooth random
+  processes (low-passed Ornstein-Uhlenbeck signals squashed into (-0.5, 0.5), :class:`SmoothSignals`)
+  appended to the observation -- the analogue of the video background.
+* ``noisy_sensor``: ``distractors`` + the task's reward-relevant sensor perturbed by the first distractor
+  signal n in (-0.5, 0.5) (visible in the observation, like the video patch), and the reward recomputed
+  from the perturbed sensor with the task's own reward function (D.2.1; scales as in the official code):
+  cheetah-run speed + 10 n, walker-walk torso height + 1.2 n (also the observed ``height``), reacher-easy
+  finger-to-target distance + (target radius) n. The perturbed sensor is appended to the observation.
+* ``jitter``: ``distractors`` + a controllable but reward-irrelevant body (a 2-D point mass driven by the
+  first two action dimensions, appended to the observation) + a smooth random-walk offset (the paper's
+  camera-jitter process, per dimension) added to the observed positions/orientations.
+
+Episodes last 1000 control steps (``1000 / action_repeat`` agent steps; rewards are summed over the
+repeat). ``info`` holds, for evaluation only: ``agent_state`` (the MuJoCo state, qpos and qvel) and
+``distractor_state`` (every distractor variable of the variant: signals, point mass, jitter offsets).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import gymnasium as gym
+import numpy as np
+
+TASKS = {"cheetah-run": ("cheetah", "run"), "walker-walk": ("walker", "walk"), "reacher-easy": ("reacher", "easy")}
+VARIANTS = ("noiseless", "distractors", "noisy_sensor", "jitter")
+EPISODE_STEPS = 1000  # control steps
+# Observation keys treated as positions by the jitter variant.
+POSITION_KEYS = {"cheetah-run": ("position",), "walker-walk": ("orientations", "height"),
+                 "reacher-easy": ("position",)}
+
+
+@dataclasses.dataclass
+class SmoothSignals:
+    """``n`` smooth bounded random signals: an Ornstein-Uhlenbeck process u (u += -theta u dt + sigma sqrt(dt)
+    eps), low-pass filtered (s += smoothing (u - s)), squashed to 0.5 tanh(s) in (-0.5, 0.5)."""
+
+    n: int
+    rng: np.random.Generator
+    theta: float = 1.0
+    sigma: float = 1.5
+    dt: float = 0.02
+    smoothing: float = 0.1
+
+    def __post_init__(self):
+        self.u = self.rng.normal(size=self.n)
+        self.s = self.u.copy()
+
+    def step(self) -> np.ndarray:
+        self.u += -self.theta * self.u * self.dt + self.sigma * np.sqrt(self.dt) * self.rng.normal(size=self.n)
+        self.s += self.smoothing * (self.u - self.s)
+        return self.value
+
+    @property
+    def value(self) -> np.ndarray:
+        return 0.5 * np.tanh(self.s)
+
+
+@dataclasses.dataclass
+class JitterWalk:
+    """The paper's camera-jitter random walk, one per dimension: a ~ N(0, 0.005^2), pulled back by -0.1 dt
+    when |dt| >= 0.075; v += 0.5 a; v *= 0.9^0.5; dt += 0.5 v. The offset is ``scale`` * dt."""
+
+    n: int
+    rng: np.random.Generator
+    scale: float = 5.0
+
+    def __post_init__(self):
+        self.v, self.d = np.zeros(self.n), np.zeros(self.n)
+
+    def step(self) -> np.ndarray:
+        a = self.rng.normal(0.0, 0.005, self.n) - 0.1 * self.d * (np.abs(self.d) >= 0.075)
+        self.v = (self.v + 0.5 * a) * 0.9 ** 0.5
+        self.d = self.d + 0.5 * self.v
+        return self.offset
+
+    @property
+    def offset(self) -> np.ndarray:
+        return self.scale * self.d
+
+
+class DMCEnv(gym.Env):
+    """A dm_control task as a gymnasium env with one of :data:`VARIANTS` (see the module docstring)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, task: str = "cheetah-run", variant: str = "noiseless", seed: int | None = None,
+                 action_repeat: int = 2, num_distractors: int = 8):
+        from dm_control import suite
+
+        if task not in TASKS:
+            raise ValueError(f"task must be one of {sorted(TASKS)}, got {task!r}")
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        if action_repeat < 1 or EPISODE_STEPS % action_repeat:
+            raise ValueError(f"action_repeat must divide {EPISODE_STEPS}, got {action_repeat}")
+        if variant != "noiseless" and num_distractors < 1:
+            raise ValueError(f"num_distractors must be >= 1 for variant {variant!r}, got {num_distractors}")
+        self.task, self.variant, self.action_repeat = task, variant, action_repeat
+        self.num_distractors = 0 if variant == "noiseless" else num_distractors
+        domain, name = TASKS[task]
+        self._env = suite.load(domain, name, task_kwargs=dict(random=np.random.RandomState(seed)))
+        self._rng = np.random.default_rng(seed)
+        spec = self._env.action_spec()
+        self.action_space = gym.spaces.Box(spec.minimum.astype(np.float32), spec.maximum.astype(np.float32))
+        self._steps = 0
+        obs, _ = self.reset(seed=seed)
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, obs.shape, np.float32)
+
+    # ------------------------------------------------------------------------------- variants
+    def _sensor(self) -> float:
+        physics = self._env.physics
+        if self.task == "cheetah-run":
+            return float(physics.speed())
+        if self.task == "walker-walk":
+            return float(physics.torso_height())
+        return float(physics.finger_to_target_dist())
+
+    def _sensor_scale(self) -> float:
+        if self.task == "cheetah-run":
+            return 10.0
+        if self.task == "walker-walk":
+            return 1.2
+        return float(self._env.physics.named.model.geom_size["target", 0])
+
+    def _reward_from_sensor(self, sensor: float) -> float:
+        """The task's reward with its sensor replaced by ``sensor`` (dm_control's own reward shapes)."""
+        from dm_control.utils import rewards
+
+        physics = self._env.physics
+        if self.task == "cheetah-run":
+            return float(rewards.tolerance(sensor, bounds=(10, float("inf")), margin=10, value_at_margin=0,
+                                           sigmoid="linear"))
+        if self.task == "walker-walk":
+            standing = rewards.tolerance(sensor, bounds=(1.2, float("inf")), margin=0.6)
+            stand = (3 * standing + (1 + physics.torso_upright()) / 2) / 4
+            move = rewards.tolerance(physics.horizontal_velocity(), bounds=(1, float("inf")), margin=0.5,
+                                     value_at_margin=0.5, sigmoid="linear")
+            return float(stand * (5 * move + 1) / 6)
+        radii = physics.named.model.geom_size[["target", "finger"], 0].sum()
+        return float(rewards.tolerance(sensor, (0, radii)))
+
+    def _observe(self, time_step) -> tuple[np.ndarray, dict]:
+        parts = []
+        for key, value in time_step.observation.items():
+            value = np.asarray(value, np.float64).ravel().copy()
+            if self.variant == "noisy_sensor" and self.task == "walker-walk" and key == "height":
+                value += 1.2 * self._signals.value[0]
+            if self.variant == "jitter" and key in POSITION_KEYS[self.task]:
+                offset = self._jitter.offset
+                value += offset[self._jitter_slices[key]]
+            parts.append(value)
+        distractor = []
+        if self.num_distractors:
+            parts.append(self._signals.value)
+            distractor.append(self._signals.value)
+        if self.variant == "noisy_sensor":
+            parts.append([self._perturbed_sensor()])
+        if self.variant == "jitter":
+            parts.append(np.concatenate([self._mass_pos, self._mass_vel]))
+            distractor += [self._mass_pos, self._mass_vel, self._jitter.offset]
+        info = dict(agent_state=self._env.physics.get_state().astype(np.float32),
+                    distractor_state=(np.concatenate(distractor) if distractor else np.zeros(0)).astype(np.float32))
+        return np.concatenate(parts).astype(np.float32), info
+
+    def _perturbed_sensor(self) -> float:
+        return self._sensor() + self._sensor_scale() * self._signals.value[0]
+
+    # ------------------------------------------------------------------------------ gym API
+    def reset(self, *, seed: int | None = None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+            self._env.task._random = np.random.RandomState(seed)
+        time_step = self._env.reset()
+        self._steps = 0
+        self._signals = SmoothSignals(max(self.num_distractors, 1), self._rng)
+        sizes = {k: int(np.size(v)) for k, v in time_step.observation.items()}
+        positions = [k for k in time_step.observation if k in POSITION_KEYS[self.task]]
+        starts = np.cumsum([0] + [sizes[k] for k in positions])
+        self._jitter_slices = {k: slice(starts[i], starts[i + 1]) for i, k in enumerate(positions)}
+        self._jitter = JitterWalk(int(starts[-1]), self._rng)
+        self._mass_pos, self._mass_vel = self._rng.uniform(-0.5, 0.5, 2), np.zeros(2)
+        return self._observe(time_step)
+
+    def step(self, action):
+        action = np.asarray(action, np.float64)
+        if action.shape != self.action_space.shape:
+            raise ValueError(f"action must have shape {self.action_space.shape}, got {action.shape}")
+        if not np.all(np.isfinite(action)):
+            raise ValueError("action contains non-finite values")
+        action = np.clip(action, self.action_space.low, self.action_space.high)
+        reward = 0.0
+        for _ in range(self.action_repeat):
+            time_step = self._env.step(action)
+            self._steps += 1
+            if self.num_distractors:
+                self._signals.step()
+            if self.variant == "jitter":
+                self._jitter.step()
+                self._mass_vel = 0.8 * self._mass_vel + 0.2 * action[:2]
+                self._mass_pos = np.clip(self._mass_pos + 0.1 * self._mass_vel, -1.0, 1.0)
+            if self.variant == "noisy_sensor":
+                reward += self._reward_from_sensor(self._perturbed_sensor())
+            else:
+                reward += float(time_step.reward or 0.0)
+        obs, info = self._observe(time_step)
+        truncated = self._steps >= EPISODE_STEPS
+        return obs, reward, False, truncated, info

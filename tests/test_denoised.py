@@ -1,0 +1,203 @@
+"""Denoised MDP: KLs, free nats, the factored RSSM's structure, lambda-returns, SAC target, the agent."""
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
+from denoised import losses
+from denoised.model import (WorldModelConfig, all_features, gaussian_kl, imagine_x, init_params, initial_state,
+                            observe, FactoredRSSM)
+
+SMALL = dict(obs_shape=(5,), action_dim=2, x_belief=8, x_state=3, y_belief=6, y_state=2, hidden=16, embed_dim=16,
+             mlp_encoder_hidden=(16,), mlp_decoder_hidden=(16,))
+
+
+def sequences(b=3, t=4, d=5, a=2, seed=0):
+    rng = np.random.default_rng(seed)
+    return dict(observations=jnp.asarray(rng.normal(size=(b, t, d)), jnp.float32),
+                prev_actions=jnp.asarray(rng.uniform(-1, 1, (b, t, a)), jnp.float32),
+                rewards=jnp.asarray(rng.normal(size=(b, t)), jnp.float32))
+
+
+def test_gaussian_kl_matches_closed_form():
+    # KL(N(1, 2^2) || N(0, 1)) = 0.5 (4 + 1 - 1 - ln 4) per dimension; summed over 2 dimensions.
+    kl = gaussian_kl(jnp.ones(2), 2 * jnp.ones(2), jnp.zeros(2), jnp.ones(2))
+    np.testing.assert_allclose(kl, 2 * 0.5 * (4 - math.log(4)), rtol=1e-6)
+    assert float(gaussian_kl(jnp.array([0.3]), jnp.array([0.7]), jnp.array([0.3]), jnp.array([0.7]))) == 0.0
+    # Against a Monte Carlo estimate of E_q[log q - log p].
+    rng = np.random.default_rng(0)
+    mq, sq, mp, sp = 0.5, 0.4, -0.2, 1.3
+    s = rng.normal(mq, sq, 400_000)
+    logq = -0.5 * ((s - mq) / sq) ** 2 - math.log(sq)
+    logp = -0.5 * ((s - mp) / sp) ** 2 - math.log(sp)
+    np.testing.assert_allclose(gaussian_kl(jnp.array([mq]), jnp.array([sq]), jnp.array([mp]), jnp.array([sp])),
+                               np.mean(logq - logp), atol=5e-3)
+
+
+def _stats_with_kl(kl_values):
+    """Per-(b, t) stats whose KL equals ``kl_values`` (1-D Gaussians with unit std, mean offset sqrt(2 KL))."""
+    kl_values = jnp.asarray(kl_values, jnp.float32)[..., None]
+    ones = jnp.ones_like(kl_values)
+    return (0 * ones, ones, jnp.sqrt(2 * kl_values), ones)
+
+
+def test_free_nats_clamp_each_step_before_averaging():
+    stats = {"x": _stats_with_kl([[1.0, 5.0]]), "y": _stats_with_kl([[1.0, 5.0]])}
+    zero = jnp.zeros((1, 2))
+    total, metrics = losses.model_loss(zero, zero, stats, alpha=1.0, beta=0.5, free_nats=3.0)
+    # KL_x: mean(max(1, 3), max(5, 3)) = 4 (not max(mean, 3) = 3); KL_y unclamped: 0.5 * mean(1, 5) = 1.5.
+    np.testing.assert_allclose(total, 4.0 + 1.5, rtol=1e-5)
+    np.testing.assert_allclose(metrics["kl_x"], 3.0, rtol=1e-5)
+    # No gradient through a step whose KL_x is under the free nats; the y term always has one.
+    grad = jax.grad(lambda m: losses.model_loss(zero, zero, {"x": (stats["x"][0], stats["x"][1], m, stats["x"][3]),
+                                                             "y": stats["y"]}, free_nats=3.0)[0])(stats["x"][2])
+    assert float(grad[0, 0, 0]) == 0.0 and float(grad[0, 1, 0]) > 0
+    # alpha scales every KL; the KL-x split keeps free nats on beta KL_x only.
+    total2, _ = losses.model_loss(zero, zero, stats, alpha=2.0, beta=0.5, free_nats=3.0)
+    np.testing.assert_allclose(total2, 2 * 5.5, rtol=1e-5)
+    split, _ = losses.model_loss(zero, zero, {"x": stats["x"]}, beta=0.5, free_nats=3.0, kl_split=True)
+    np.testing.assert_allclose(split, np.mean([0.5 * 3 + 0.5 * 1, 0.5 * 5 + 0.5 * 5]), rtol=1e-5)
+
+
+def test_scanned_sequence_shapes_for_every_factor():
+    config = WorldModelConfig(**{**SMALL, "z_belief": 4, "z_state": 2})
+    params = init_params(config, jax.random.PRNGKey(0))
+    data = sequences()
+    states, stats = observe(config, params, data["observations"], data["prev_actions"], jax.random.PRNGKey(1))
+    assert states["hx"].shape == (3, 4, 8) and states["x"].shape == (3, 4, 3)
+    assert states["hy"].shape == (3, 4, 6) and states["y"].shape == (3, 4, 2) and states["z"].shape == (3, 4, 2)
+    assert set(stats) == {"x", "y", "z"} and all(s.shape == (3, 4, 2) for s in stats["z"])
+    assert all_features(config, states).shape == (3, 4, 8 + 3 + 6 + 2 + 4 + 2)
+    assert (np.asarray(stats["x"][1]) >= 0.1).all()  # std = softplus + 0.1
+    with pytest.raises(ValueError, match="observations must be"):
+        observe(config, params, data["observations"][:, :, :4], data["prev_actions"], jax.random.PRNGKey(1))
+
+
+def test_y_prior_never_depends_on_actions_but_x_and_z_do():
+    """The priors' one-step transition: d prior_y / d a = 0 for any previous latents; x and z do use a.
+    (Over a filtered sequence y_{t-1} is a posterior sample, which may see the action, as in section 5.3.)"""
+    config = WorldModelConfig(**{**SMALL, "z_belief": 4, "z_state": 2})
+    params = init_params(config, jax.random.PRNGKey(0))
+    model = FactoredRSSM(config)
+    rng = np.random.default_rng(0)
+    previous = {k: jnp.asarray(rng.normal(size=v.shape), jnp.float32) for k, v in initial_state(config, (3,)).items()}
+    embed = jnp.asarray(rng.normal(size=(3, 16)), jnp.float32)
+    actions = jnp.asarray(rng.uniform(-1, 1, (3, 2)), jnp.float32)
+
+    def prior_mean(actions, factor):
+        _, stats = model.apply(params, previous, actions, embed, jax.random.PRNGKey(1), method="observe_step")
+        return stats[factor][0].sum() + stats[factor][1].sum()
+
+    for factor, dependent in (("y", False), ("x", True), ("z", True)):
+        grad = jax.grad(prior_mean)(actions, factor)
+        assert (float(jnp.abs(grad).max()) > 1e-6) == dependent, factor
+
+
+def test_dreamer_is_the_x_only_model_with_dreamers_loss():
+    model = WorldModelConfig(**SMALL)
+    config = DenoisedMDPConfig.dreamer(model, free_nats=3.0)
+    assert config.model.factors == ("x",) and config.alpha == 1.0
+    agent = DenoisedMDPAgent.create(config, 0)
+    names = set(agent.model_params["params"])
+    assert not any("y" in n.split("_")[-1] or n.endswith("_z") for n in names)
+    assert {n for n in names if n.startswith(("cells", "priors", "posteriors", "rewards"))} == {
+        "cells_x", "inputs_x", "priors_x", "posteriors_x", "rewards_x"} - {"inputs_x"}
+    data = sequences()
+    loss, (states, metrics) = agent.model_loss_fn(agent.model_params, data, jax.random.PRNGKey(3))
+    # Recompute Dreamer's loss by hand from the same posterior samples.
+    _, stats = observe(config.model, agent.model_params, data["observations"], data["prev_actions"],
+                       jax.random.PRNGKey(3))
+    m = FactoredRSSM(config.model)
+    recon = m.apply(agent.model_params, all_features(config.model, states), method="decode")
+    reward = m.apply(agent.model_params, states, method="reward")["x"]
+    kl = gaussian_kl(stats["x"][2], stats["x"][3], stats["x"][0], stats["x"][1])
+    expected = jnp.mean(0.5 * jnp.sum((data["observations"] - recon) ** 2, -1) + 0.5 * (data["rewards"] - reward) ** 2
+                        + jnp.maximum(kl, 3.0))
+    np.testing.assert_allclose(loss, expected, rtol=1e-5)
+
+
+def test_lambda_returns_match_a_python_reference():
+    rng = np.random.default_rng(0)
+    rewards, values = rng.normal(size=(5, 3)), rng.normal(size=(6, 3))
+    expected = np.zeros((5, 3))
+    nxt = values[-1]
+    for t in reversed(range(5)):
+        nxt = rewards[t] + 0.9 * ((1 - 0.8) * values[t + 1] + 0.8 * nxt)
+        expected[t] = nxt
+    np.testing.assert_allclose(losses.lambda_returns(jnp.asarray(rewards), jnp.asarray(values), 0.9, 0.8), expected,
+                               rtol=1e-5)
+    # lambda = 1: discounted Monte Carlo return bootstrapped at the end.
+    mc = losses.lambda_returns(jnp.ones((3, 1)), jnp.zeros((4, 1)), 0.5, 1.0)
+    np.testing.assert_allclose(mc[:, 0], [1.75, 1.5, 1.0])
+    with pytest.raises(ValueError, match="one more step"):
+        losses.lambda_returns(jnp.ones((3, 1)), jnp.ones((3, 1)))
+
+
+def test_sac_target_uses_the_next_actions_log_prob():
+    target = losses.sac_critic_target(jnp.array([1.0]), jnp.array([2.0]), jnp.array([3.0]), jnp.array([-4.0]),
+                                      alpha=0.5, discount=0.9)
+    np.testing.assert_allclose(target, 1.0 + 0.9 * (2.0 + 0.5 * 4.0))
+
+
+def test_imagination_rolls_the_x_prior_only():
+    config = WorldModelConfig(**SMALL)
+    params = init_params(config, jax.random.PRNGKey(0))
+    start = {k: v for k, v in initial_state(config, (7,)).items() if k in ("hx", "x")}
+    policy = lambda feat, key: jnp.tanh(feat[..., :2])  # noqa: E731
+    states, actions = imagine_x(config, params, start, policy, 4, jax.random.PRNGKey(1))
+    assert states["x"].shape == (5, 7, 3) and actions.shape == (4, 7, 2) and set(states) == {"hx", "x"}
+
+
+@pytest.mark.parametrize("policy", ["imagine", "sac"])
+def test_agent_update_act_and_learning(policy):
+    config = DenoisedMDPConfig(model=WorldModelConfig(**SMALL), policy=policy, actor_hidden=(16,),
+                               critic_hidden=(16,), horizon=3, imagine_starts=5, model_learning_rate=3e-3)
+    agent = DenoisedMDPAgent.create(config, 0)
+    data = sequences(b=4, t=6)
+    update = jax.jit(DenoisedMDPAgent.update)
+    first = None
+    for _ in range(40):
+        agent, metrics = update(agent, data)
+        first = metrics if first is None else first
+    assert float(metrics["recon_nll"]) < 0.7 * float(first["recon_nll"])  # the model fits a fixed batch
+    assert all(np.isfinite(float(v)) for v in metrics.values())
+    latent = agent.initial_latent(2)
+    actions, latent = jax.jit(DenoisedMDPAgent.act)(agent, latent, data["observations"][:2, 0],
+                                                    data["prev_actions"][:2, 0], jax.random.PRNGKey(0))
+    assert actions.shape == (2, 2) and np.abs(np.asarray(actions)).max() <= 1 and latent["y"].shape == (2, 2)
+    with pytest.raises(ValueError, match="prev_actions"):
+        agent.update({**data, "prev_actions": data["prev_actions"][..., :1]})
+    with pytest.raises(ValueError, match="observations must be"):
+        agent.act(latent, np.zeros((2, 4)), np.zeros((2, 2)))
+
+
+def test_bad_configs_are_rejected():
+    with pytest.raises(ValueError, match="y_belief and y_state"):
+        WorldModelConfig(y_belief=0, y_state=4)
+    with pytest.raises(ValueError, match="x factor"):
+        WorldModelConfig(x_belief=0, x_state=0)
+    with pytest.raises(ValueError, match="obs_shape"):
+        WorldModelConfig(obs_shape=(32, 32, 3))
+    with pytest.raises(ValueError, match="beta"):
+        DenoisedMDPConfig(beta=0.0)
+    with pytest.raises(ValueError, match="policy"):
+        DenoisedMDPConfig(policy="ppo")
+
+
+def test_pixel_encoder_and_decoder_shapes():
+    """The D.2.1 64x64 conv pair (checked by shape inference only, to stay fast)."""
+    config = WorldModelConfig(**{**SMALL, "obs_shape": (64, 64, 3), "conv_width": 4, "embed_dim": 32})
+    params = jax.eval_shape(lambda key: init_params(config, key), jax.random.PRNGKey(0))
+    conv = params["params"]["encoder"]
+    assert [conv[f"Conv_{i}"]["kernel"].shape for i in range(4)] == [(4, 4, 3, 4), (4, 4, 4, 8), (4, 4, 8, 16),
+                                                                      (4, 4, 16, 32)]  # k, 2k, 4k, 8k
+    assert conv["Dense_0"]["kernel"].shape == (2 * 2 * 32, 32)  # 64 -> 31 -> 14 -> 6 -> 2
+    model = FactoredRSSM(config)
+    frames = jax.ShapeDtypeStruct((2, 3, 64, 64, 3), jnp.uint8)
+    embed = jax.eval_shape(lambda p, f: model.apply(p, f, method="encode"), params, frames)
+    feats = jax.ShapeDtypeStruct((2, 3, 8 + 3 + 6 + 2), jnp.float32)
+    recon = jax.eval_shape(lambda p, f: model.apply(p, f, method="decode"), params, feats)
+    assert embed.shape == (2, 3, 32) and recon.shape == (2, 3, 64, 64, 3)  # 1 -> 5 -> 13 -> 30 -> 64
