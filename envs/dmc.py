@@ -22,8 +22,10 @@ state-observation analogues here (cumulative, like the paper's):
   camera-jitter process, per dimension) added to the observed positions/orientations.
 
 Episodes last 1000 control steps (``1000 / action_repeat`` agent steps; rewards are summed over the
-repeat). ``info`` holds, for evaluation only: ``agent_state`` (the MuJoCo state, qpos and qvel) and
-``distractor_state`` (every distractor variable of the variant: signals, point mass, jitter offsets).
+repeat). ``info`` holds, for evaluation only: ``agent_state`` (the MuJoCo state, qpos and qvel, without
+the horizontal root position of cheetah and walker, which their observations and rewards deliberately
+ignore) and ``distractor_state`` (every distractor variable of the variant: signals, point mass, jitter
+offsets).
 """
 from __future__ import annotations
 
@@ -169,7 +171,10 @@ class DMCEnv(gym.Env):
         if self.variant == "jitter":
             parts.append(np.concatenate([self._mass_pos, self._mass_vel]))
             distractor += [self._mass_pos, self._mass_vel, self._jitter.offset]
-        info = dict(agent_state=self._env.physics.get_state().astype(np.float32),
+        state = self._env.physics.get_state()
+        if self.task in ("cheetah-run", "walker-walk"):  # qpos[0] is rootx: unobservable by design
+            state = state[1:]
+        info = dict(agent_state=state.astype(np.float32),
                     distractor_state=(np.concatenate(distractor) if distractor else np.zeros(0)).astype(np.float32))
         return np.concatenate(parts).astype(np.float32), info
 
