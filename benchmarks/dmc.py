@@ -65,17 +65,22 @@ class Args:
     """Env (control) steps per run, 5000 of them random prefill; 100 updates per 1000 after that."""
     preset: Literal["cpu", "paper"] = "cpu"
     policy: Literal["imagine", "sac"] = "imagine"
+    free_nats: float = 3.0
+    """Free nats on Denoised MDP's KL_x (Dreamer keeps its own 3)."""
+    kl_split: bool = False
+    """Denoised MDP with D.2.1's KL-x split: free nats only on beta KL_x, (1 - beta) KL_x always paid."""
     probe_train: int = 3
     probe_test: int = 2
     out_dir: str = "results/dmc"
 
 
 def make_agent(method: str, task: str, variant: str, obs_dim: int, action_dim: int, preset: str, policy: str,
-               seed: int) -> DenoisedMDPAgent:
+               seed: int, free_nats: float = 3.0, kl_split: bool = False) -> DenoisedMDPAgent:
     p = PRESETS[preset]
     model = WorldModelConfig(obs_shape=(obs_dim,), action_dim=action_dim, **p["model"])
     if method == "denoised":
-        config = DenoisedMDPConfig(model=model, beta=BETAS[task][variant], policy=policy, **p["agent"])
+        config = DenoisedMDPConfig(model=model, beta=BETAS[task][variant], policy=policy, free_nats=free_nats,
+                                   kl_split=kl_split, **p["agent"])
     elif method == "dreamer":
         config = DenoisedMDPConfig.dreamer(dataclasses.replace(model, **p["dreamer"]), policy=policy, **p["agent"])
     else:
@@ -117,7 +122,8 @@ def run(args: Args) -> dict:
                     loop = DMCOnlineConfig(task=task, variant=variant, env_steps=args.env_steps, seed=seed,
                                            batch_size=p["batch_size"], chunk=p["chunk"],
                                            eval_every=max(args.env_steps // 5, 1000))
-                    agent = make_agent(method, task, variant, obs_dim, action_dim, args.preset, args.policy, seed)
+                    agent = make_agent(method, task, variant, obs_dim, action_dim, args.preset, args.policy, seed,
+                                       args.free_nats, args.kl_split)
                     start = time.time()
                     agent, history = train_dmc_online(agent, loop, out / f"{task}_{variant}_{method}_seed{seed}",
                                                       desc=f"{task} {variant} {method} s{seed}")
