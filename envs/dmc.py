@@ -10,8 +10,10 @@ state-observation analogues here (cumulative, like the paper's):
 
 * ``noiseless``: the task's own observation vector (flattened dm_control observation dict).
 * ``distractors``: + ``num_distractors`` uncontrollable, reward-irrelevant dimensions: smooth random
-  processes (low-passed Ornstein-Uhlenbeck signals squashed into (-0.5, 0.5), :class:`SmoothSignals`)
-  appended to the observation -- the analogue of the video background.
+  processes n (low-passed Ornstein-Uhlenbeck signals squashed into (-0.5, 0.5), :class:`SmoothSignals`),
+  observed as ``distractor_scale`` x n -- the analogue of the video background. The scale (4: about the
+  spread of the state dimensions) matters: with unit-variance Gaussian likelihoods, a small-amplitude
+  distractor is cheaper to ignore than to model, and then no model has to denoise anything.
 * ``noisy_sensor``: ``distractors`` + the task's reward-relevant sensor perturbed by the first distractor
   signal n in (-0.5, 0.5) (visible in the observation, like the video patch), and the reward recomputed
   from the perturbed sensor with the task's own reward function (D.2.1; scales as in the official code):
@@ -75,7 +77,7 @@ class JitterWalk:
 
     n: int
     rng: np.random.Generator
-    scale: float = 5.0
+    scale: float = 10.0
 
     def __post_init__(self):
         self.v, self.d = np.zeros(self.n), np.zeros(self.n)
@@ -97,7 +99,7 @@ class DMCEnv(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, task: str = "cheetah-run", variant: str = "noiseless", seed: int | None = None,
-                 action_repeat: int = 2, num_distractors: int = 8):
+                 action_repeat: int = 2, num_distractors: int = 8, distractor_scale: float = 4.0):
         from dm_control import suite
 
         if task not in TASKS:
@@ -109,6 +111,7 @@ class DMCEnv(gym.Env):
         if variant != "noiseless" and num_distractors < 1:
             raise ValueError(f"num_distractors must be >= 1 for variant {variant!r}, got {num_distractors}")
         self.task, self.variant, self.action_repeat = task, variant, action_repeat
+        self.distractor_scale = distractor_scale
         self.num_distractors = 0 if variant == "noiseless" else num_distractors
         domain, name = TASKS[task]
         self._env = suite.load(domain, name, task_kwargs=dict(random=np.random.RandomState(seed)))
@@ -164,7 +167,7 @@ class DMCEnv(gym.Env):
             parts.append(value)
         distractor = []
         if self.num_distractors:
-            parts.append(self._signals.value)
+            parts.append(self.distractor_scale * self._signals.value)
             distractor.append(self._signals.value)
         if self.variant == "noisy_sensor":
             parts.append([self._perturbed_sensor()])
