@@ -81,6 +81,8 @@ class Args:
     env_steps: int = 20_000
     updates_per_cycle: int | None = None
     """Gradient steps per 10 rollouts; None: 500 for states, 125 for images (C.3.3)."""
+    batch_size: int = 256
+    """Gradient-step batch size (C.3.3: 256)."""
     qrl_preset: Literal["paper", "cpu"] = "paper"
     """QRL network sizes: "paper" (C.3.3) or "cpu" (256-wide layers, IQE 16 x 32; ~4x faster)."""
     out_dir: str = "results/fetch"
@@ -110,7 +112,7 @@ def run(args: Args) -> dict:
         for seed in args.seeds:
             agent, overrides = make_agent(name, args.env, seed, args.qrl_preset, args.obs)
             config = OnlineConfig(task=args.env, obs=args.obs, env_steps=args.env_steps, seed=seed,
-                                  updates_per_cycle=updates, **overrides)
+                                  updates_per_cycle=updates, batch_size=args.batch_size, **overrides)
             configs[name] = dict(agent=dataclasses.asdict(agent.config), loop=dataclasses.asdict(config))
             start = time.time()
             _, history = train_online(agent, config, out / f"{name}_seed{seed}", desc=f"{name} seed {seed}")
