@@ -24,7 +24,7 @@ observation t). The whole sequence is filtered in one ``lax.scan`` (:func:`obser
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, Sequence
+from typing import Sequence
 
 import flax.linen as nn
 import jax
