@@ -7,10 +7,12 @@ import numpy as np
 def ridge_probe_r2(train_x, train_y, test_x, test_y, alpha: float = 1.0) -> float:
     """R^2 on held-out data of a ridge regression from features ``x [N, F]`` to targets ``y [N, K]``.
 
-    Features and targets are standardised with the training statistics; the score is the mean over target
-    dimensions of 1 - SSE / SST on the test set (dimensions constant on the test set are skipped), so 1 is
-    a perfect linear read-out and 0 is no better than the training mean. Returns NaN if ``y`` has no
-    non-constant dimension (e.g. the distractor state of a noiseless env).
+    Features and targets are standardised with the training statistics (target dimensions constant on the
+    training set are dropped), and the score is pooled over target dimensions: 1 - sum SSE / sum SST on the
+    test set, in standardised units. 1 is a perfect linear read-out, 0 no better than the test mean. Pooling
+    keeps a dimension that happens to be nearly constant on the test episodes (a fallen walker's joint) from
+    dominating, as a per-dimension average would. Returns NaN if ``y`` has no non-constant dimension (e.g. the
+    distractor state of a noiseless env).
     """
     from sklearn.linear_model import Ridge
 
@@ -27,12 +29,12 @@ def ridge_probe_r2(train_x, train_y, test_x, test_y, alpha: float = 1.0) -> floa
     if train_y.shape[1] == 0:
         return float("nan")
     mu_x, sd_x = train_x.mean(0), train_x.std(0) + 1e-8
-    mu_y, sd_y = train_y.mean(0), train_y.std(0) + 1e-8
-    model = Ridge(alpha=alpha).fit((train_x - mu_x) / sd_x, (train_y - mu_y) / sd_y)
-    pred = model.predict((test_x - mu_x) / sd_x) * sd_y + mu_y
-    sst = np.square(test_y - test_y.mean(0)).sum(0)
-    keep = sst > 1e-12 * len(test_y)
+    mu_y, sd_y = train_y.mean(0), train_y.std(0)
+    keep = sd_y > 1e-6
     if not keep.any():
         return float("nan")
-    sse = np.square(test_y - pred).sum(0)
-    return float(np.mean(1.0 - sse[keep] / sst[keep]))
+    target, test_target = (train_y[:, keep] - mu_y[keep]) / sd_y[keep], (test_y[:, keep] - mu_y[keep]) / sd_y[keep]
+    model = Ridge(alpha=alpha).fit((train_x - mu_x) / sd_x, target)
+    pred = model.predict((test_x - mu_x) / sd_x)
+    sst = np.square(test_target - test_target.mean(0)).sum()
+    return float(1.0 - np.square(test_target - pred).sum() / max(sst, 1e-12))
