@@ -6,8 +6,9 @@
 Each (task, variant, method, seed) runs Algorithm 1 (:mod:`agents.dmc_online`), then a **denoising
 probe**: episodes of the trained agent are filtered with the posterior, and ridge regressions from the x
 features and from the y features ([belief, state] of each factor; Dreamer has only x) to the true agent
-state (MuJoCo qpos, qvel) and to the distractor state are fitted on ``probe_train`` episodes and scored
-(R^2) on ``probe_test`` held-out episodes. A model that denoises keeps the agent state in x and the
+state (MuJoCo qpos, qvel) and to the distractor state are fitted on ``probe_train`` episodes (the ridge
+strength chosen by leave-one-episode-out cross-validation) and scored (R^2 pooled over standardised
+target dimensions) on ``probe_test`` held-out episodes. A model that denoises keeps the agent state in x and the
 distractors out of it. Denoised MDP uses Table D.5's beta for backprop-via-dynamics per task and variant.
 
 Saves ``results.json`` (command, configs, curves, probe scores), ``returns.png`` (episode return vs env
@@ -69,7 +70,7 @@ class Args:
     """Free nats on Denoised MDP's KL_x (Dreamer keeps its own 3)."""
     kl_split: bool = False
     """Denoised MDP with D.2.1's KL-x split: free nats only on beta KL_x, (1 - beta) KL_x always paid."""
-    probe_train: int = 3
+    probe_train: int = 4
     probe_test: int = 2
     out_dir: str = "results/dmc"
 
@@ -97,7 +98,8 @@ def probe(agent, loop: DMCOnlineConfig, args: Args, seed: int) -> dict:
             continue
         for target in ("agent_state", "distractor_state"):
             scores[f"{factor}->{target}"] = ridge_probe_r2(data[factor][train], data[target][train],
-                                                           data[factor][~train], data[target][~train])
+                                                           data[factor][~train], data[target][~train], alpha=None,
+                                                           groups=data["episode"][train])
     return scores
 
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 import numpy as np
 
 
-def ridge_probe_r2(train_x, train_y, test_x, test_y, alpha: float = 1.0) -> float:
+ALPHAS = tuple(float(a) for a in np.logspace(-2, 4, 13))
+
+
+def ridge_probe_r2(train_x, train_y, test_x, test_y, alpha: float | None = 1.0, groups=None) -> float:
     """R^2 on held-out data of a ridge regression from features ``x [N, F]`` to targets ``y [N, K]``.
 
     Features and targets are standardised with the training statistics (target dimensions constant on the
@@ -13,6 +16,10 @@ def ridge_probe_r2(train_x, train_y, test_x, test_y, alpha: float = 1.0) -> floa
     keeps a dimension that happens to be nearly constant on the test episodes (a fallen walker's joint) from
     dominating, as a per-dimension average would. Returns NaN if ``y`` has no non-constant dimension (e.g. the
     distractor state of a noiseless env).
+
+    ``alpha=None`` picks the ridge strength from :data:`ALPHAS` by leave-one-group-out cross-validation on
+    the training set (``groups``: e.g. the episode of every row, so that time-correlated rows of one episode
+    never sit on both sides of a fold).
     """
     from sklearn.linear_model import Ridge
 
@@ -34,7 +41,21 @@ def ridge_probe_r2(train_x, train_y, test_x, test_y, alpha: float = 1.0) -> floa
     if not keep.any():
         return float("nan")
     target, test_target = (train_y[:, keep] - mu_y[keep]) / sd_y[keep], (test_y[:, keep] - mu_y[keep]) / sd_y[keep]
-    model = Ridge(alpha=alpha).fit((train_x - mu_x) / sd_x, target)
-    pred = model.predict((test_x - mu_x) / sd_x)
+    features, test_features = (train_x - mu_x) / sd_x, (test_x - mu_x) / sd_x
+    if alpha is None:
+        if groups is None or len(np.unique(groups)) < 2:
+            raise ValueError("ridge_probe_r2: alpha=None needs groups with at least two distinct values")
+        groups = np.asarray(groups)
+        scores = []
+        for a in ALPHAS:
+            sse = sst = 0.0
+            for g in np.unique(groups):
+                held = groups == g
+                fold = Ridge(alpha=a).fit(features[~held], target[~held])
+                sse += np.square(target[held] - fold.predict(features[held])).sum()
+                sst += np.square(target[held] - target[held].mean(0)).sum()
+            scores.append(1.0 - sse / max(sst, 1e-12))
+        alpha = ALPHAS[int(np.argmax(scores))]
+    pred = Ridge(alpha=alpha).fit(features, target).predict(test_features)
     sst = np.square(test_target - test_target.mean(0)).sum()
     return float(1.0 - np.square(test_target - pred).sum() / max(sst, 1e-12))

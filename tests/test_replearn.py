@@ -238,3 +238,11 @@ def test_ridge_probe_r2_reads_out_linear_targets_and_not_noise():
     assert np.isnan(ridge_probe_r2(x[:400], np.zeros((400, 0)), x[400:], np.zeros((200, 0))))
     with pytest.raises(ValueError, match="same K"):
         ridge_probe_r2(x[:400], y[:400], x[400:, :4], y[400:])
+    # Cross-validated strength: many useless features, few rows -> strong regularisation beats alpha ~ 0.
+    wide = rng.normal(size=(120, 100))
+    target = wide[:, :1] + 0.5 * rng.normal(size=(120, 1))
+    groups = np.repeat(np.arange(4), 20)
+    cv = ridge_probe_r2(wide[:80], target[:80], wide[80:], target[80:], alpha=None, groups=groups)
+    assert cv > ridge_probe_r2(wide[:80], target[:80], wide[80:], target[80:], alpha=1e-2) + 0.1
+    with pytest.raises(ValueError, match="groups"):
+        ridge_probe_r2(x[:400], y[:400], x[400:], y[400:], alpha=None)
