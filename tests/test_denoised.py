@@ -151,7 +151,8 @@ def test_imagination_rolls_the_x_prior_only():
     assert states["x"].shape == (5, 7, 3) and actions.shape == (4, 7, 2) and set(states) == {"hx", "x"}
 
 
-@pytest.mark.parametrize("policy", ["imagine", "sac"])
+# SAC's update also runs (fast) in tests/test_dmc_online.py; its learning check is in the slow suite.
+@pytest.mark.parametrize("policy", ["imagine", pytest.param("sac", marks=pytest.mark.slow)])
 def test_agent_update_act_and_learning(policy):
     config = DenoisedMDPConfig(model=WorldModelConfig(**SMALL), policy=policy, actor_hidden=(16,),
                                critic_hidden=(16,), horizon=3, imagine_starts=5, model_learning_rate=3e-3)

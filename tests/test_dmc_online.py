@@ -21,7 +21,7 @@ def toy_agent():
     model = WorldModelConfig(obs_shape=(8,), action_dim=2, x_belief=8, x_state=2, y_belief=4, y_state=2, hidden=8,
                              embed_dim=8, mlp_encoder_hidden=(8,), mlp_decoder_hidden=(8,))
     return DenoisedMDPAgent.create(DenoisedMDPConfig(model=model, actor_hidden=(8,), critic_hidden=(8,),
-                                                     horizon=2), 0)
+                                                     policy="sac"), 0)
 
 
 def test_runs_logs_probes_and_resumes_exactly(tmp_path):
