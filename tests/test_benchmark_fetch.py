@@ -20,8 +20,8 @@ def test_efficiency_ratio_as_in_c33():
 
 @pytest.mark.parametrize("name", ["qrl", "crl", "gcbc", "ddpg_her", "ddpg_her_mrn", "ddpg_her_iqe"])
 def test_agent_factories(name):
-    agent, overrides = bf.make_agent(name, "push", 0)
-    assert agent.config.obs_dim == 25
+    cls, config, overrides = bf.agent_config(name, "push")  # configs only: creating paper-size agents is slow
+    assert config.obs_dim == 25 and hasattr(cls, "create")
     assert set(overrides) <= {"exploration_noise", "p_future"}
     with pytest.raises(ValueError, match="unknown agent"):
         bf.make_agent("sac", "reach", 0)

@@ -24,8 +24,9 @@ def toy_agent():
                                                      policy="sac"), 0)
 
 
-def test_runs_logs_probes_and_resumes_exactly(tmp_path):
-    full, history = train_dmc_online(toy_agent(), TOY, tmp_path / "full")
+@pytest.mark.slow  # ~45 s (compiles the update and act); keeps the default suite under 10 minutes
+def test_runs_logs_and_resumes_exactly(tmp_path):
+    full, history = train_dmc_online(toy_agent(), TOY)  # no run dir: nothing saved
     assert [r["env_steps"] for r in history] == [1000, 2000, 3000, 4000]
     assert "model_loss" in history[-1] and "eval_return" in history[-1]
     train_dmc_online(toy_agent(), dataclasses.replace(TOY, env_steps=3000), tmp_path / "split")
@@ -35,7 +36,11 @@ def test_runs_logs_probes_and_resumes_exactly(tmp_path):
     assert resumed_history[-1]["train_return"] == history[-1]["train_return"]
     logged = [json.loads(line)["env_steps"] for line in (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()]
     assert logged == [1000, 2000, 3000, 4000]
-    data = latent_probe_data(full, TOY, episodes=2, seed=0)
+
+
+@pytest.mark.slow  # ~15 s
+def test_probe_data_has_x_and_y_features_per_step():
+    data = latent_probe_data(toy_agent(), TOY, episodes=2, seed=0)
     assert data["x"].shape == (2 * 101, 10) and data["y"].shape == (2 * 101, 6)
     assert data["distractor_state"].shape == (2 * 101, 2) and set(np.unique(data["episode"])) == {0, 1}
 

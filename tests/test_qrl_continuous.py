@@ -95,10 +95,14 @@ def test_actor_learns_to_move_towards_the_goal_under_a_known_critic():
     assert np.median(cosine) > 0.9
 
 
-def test_seeds_vmap_and_bad_batches():
+@pytest.mark.slow  # ~25 s; agents vmapping over seeds is also checked in tests/test_multidevice.py
+def test_seeds_vmap():
     agents = jax.vmap(lambda s: QRLContinuousAgent.create(TINY, s))(jnp.arange(3))
     _, metrics = jax.jit(jax.vmap(QRLContinuousAgent.update, in_axes=(0, None)))(agents, batch())
     assert metrics["actor_loss"].shape == (3,)
+
+
+def test_bad_batches_and_configs():
     agent = QRLContinuousAgent.create(TINY, 0)
     bad = dict(batch(), actions=np.zeros((32, 3), np.float32))
     with pytest.raises(ValueError, match=r"batch\['actions'\] must have shape \(32, 2\)"):
@@ -110,6 +114,7 @@ def test_seeds_vmap_and_bad_batches():
     assert math.isclose(TINY.entropy_target, -2.0)
 
 
+@pytest.mark.slow  # ~25 s (a conv update compile); the Fetch env and buffer image paths have fast tests
 def test_image_observations_use_conv_backbones():
     """64x64 uint8 frames: every critic and the actor own an Atari conv backbone (1024 features)."""
     config = dataclasses.replace(TINY, **{**IMAGE_DEFAULTS, "encoder_hidden": (16,)})
