@@ -24,7 +24,7 @@ from tqdm import tqdm
 from denoised.model import features, observe
 from envs.dmc import EPISODE_STEPS, DMCEnv
 from envs.replay import SequenceBuffer
-from qrl.train import MetricsLog, checkpoint_manager, restore_checkpoint
+from qrl.train import close_online_run, open_online_run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,14 +126,7 @@ def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None 
                                    env.action_space.shape[0])
     state = dict(agent=agent, buffer=buffer, key=jax.random.PRNGKey(config.seed), env_steps=jnp.int32(0),
                  episode=jnp.int32(0))
-    manager, log = None, None
-    if run_dir is not None:
-        run_dir = Path(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        manager = checkpoint_manager(run_dir, keep=2)
-        if config.resume and manager.latest_step() is not None:
-            _, state = restore_checkpoint(manager, state)
-        log = MetricsLog(run_dir, int(state["env_steps"]), step_key="env_steps")
+    manager, log, state = open_online_run(run_dir, state, config.resume)
     history = list(log.rows) if log else []
     bar = tqdm(total=config.env_steps, initial=int(state["env_steps"]), desc=desc, unit="step")
     next_eval = (int(state["env_steps"]) // config.eval_every + 1) * config.eval_every
@@ -173,11 +166,7 @@ def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None 
                                                          or int(state["env_steps"]) >= config.env_steps):
                 manager.save(int(state["env_steps"]), args=ocp.args.StandardSave(state))
     bar.close()
-    if log:
-        log.write_csv()
-    if manager:
-        manager.wait_until_finished()
-        manager.close()
+    close_online_run(manager, log)
     return state["agent"], history
 
 

@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from envs import fetch
 from envs.replay import EpisodeBuffer
-from qrl.train import MetricsLog, checkpoint_manager, restore_checkpoint
+from qrl.train import close_online_run, open_online_run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,14 +121,7 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
         buffer = EpisodeBuffer.create(config.episode_capacity, fetch.EPISODE_LENGTH, spec.obs_dim, fetch.ACTION_DIM)
     key = jax.random.PRNGKey(config.seed)
     state = dict(agent=agent, buffer=buffer, key=key, env_steps=jnp.int32(0), cycle=jnp.int32(0))
-    manager, log = None, None
-    if run_dir is not None:
-        run_dir = Path(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        manager = checkpoint_manager(run_dir, keep=2)
-        if config.resume and manager.latest_step() is not None:
-            _, state = restore_checkpoint(manager, state)
-        log = MetricsLog(run_dir, int(state["env_steps"]), step_key="env_steps")
+    manager, log, state = open_online_run(run_dir, state, config.resume)
     history = list(log.rows) if log else []
 
     def collect(state, policy, seed):
@@ -173,11 +166,7 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
                                                          or int(state["env_steps"]) >= config.env_steps):
                 manager.save(int(state["env_steps"]), args=ocp.args.StandardSave(state))
     bar.close()
-    if log:
-        log.write_csv()
-    if manager:
-        manager.wait_until_finished()
-        manager.close()
+    close_online_run(manager, log)
     for r in (renderer, eval_renderer):
         if r is not None:
             r.close()

@@ -134,6 +134,28 @@ def restore_checkpoint(manager: ocp.CheckpointManager, target: Any, step: int | 
                            f"match this agent/config ({type(e).__name__}: {e})") from e
 
 
+def open_online_run(run_dir, state: dict, resume: bool, step_key: str = "env_steps"):
+    """For the online loops: (checkpoint manager, metrics log, state) of ``run_dir`` (all None but the state
+    without a run dir); with ``resume`` and a checkpoint, ``state`` is restored from the latest one."""
+    if run_dir is None:
+        return None, None, state
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    manager = checkpoint_manager(run_dir, keep=2)
+    if resume and manager.latest_step() is not None:
+        _, state = restore_checkpoint(manager, state)
+    return manager, MetricsLog(run_dir, int(state[step_key]), step_key=step_key), state
+
+
+def close_online_run(manager, log) -> None:
+    """Write the CSV log and wait for pending checkpoint writes."""
+    if log:
+        log.write_csv()
+    if manager:
+        manager.wait_until_finished()
+        manager.close()
+
+
 def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str | os.PathLike | None = None,
                   desc: str = "train"):
     """Train ``agent`` on ``data`` for ``config.steps`` updates. Returns ``(agent, history)``.
