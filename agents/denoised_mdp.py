@@ -34,7 +34,8 @@ import optax
 from agents.common import as_key
 from agents.policies import TanhNormalPolicy, tanh_normal_sample
 from denoised import losses
-from denoised.model import FactoredRSSM, WorldModelConfig, all_features, features, imagine_x, init_params, observe
+from denoised.model import (FactoredRSSM, WorldModelConfig, all_features, features, imagine_x, init_params,
+                            initial_state, observe)
 from qrl.losses import entropy_weight_loss
 
 Batch = dict[str, jax.Array]
@@ -118,9 +119,9 @@ def validate_batch(batch: Batch, c: WorldModelConfig) -> None:
     for key in ("observations", "prev_actions", "rewards"):
         if key not in batch:
             raise ValueError(f"batch is missing {key!r}; expected observations, prev_actions, rewards")
-    b, t = batch["rewards"].shape if batch["rewards"].ndim == 2 else (None, None)
-    if b is None:
+    if batch["rewards"].ndim != 2:
         raise ValueError(f"batch['rewards'] must be [B, T], got {batch['rewards'].shape}")
+    b, t = batch["rewards"].shape
     if batch["prev_actions"].shape != (b, t, c.action_dim):
         raise ValueError(f"batch['prev_actions'] must be [{b}, {t}, {c.action_dim}], got {batch['prev_actions'].shape}")
     if tuple(batch["observations"].shape) != (b, t, *c.obs_shape):
@@ -146,7 +147,7 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
         feat = jnp.zeros((1, m.feature_dim("x")))
         action = jnp.zeros((1, m.action_dim))
         model_params = init_params(m, model_key)
-        actor_params = TanhNormalPolicy(config.actor_hidden, m.action_dim).init(actor_key, feat)
+        actor_params = cls.actor_module(config).init(actor_key, feat)
         critic = Critic(config.critic_hidden)
         if config.policy == "imagine":
             critic_params = critic.init(critic_key, feat)
@@ -166,8 +167,13 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
     def model(self) -> FactoredRSSM:
         return FactoredRSSM(self.config.model)
 
+    @staticmethod
+    def actor_module(config: DenoisedMDPConfig) -> TanhNormalPolicy:
+        """pi(a | x): reads x's features [h^x, x] only."""
+        return TanhNormalPolicy(config.actor_hidden, config.model.action_dim)
+
     def _policy(self, actor_params, feat, key):
-        mean, log_std = TanhNormalPolicy(self.config.actor_hidden, self.config.model.action_dim).apply(actor_params, feat)
+        mean, log_std = self.actor_module(self.config).apply(actor_params, feat)
         return tanh_normal_sample(key, mean, log_std)
 
     # ---------------------------------------------------------------------------- world model
@@ -273,8 +279,6 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
 
     # ------------------------------------------------------------------------------- inference
     def initial_latent(self, batch_size: int) -> dict:
-        from denoised.model import initial_state
-
         return initial_state(self.config.model, (batch_size,))
 
     def filter(self, latent: dict, observations, prev_actions, rng) -> dict:
@@ -294,6 +298,6 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
         latent = self.filter(latent, observations, prev_actions, filter_key)
         feat = features(latent, "x")
         if rng is None:
-            mean, _ = TanhNormalPolicy(self.config.actor_hidden, m.action_dim).apply(self.actor_params, feat)
+            mean, _ = self.actor_module(self.config).apply(self.actor_params, feat)
             return jnp.tanh(mean), latent
         return self._policy(self.actor_params, feat, policy_key)[0], latent

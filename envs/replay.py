@@ -24,6 +24,17 @@ import jax.numpy as jnp
 from flax import struct
 
 
+def _checked_sizes(owner: str, obs_shape: int | tuple[int, ...], **sizes: int) -> tuple[int, ...]:
+    """``obs_shape`` as a tuple, after checking it and every named size is made of positive ints."""
+    obs_shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
+    if not obs_shape:
+        raise ValueError(f"{owner}: obs_shape must have at least one dimension")
+    for name, value in (*sizes.items(), *((f"obs_shape[{i}]", n) for i, n in enumerate(obs_shape))):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}")
+    return obs_shape
+
+
 class EpisodeBuffer(struct.PyTreeNode):
     observations: jax.Array  # [E, T + 1, *obs_shape]
     actions: jax.Array       # [E, T, A]
@@ -34,13 +45,8 @@ class EpisodeBuffer(struct.PyTreeNode):
     def create(cls, capacity: int, horizon: int, obs_shape: int | tuple[int, ...], action_dim: int,
                dtype=jnp.float32) -> "EpisodeBuffer":
         """An empty buffer; ``dtype`` is the observations' (e.g. ``jnp.uint8`` for images)."""
-        obs_shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
-        for name, value in (("capacity", capacity), ("horizon", horizon), ("action_dim", action_dim),
-                            *((f"obs_shape[{i}]", n) for i, n in enumerate(obs_shape))):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"EpisodeBuffer.create: {name} must be a positive int, got {value!r}")
-        if not obs_shape:
-            raise ValueError("EpisodeBuffer.create: obs_shape must have at least one dimension")
+        obs_shape = _checked_sizes("EpisodeBuffer.create", obs_shape, capacity=capacity, horizon=horizon,
+                                   action_dim=action_dim)
         return cls(observations=jnp.zeros((capacity, horizon + 1, *obs_shape), dtype),
                    actions=jnp.zeros((capacity, horizon, action_dim), jnp.float32),
                    size=jnp.zeros((), jnp.int32), insert_at=jnp.zeros((), jnp.int32))
@@ -122,11 +128,8 @@ class SequenceBuffer(struct.PyTreeNode):
     @classmethod
     def create(cls, capacity: int, length: int, obs_shape: int | tuple[int, ...], action_dim: int,
                dtype=jnp.float32) -> "SequenceBuffer":
-        obs_shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
-        for name, value in (("capacity", capacity), ("length", length), ("action_dim", action_dim),
-                            *((f"obs_shape[{i}]", n) for i, n in enumerate(obs_shape))):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"SequenceBuffer.create: {name} must be a positive int, got {value!r}")
+        obs_shape = _checked_sizes("SequenceBuffer.create", obs_shape, capacity=capacity, length=length,
+                                   action_dim=action_dim)
         return cls(observations=jnp.zeros((capacity, length, *obs_shape), dtype),
                    prev_actions=jnp.zeros((capacity, length, action_dim), jnp.float32),
                    rewards=jnp.zeros((capacity, length), jnp.float32),
