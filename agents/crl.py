@@ -23,7 +23,7 @@ import optax
 
 from agents.common import as_key
 from agents.policies import TanhNormalPolicy, tanh_normal_sample
-from agents.qrl import MLP
+from agents.networks import MLP
 from replearn.objectives import binary_nce, info_nce
 
 Batch = dict[str, jax.Array]

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import optax
 
 from agents.common import as_key
-from agents.qrl import MLP
+from agents.networks import MLP
 from qrl.quasimetrics import make_head
 
 

@@ -1,9 +1,32 @@
-"""Network pieces shared by the agents."""
+"""Network pieces shared by the agents and the world model."""
 from __future__ import annotations
+
+from typing import Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
+
+class MLP(nn.Module):
+    """Dense layers of widths ``hidden`` with ``activation`` between them, then a linear ``out_dim`` output.
+
+    ``activation`` names a ``flax.linen`` function ("relu" for the RL agents, "elu" for the Dreamer-style world
+    model); ``zero_init_last`` starts the output layer at zero (a residual branch that begins as the identity).
+    """
+
+    hidden: Sequence[int]
+    out_dim: int
+    activation: str = "relu"
+    zero_init_last: bool = False
+
+    @nn.compact
+    def __call__(self, x):
+        act = getattr(nn, self.activation)
+        for width in self.hidden:
+            x = act(nn.Dense(width)(x))
+        init = nn.initializers.zeros if self.zero_init_last else nn.initializers.lecun_normal()
+        return nn.Dense(self.out_dim, kernel_init=init, bias_init=nn.initializers.zeros)(x)
 
 
 class AtariConvBackbone(nn.Module):

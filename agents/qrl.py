@@ -18,7 +18,7 @@ states rolled by one), replaced by the general goal with probability ``p_general
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 import flax.linen as nn
 import flax.struct
@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import optax
 
 from agents.common import as_key
-from agents.networks import AtariConvBackbone
+from agents.networks import MLP, AtariConvBackbone
 
 from qrl import losses
 from qrl.quasimetrics import make_head
@@ -104,19 +104,6 @@ class QRLConfig:
 
 
 # ---------------------------------------------------------------------------------------- networks
-
-
-class MLP(nn.Module):
-    hidden: Sequence[int]
-    out_dim: int
-    zero_init_last: bool = False
-
-    @nn.compact
-    def __call__(self, x):
-        for width in self.hidden:
-            x = nn.relu(nn.Dense(width)(x))
-        init = nn.initializers.zeros if self.zero_init_last else nn.initializers.lecun_normal()
-        return nn.Dense(self.out_dim, kernel_init=init, bias_init=nn.initializers.zeros)(x)
 
 
 class QuasimetricCritic(nn.Module):

@@ -39,7 +39,7 @@ import optax
 import tyro
 from tqdm import tqdm
 
-from agents.qrl import MLP
+from agents.networks import MLP
 from envs import random_graphs as rg
 from qrl import quasimetrics as qm
 

@@ -39,7 +39,7 @@ from sklearn.datasets import load_digits
 from sklearn.linear_model import LogisticRegression
 from tqdm import tqdm
 
-from agents.qrl import MLP
+from agents.networks import MLP
 from replearn import metrics, objectives
 
 

@@ -24,11 +24,12 @@ observation t). The whole sequence is filtered in one ``lax.scan`` (:func:`obser
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
+from agents.networks import MLP
 
 FACTORS = ("x", "y", "z")
 MIN_STD = 0.1
@@ -86,18 +87,7 @@ class WorldModelConfig:
 
 # ------------------------------------------------------------------------------------- networks
 
-
-class MLP(nn.Module):
-    hidden: Sequence[int]
-    out_dim: int
-    activation: str = "elu"
-
-    @nn.compact
-    def __call__(self, x):
-        act = getattr(nn, self.activation)
-        for width in self.hidden:
-            x = act(nn.Dense(width)(x))
-        return nn.Dense(self.out_dim)(x)
+ELU = "elu"  # Dreamer's activation for every dense layer of the world model
 
 
 class ConvEncoder(nn.Module):
@@ -157,14 +147,14 @@ class FactoredRSSM(nn.Module):
             self.encoder = ConvEncoder(c.conv_width, c.embed_dim)
             self.decoder = ConvDecoder(c.conv_width, c.embed_dim)
         else:
-            self.encoder = MLP(c.mlp_encoder_hidden, c.embed_dim)
-            self.decoder = MLP(c.mlp_decoder_hidden, c.obs_shape[0])
+            self.encoder = MLP(c.mlp_encoder_hidden, c.embed_dim, ELU)
+            self.decoder = MLP(c.mlp_decoder_hidden, c.obs_shape[0], ELU)
         self.cells = {f: nn.GRUCell(getattr(c, f"{f}_belief")) for f in c.factors}
         self.inputs = {f: nn.Dense(c.hidden) for f in c.factors}
-        self.priors = {f: MLP((c.hidden,), 2 * getattr(c, f"{f}_state")) for f in c.factors}
-        self.posteriors = {f: MLP((c.hidden,), 2 * getattr(c, f"{f}_state"))
+        self.priors = {f: MLP((c.hidden,), 2 * getattr(c, f"{f}_state"), ELU) for f in c.factors}
+        self.posteriors = {f: MLP((c.hidden,), 2 * getattr(c, f"{f}_state"), ELU)
                            for f in c.factors}
-        self.rewards = {f: MLP((c.hidden, c.hidden), 1) for f in ("x", "y") if f in c.factors}
+        self.rewards = {f: MLP((c.hidden, c.hidden), 1, ELU) for f in ("x", "y") if f in c.factors}
 
     # -------------------------------------------------------------------------------- pieces
     def encode(self, observations):

@@ -1,6 +1,5 @@
 import dataclasses
 import json
-from pathlib import Path
 
 import jax
 import numpy as np
