@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
+import jax
 import numpy as np
 import tyro
 
@@ -81,6 +82,9 @@ class Args:
     env_steps: int = 20_000
     updates_per_cycle: int | None = None
     """Gradient steps per 10 rollouts; None: 500 for states, 125 for images (C.3.3)."""
+    updates_per_call: int | None = None
+    """Gradient steps per compiled call; None: 1 for images on CPU (XLA:CPU runs convs in a loop ~7x slower,
+    see ``OnlineConfig.updates_per_call``), else the whole cycle in one call."""
     batch_size: int = 256
     """Gradient-step batch size (C.3.3: 256)."""
     qrl_preset: Literal["paper", "cpu"] = "paper"
@@ -103,6 +107,7 @@ def efficiency_ratio(qrl_steps, qrl_success, peer_steps, peer_success) -> float 
 
 def run(args: Args) -> dict:
     updates = args.updates_per_cycle or (125 if args.obs == "image" else 500)
+    per_call = args.updates_per_call or (1 if args.obs == "image" and jax.default_backend() == "cpu" else None)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -112,7 +117,8 @@ def run(args: Args) -> dict:
         for seed in args.seeds:
             agent, overrides = make_agent(name, args.env, seed, args.qrl_preset, args.obs)
             config = OnlineConfig(task=args.env, obs=args.obs, env_steps=args.env_steps, seed=seed,
-                                  updates_per_cycle=updates, batch_size=args.batch_size, **overrides)
+                                  updates_per_cycle=updates, updates_per_call=per_call, batch_size=args.batch_size,
+                                  **overrides)
             configs[name] = dict(agent=dataclasses.asdict(agent.config), loop=dataclasses.asdict(config))
             start = time.time()
             _, history = train_online(agent, config, out / f"{name}_seed{seed}", desc=f"{name} seed {seed}")

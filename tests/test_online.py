@@ -9,8 +9,9 @@ import pytest
 pytest.importorskip("gymnasium_robotics")
 from agents.crl import CRLAgent, CRLConfig  # noqa: E402
 from agents.gcbc import GCBCAgent, GCBCConfig  # noqa: E402
-from agents.online import OnlineConfig, train_online  # noqa: E402
+from agents.online import OnlineConfig, train_cycle, train_online  # noqa: E402
 from agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig  # noqa: E402
+from envs.replay import EpisodeBuffer  # noqa: E402
 
 TOY = OnlineConfig(task="reach", env_steps=400, prefill_episodes=4, rollouts_per_cycle=2, updates_per_cycle=3,
                    batch_size=16, eval_every=200, eval_episodes=2, checkpoint_every=1, buffer_episodes=16)
@@ -32,6 +33,23 @@ def test_qrl_runs_logs_and_resumes_exactly(tmp_path):
     logged = [json.loads(line)["env_steps"]
               for line in (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()]
     assert logged == [r["env_steps"] for r in history]  # nothing logged twice across the resume
+
+
+def test_splitting_a_cycle_into_calls_gives_the_same_updates():
+    # 4 steps in one scanned call vs one call per step vs 2 x 2: same batches, same parameters, same mean metrics.
+    rng = np.random.default_rng(0)
+    buffer = EpisodeBuffer.create(8, 50, 10, 4).add(rng.normal(size=(8, 51, 10)), rng.uniform(-1, 1, (8, 50, 4)))
+    agent, key = QRLContinuousAgent.create(QRL_TINY, 0), jax.random.PRNGKey(3)
+    runs = [train_cycle(agent, buffer, key, None, dataclasses.replace(TOY, updates_per_cycle=4, updates_per_call=n))
+            for n in (None, 1, 2)]
+    for other in runs[1:]:
+        for a, b in zip(jax.tree.leaves(runs[0][0].critic_params), jax.tree.leaves(other[0].critic_params)):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        for name, value in runs[0][1].items():
+            np.testing.assert_allclose(value, other[1][name], rtol=1e-4, atol=1e-6, err_msg=name)
+    assert not np.allclose(jax.tree.leaves(agent.critic_params)[0], jax.tree.leaves(runs[0][0].critic_params)[0])
+    with pytest.raises(ValueError, match="updates_per_call must be a positive divisor"):
+        OnlineConfig(updates_per_cycle=125, updates_per_call=2)
 
 
 @pytest.mark.parametrize("make", [lambda: CRLAgent.create(CRLConfig(hidden=(16,), repr_dim=4, actor_hidden=(8,)), 0),
