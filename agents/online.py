@@ -118,12 +118,17 @@ def _explore(agent, observations, goals, key, noise: float):
 _greedy = jax.jit(lambda agent, observations, goals: agent.act(observations, goals))
 
 
-def evaluate(agent, env, task: str, episodes: int, seed: int, renderer=None) -> float:
-    """Success rate of the deterministic policy over ``episodes`` episodes (in batches of env's size)."""
+def eval_seed(env_steps: int) -> int:
+    """Seed of the evaluation at ``env_steps``: every agent (and the zero-action reference of
+    :mod:`benchmarks.fetch`) is evaluated on the same initial states and goals at the same step."""
+    return 10_000_000 + int(env_steps)
+
+
+def evaluate(policy, env, task: str, episodes: int, seed: int, renderer=None) -> float:
+    """Success rate of ``policy(obs, goals) -> actions`` over ``episodes`` episodes (in batches of env's size)."""
     successes = []
     for i in range(math.ceil(episodes / env.num_envs)):
-        out = fetch.rollout(env, task, lambda o, g: np.asarray(_greedy(agent, o, g)), seed=seed + i,
-                            renderer=renderer)
+        out = fetch.rollout(env, task, policy, seed=seed + i, renderer=renderer)
         successes.append(out["success"])
     return float(np.concatenate(successes)[:episodes].mean())
 
@@ -177,8 +182,9 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
         row = {"env_steps": int(state["env_steps"]), "cycle": cycle + 1, "explore_success": explore_success,
                **{k: float(v) for k, v in metrics.items()}}
         if int(state["env_steps"]) >= next_eval or int(state["env_steps"]) >= config.env_steps:
-            row["eval_success"] = evaluate(state["agent"], eval_env, config.task, config.eval_episodes,
-                                           seed=10_000_000 + int(state["env_steps"]), renderer=eval_renderer)
+            greedy = lambda o, g: np.asarray(_greedy(state["agent"], o, g))  # noqa: E731
+            row["eval_success"] = evaluate(greedy, eval_env, config.task, config.eval_episodes,
+                                           seed=eval_seed(state["env_steps"]), renderer=eval_renderer)
             next_eval += config.eval_every
             bar.set_postfix(success=f"{row['eval_success']:.2f}")
         history.append(row)

@@ -7,7 +7,9 @@ prefill episodes, then cycles of 10 rollouts + 500 gradient steps, evaluation of
 env steps. Saves ``results.json`` (command, configs, per-seed curves), ``curves.png`` (success rate vs env
 steps, mean and min-max over seeds, smoothed by a sliding window of 5 evaluations as in the paper) and
 prints the final success rates and the sample-efficiency ratio of C.3.3: the env steps at which QRL's
-smoothed success first exceeds a peer's final smoothed success, divided into the peer's budget.
+smoothed success first exceeds a peer's final smoothed success, divided into the peer's budget. A
+zero-action reference (a policy that never moves, on the same evaluation episodes) is measured, plotted and
+tabled with them: the rate of episodes that start solved, below which nothing has been learned.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import tyro
 from agents.crl import CRLAgent, CRLConfig
 from agents.ddpg_her import DDPGHERAgent, DDPGHERConfig
 from agents.gcbc import GCBCAgent, GCBCConfig
-from agents.online import OnlineConfig, train_online
+from agents.online import OnlineConfig, eval_seed, evaluate, train_online
 from agents.qrl_continuous import IMAGE_DEFAULTS, QRLContinuousAgent, QRLContinuousConfig
 from envs import fetch
 
@@ -90,6 +92,9 @@ class Args:
     qrl_preset: Literal["paper", "cpu"] = "paper"
     """QRL network sizes: "paper" (C.3.3) or "cpu" (256-wide layers, IQE 16 x 32; ~4x faster)."""
     out_dir: str = "results/fetch"
+    add_reference_to: str | None = None
+    """Instead of training: add the zero-action reference curve to the results.json in this directory (a run
+    saved before the reference existed) and redraw its plot."""
 
 
 def smooth(values: np.ndarray, window: int = 5) -> np.ndarray:
@@ -103,6 +108,38 @@ def efficiency_ratio(qrl_steps, qrl_success, peer_steps, peer_success) -> float 
     target = peer_success[-1]
     above = np.flatnonzero(np.asarray(qrl_success) > target)
     return None if not len(above) else float(peer_steps[-1] / qrl_steps[above[0]])
+
+
+def zero_action_success(task: str, env_steps: list[int], episodes: int = 50) -> list[float]:
+    """Success of the policy that never moves, evaluated like the agents (same episodes and goals at each
+    evaluation step): the rate of episodes that start already solved, which no agent needs to learn. Image
+    runs share it (same simulator, same seeds)."""
+    env = fetch.make_vector_env(task, min(episodes, 10))
+    still = lambda o, g: np.zeros((len(o), fetch.ACTION_DIM), np.float32)  # noqa: E731
+    try:
+        return [evaluate(still, env, task, episodes, seed=eval_seed(step)) for step in env_steps]
+    finally:
+        env.close()
+
+
+NOT_LEARNED_MARGIN = 0.05
+"""A peer whose final success is within this of the zero-action reference has learned nothing measurable;
+its sample-efficiency ratio would compare noise, so it is not reported."""
+
+
+def add_reference(record: dict, task: str) -> dict:
+    """Put the zero-action curve (raw and smoothed) into a results record; drop the efficiency ratio against
+    peers that are not ``NOT_LEARNED_MARGIN`` above it."""
+    summary = record["summary"]
+    steps = next(iter(record["curves"].values()))[0]["env_steps"]
+    raw = zero_action_success(task, steps)
+    reference = float(smooth(raw)[-1])
+    for s in summary.values():
+        if "qrl_sample_efficiency_ratio" in s and s["final_success"] < reference + NOT_LEARNED_MARGIN:
+            s.update(qrl_sample_efficiency_ratio=None, ratio_undefined="peer not above the zero-action reference")
+    summary["zero_action"] = dict(final_success=reference, env_steps=steps, success=raw,
+                                  smoothed_mean=smooth(raw).tolist())
+    return record
 
 
 def run(args: Args) -> dict:
@@ -136,15 +173,36 @@ def run(args: Args) -> dict:
                 summary[name]["qrl_sample_efficiency_ratio"] = efficiency_ratio(
                     summary["qrl"]["env_steps"], summary["qrl"]["smoothed_mean"], summary[name]["env_steps"],
                     summary[name]["smoothed_mean"])
-    table = format_table(args, summary)
-    print(table)
-    plot_curves(out / "curves.png", args, curves)
-    record = dict(command=" ".join(shlex.quote(a) for a in ["python", "-m", "benchmarks.fetch", *sys.argv[1:]]),
-                  args=dataclasses.asdict(args), configs=configs, curves=curves, summary=summary, table=table,
-                  total_seconds=time.time() - t0)
+    record = dict(command=_command(), args=dataclasses.asdict(args), configs=configs, curves=curves,
+                  summary=summary)
+    add_reference(record, args.env)
+    record.update(table=format_table(args, summary), total_seconds=time.time() - t0)
+    return _save(out, args, record)
+
+
+def _command() -> str:
+    return " ".join(shlex.quote(a) for a in ["python", "-m", "benchmarks.fetch", *sys.argv[1:]])
+
+
+def _save(out: Path, args: Args, record: dict) -> dict:
+    print(record["table"])
+    plot_curves(out / "curves.png", args, record["curves"], record["summary"].get("zero_action"))
     (out / "results.json").write_text(json.dumps(record, indent=1))
     print(f"saved {out / 'results.json'} and {out / 'curves.png'}")
     return record
+
+
+def add_reference_to(directory: str) -> dict:
+    """``--add-reference-to DIR``: the zero-action curve for an earlier run's saved results."""
+    path = Path(directory) / "results.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"--add-reference-to: no results.json in {directory!r}")
+    record = json.loads(path.read_text())
+    args = Args(**{k: tuple(v) if isinstance(v, list) else v for k, v in record["args"].items()
+                   if k in {f.name for f in dataclasses.fields(Args)}})
+    add_reference(record, args.env)
+    record.update(table=format_table(args, record["summary"]), reference_command=_command())
+    return _save(path.parent, args, record)
 
 
 def format_table(args: Args, summary: dict) -> str:
@@ -153,12 +211,17 @@ def format_table(args: Args, summary: dict) -> str:
              f"{'agent':16s}{'final success (smoothed)':>26s}{'QRL sample-efficiency ratio':>30s}"]
     for name, s in summary.items():
         ratio = s.get("qrl_sample_efficiency_ratio")
-        ratio_cell = "-" if name == "qrl" else ("QRL never exceeds it" if ratio is None else f"{ratio:.2f}x")
+        if name in ("qrl", "zero_action"):
+            ratio_cell = "-"
+        elif "ratio_undefined" in s:
+            ratio_cell = "- (peer did not learn)"
+        else:
+            ratio_cell = "QRL never exceeds it" if ratio is None else f"{ratio:.2f}x"
         lines.append(f"{name:16s}{s['final_success']:26.3f}{ratio_cell:>30s}")
     return "\n".join(lines)
 
 
-def plot_curves(path: Path, args: Args, curves: dict) -> None:
+def plot_curves(path: Path, args: Args, curves: dict, reference: dict | None = None) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -169,6 +232,9 @@ def plot_curves(path: Path, args: Args, curves: dict) -> None:
         smoothed = np.array([smooth(r["success"]) for r in runs])
         ax.plot(steps, smoothed.mean(0), label=name, lw=2)
         ax.fill_between(steps, smoothed.min(0), smoothed.max(0), alpha=0.2)
+    if reference is not None:
+        ax.plot(reference["env_steps"], reference["smoothed_mean"], "k--", lw=1.2,
+                label="zero action (episodes solved at the start)")
     ax.set(xlabel="environment steps", ylabel="success rate (smoothed, window 5)", ylim=(-0.02, 1.02),
            title=f"Fetch{args.env.capitalize()} ({args.obs}), {len(args.seeds)} seed(s)")
     ax.legend()
@@ -178,7 +244,11 @@ def plot_curves(path: Path, args: Args, curves: dict) -> None:
 
 
 def main():
-    run(tyro.cli(Args))
+    args = tyro.cli(Args)
+    if args.add_reference_to:
+        add_reference_to(args.add_reference_to)
+    else:
+        run(args)
 
 
 if __name__ == "__main__":

@@ -36,3 +36,34 @@ def test_presets_and_image_agents():
     assert image.encoder_hidden == (512,)  # C.3.3: backbone-512-128 for images
     with pytest.raises(ValueError, match="QRL agent only"):
         bf.agent_config("crl", "reach", obs="image")
+
+
+def test_zero_action_reference_is_the_rate_of_episodes_solved_at_the_start(monkeypatch):
+    # FetchPush: a gripper that never moves leaves the object where it starts, so the reference is exactly
+    # the fraction of evaluation episodes whose object starts within the 5 cm success threshold.
+    from agents.online import eval_seed
+    from envs import fetch
+
+    steps = [2000, 4000]
+    reference = bf.zero_action_success("push", steps, episodes=20)
+    env = fetch.make_vector_env("push", 10)
+    expected = []
+    for step in steps:
+        starts = [env.reset(seed=eval_seed(step) + i)[0] for i in range(2)]
+        gap = np.concatenate([np.linalg.norm(o["achieved_goal"] - o["desired_goal"], axis=-1) for o in starts])
+        expected.append(float(np.mean(gap < 0.05)))
+    env.close()
+    assert reference == pytest.approx(expected)
+    # A peer not above the reference gets no efficiency ratio (it would compare noise); one above keeps it.
+    monkeypatch.setattr(bf, "zero_action_success", lambda task, s, episodes=50: reference)
+    record = dict(curves={"qrl": [dict(env_steps=steps)]},
+                  summary={"crl": dict(final_success=0.16, qrl_sample_efficiency_ratio=2.0),
+                           "gcbc": dict(final_success=0.9, qrl_sample_efficiency_ratio=1.5)})
+    summary = bf.add_reference(record, "push")["summary"]  # reference smoothed final: (0.0 + 0.3) / 2
+    assert summary["zero_action"]["final_success"] == pytest.approx(np.mean(reference))
+    assert summary["crl"]["qrl_sample_efficiency_ratio"] is None and summary["gcbc"]["qrl_sample_efficiency_ratio"] == 1.5
+    assert "did not learn" in bf.format_table(bf.Args(env="push"), summary)
+    table = bf.format_table(bf.Args(env="push"), {"zero_action": dict(final_success=0.1)})
+    assert "zero_action" in table and "x" not in table.splitlines()[-1].split()[-1]
+    with pytest.raises(FileNotFoundError, match="add-reference-to"):
+        bf.add_reference_to("/nonexistent/run")
