@@ -51,9 +51,9 @@ class OnlineConfig:
     resume: bool = True
     buffer_episodes: int | None = None  # replay capacity; None: everything the budget can collect
     updates_per_call: int | None = None
-    """Gradient steps per compiled call (a divisor of updates_per_cycle); None: the whole cycle in one call.
-    Set 1 for conv agents on CPU: XLA:CPU runs convolutions inside a loop body ~7x slower than outside
-    (jax-ml/jax#12868; 4.7 s vs 0.67 s per image-QRL update here), so there the steps are separate calls."""
+    """Gradient steps per compiled call (a divisor of updates_per_cycle); None: the whole cycle in one call,
+    except for images on the CPU backend: one call per step, because XLA:CPU runs convolutions inside a loop
+    body ~7x slower than outside (jax-ml/jax#12868; 4.7 s vs 0.67 s per image-QRL update here)."""
 
     def __post_init__(self):
         if self.task not in fetch.TASKS:
@@ -96,10 +96,11 @@ def train_steps(agent, buffer: EpisodeBuffer, keys, goal_mask, batch_size: int, 
 
 def train_cycle(agent, buffer: EpisodeBuffer, key, goal_mask, config: "OnlineConfig"):
     """The cycle's ``config.updates_per_cycle`` gradient steps, ``config.updates_per_call`` per compiled call
-    (all in one by default); the metrics are averaged over all steps. The steps and their batches do not
+    (see that field for the default); the metrics are averaged over all steps. The steps and their batches do not
     depend on how they are split into calls."""
     keys = jax.random.split(key, config.updates_per_cycle)
-    per_call = config.updates_per_call or config.updates_per_cycle
+    per_call = config.updates_per_call or (
+        1 if config.obs == "image" and jax.default_backend() == "cpu" else config.updates_per_cycle)
     metrics = []
     for chunk in jnp.split(keys, config.updates_per_cycle // per_call):
         agent, chunk_metrics = train_steps(agent, buffer, chunk, goal_mask, config.batch_size, config.p_future,

@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 from typing import Literal
 
-import jax
 import numpy as np
 import tyro
 
@@ -85,8 +84,8 @@ class Args:
     updates_per_cycle: int | None = None
     """Gradient steps per 10 rollouts; None: 500 for states, 125 for images (C.3.3)."""
     updates_per_call: int | None = None
-    """Gradient steps per compiled call; None: 1 for images on CPU (XLA:CPU runs convs in a loop ~7x slower,
-    see ``OnlineConfig.updates_per_call``), else the whole cycle in one call."""
+    """Gradient steps per compiled call; None: the loop's default (``OnlineConfig.updates_per_call``: one call
+    per cycle, one per step for images on CPU, where XLA runs convs in loops ~7x slower)."""
     batch_size: int = 256
     """Gradient-step batch size (C.3.3: 256)."""
     qrl_preset: Literal["paper", "cpu"] = "paper"
@@ -144,7 +143,6 @@ def add_reference(record: dict, task: str) -> dict:
 
 def run(args: Args) -> dict:
     updates = args.updates_per_cycle or (125 if args.obs == "image" else 500)
-    per_call = args.updates_per_call or (1 if args.obs == "image" and jax.default_backend() == "cpu" else None)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -154,8 +152,8 @@ def run(args: Args) -> dict:
         for seed in args.seeds:
             agent, overrides = make_agent(name, args.env, seed, args.qrl_preset, args.obs)
             config = OnlineConfig(task=args.env, obs=args.obs, env_steps=args.env_steps, seed=seed,
-                                  updates_per_cycle=updates, updates_per_call=per_call, batch_size=args.batch_size,
-                                  **overrides)
+                                  updates_per_cycle=updates, updates_per_call=args.updates_per_call,
+                                  batch_size=args.batch_size, **overrides)
             configs[name] = dict(agent=dataclasses.asdict(agent.config), loop=dataclasses.asdict(config))
             start = time.time()
             _, history = train_online(agent, config, out / f"{name}_seed{seed}", desc=f"{name} seed {seed}")
