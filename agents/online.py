@@ -127,6 +127,8 @@ def eval_seed(env_steps: int) -> int:
 
 def evaluate(policy, env, task: str, episodes: int, seed: int, renderer=None) -> float:
     """Success rate of ``policy(obs, goals) -> actions`` over ``episodes`` episodes (in batches of env's size)."""
+    if episodes < 1:
+        raise ValueError(f"evaluate: episodes must be >= 1, got {episodes}")
     successes = []
     for i in range(math.ceil(episodes / env.num_envs)):
         out = fetch.rollout(env, task, policy, seed=seed + i, renderer=renderer)

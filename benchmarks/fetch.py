@@ -113,6 +113,8 @@ def zero_action_success(task: str, env_steps: list[int], episodes: int = 50) -> 
     """Success of the policy that never moves, evaluated like the agents (same episodes and goals at each
     evaluation step): the rate of episodes that start already solved, which no agent needs to learn. Image
     runs share it (same simulator, same seeds)."""
+    if episodes < 1:
+        raise ValueError(f"zero_action_success: episodes must be >= 1, got {episodes}")
     env = fetch.make_vector_env(task, min(episodes, 10))
     still = lambda o, g: np.zeros((len(o), fetch.ACTION_DIM), np.float32)  # noqa: E731
     try:
@@ -127,17 +129,23 @@ its sample-efficiency ratio would compare noise, so it is not reported."""
 
 
 def add_reference(record: dict, task: str) -> dict:
-    """Put the zero-action curve (raw and smoothed) into a results record; drop the efficiency ratio against
-    peers that are not ``NOT_LEARNED_MARGIN`` above it."""
+    """Put the zero-action curve (raw and smoothed) into a results record's summary, then QRL's efficiency
+    ratio against every peer -- except peers not ``NOT_LEARNED_MARGIN`` above the reference."""
     summary = record["summary"]
     steps = next(iter(record["curves"].values()))[0]["env_steps"]
     raw = zero_action_success(task, steps)
     reference = float(smooth(raw)[-1])
-    for s in summary.values():
-        if "qrl_sample_efficiency_ratio" in s and s["final_success"] < reference + NOT_LEARNED_MARGIN:
-            s.update(qrl_sample_efficiency_ratio=None, ratio_undefined="peer not above the zero-action reference")
     summary["zero_action"] = dict(final_success=reference, env_steps=steps, success=raw,
                                   smoothed_mean=smooth(raw).tolist())
+    qrl = summary.get("qrl")
+    for name, s in summary.items():
+        if qrl is None or name in ("qrl", "zero_action"):
+            continue
+        if s["final_success"] < reference + NOT_LEARNED_MARGIN:
+            s.update(qrl_sample_efficiency_ratio=None, ratio_undefined="peer not above the zero-action reference")
+        else:
+            s["qrl_sample_efficiency_ratio"] = efficiency_ratio(qrl["env_steps"], qrl["smoothed_mean"],
+                                                                s["env_steps"], s["smoothed_mean"])
     return record
 
 
@@ -165,12 +173,6 @@ def run(args: Args) -> dict:
         smoothed = np.mean([smooth(r["success"]) for r in runs], axis=0)
         summary[name] = dict(final_success=float(smoothed[-1]), env_steps=runs[0]["env_steps"],
                              smoothed_mean=smoothed.tolist())
-    if "qrl" in summary:
-        for name in summary:
-            if name != "qrl":
-                summary[name]["qrl_sample_efficiency_ratio"] = efficiency_ratio(
-                    summary["qrl"]["env_steps"], summary["qrl"]["smoothed_mean"], summary[name]["env_steps"],
-                    summary[name]["smoothed_mean"])
     record = dict(command=_command(), args=dataclasses.asdict(args), configs=configs, curves=curves,
                   summary=summary)
     add_reference(record, args.env)
@@ -196,8 +198,8 @@ def add_reference_to(directory: str) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"--add-reference-to: no results.json in {directory!r}")
     record = json.loads(path.read_text())
-    args = Args(**{k: tuple(v) if isinstance(v, list) else v for k, v in record["args"].items()
-                   if k in {f.name for f in dataclasses.fields(Args)}})
+    known = {f.name for f in dataclasses.fields(Args)}
+    args = Args(**{k: tuple(v) if isinstance(v, list) else v for k, v in record["args"].items() if k in known})
     add_reference(record, args.env)
     record.update(table=format_table(args, record["summary"]), reference_command=_command())
     return _save(path.parent, args, record)

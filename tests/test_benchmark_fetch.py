@@ -54,14 +54,19 @@ def test_zero_action_reference_is_the_rate_of_episodes_solved_at_the_start(monke
         expected.append(float(np.mean(gap < 0.05)))
     env.close()
     assert reference == pytest.approx(expected)
+    with pytest.raises(ValueError, match="episodes must be >= 1"):
+        bf.zero_action_success("push", steps, episodes=0)
     # A peer not above the reference gets no efficiency ratio (it would compare noise); one above keeps it.
     monkeypatch.setattr(bf, "zero_action_success", lambda task, s, episodes=50: reference)
+    curve = lambda final: dict(final_success=final, env_steps=steps, smoothed_mean=[final / 2, final])  # noqa: E731
     record = dict(curves={"qrl": [dict(env_steps=steps)]},
-                  summary={"crl": dict(final_success=0.16, qrl_sample_efficiency_ratio=2.0),
-                           "gcbc": dict(final_success=0.9, qrl_sample_efficiency_ratio=1.5)})
+                  summary={"qrl": dict(curve(0.95), smoothed_mean=[0.7, 0.95]), "crl": curve(0.16),
+                           "gcbc": curve(0.6)})
     summary = bf.add_reference(record, "push")["summary"]  # reference smoothed final: (0.0 + 0.3) / 2
     assert summary["zero_action"]["final_success"] == pytest.approx(np.mean(reference))
-    assert summary["crl"]["qrl_sample_efficiency_ratio"] is None and summary["gcbc"]["qrl_sample_efficiency_ratio"] == 1.5
+    # crl is within 0.05 of it: no ratio; gcbc ends at 0.6, which QRL first exceeds at 2000 of 4000 steps.
+    assert summary["crl"]["qrl_sample_efficiency_ratio"] is None
+    assert summary["gcbc"]["qrl_sample_efficiency_ratio"] == pytest.approx(2.0)
     assert "did not learn" in bf.format_table(bf.Args(env="push"), summary)
     table = bf.format_table(bf.Args(env="push"), {"zero_action": dict(final_success=0.1)})
     assert "zero_action" in table and "x" not in table.splitlines()[-1].split()[-1]
