@@ -43,8 +43,8 @@ class DMCOnlineConfig:
     seed: int = 0
     checkpoint_every: int = 5          # episodes; 0 disables
     resume: bool = True
-    buffer_episodes: int | None = None  # replay capacity; None: every episode the budget collects (resuming
-                                        # with a larger env_steps then needs the same explicit capacity)
+    buffer_episodes: int | None = None  # replay capacity; None: every episode the budget collects (a run
+                                        # resumed with a larger env_steps gets its buffer enlarged)
 
     def __post_init__(self):
         for name in ("env_steps", "updates_per_collect", "action_repeat", "batch_size", "chunk", "eval_every"):

@@ -19,6 +19,8 @@ truncated-geometric offset, and this buffer is ~100 lines of jittable code with 
 """
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from flax import struct
@@ -33,6 +35,28 @@ def _checked_sizes(owner: str, obs_shape: int | tuple[int, ...], **sizes: int) -
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}")
     return obs_shape
+
+
+def _resized(buffer, capacity: int):
+    """``buffer`` (a ring of episodes: arrays with a leading episode axis, plus ``size`` and ``insert_at``)
+    with room for ``capacity`` episodes: the stored episodes oldest first, then empty rows. A buffer that
+    never wrapped keeps every episode at its row, so it samples exactly as one created at ``capacity``.
+    Refuses to drop stored episodes."""
+    owner = type(buffer).__name__
+    if not isinstance(capacity, int) or capacity < 1:
+        raise ValueError(f"{owner}.resized: capacity must be a positive int, got {capacity!r}")
+    size = int(buffer.size)
+    if capacity < size:
+        raise ValueError(f"{owner}.resized: capacity {capacity} cannot hold the {size} stored episodes "
+                         "(a smaller buffer would silently drop the oldest)")
+    oldest_first = (int(buffer.insert_at) - size + jnp.arange(size)) % buffer.capacity
+
+    def fit(x):
+        return jnp.concatenate([x[oldest_first], jnp.zeros((capacity - size, *x.shape[1:]), x.dtype)])
+
+    rings = {f.name: fit(getattr(buffer, f.name)) for f in dataclasses.fields(buffer)
+             if f.name not in ("size", "insert_at")}
+    return buffer.replace(**rings, size=jnp.int32(size), insert_at=jnp.int32(size % capacity))
 
 
 class EpisodeBuffer(struct.PyTreeNode):
@@ -54,6 +78,11 @@ class EpisodeBuffer(struct.PyTreeNode):
     @property
     def capacity(self) -> int:
         return self.observations.shape[0]
+
+    def resized(self, capacity: int) -> "EpisodeBuffer":
+        """The same episodes (oldest first) in a buffer of ``capacity`` episodes, e.g. to extend a resumed
+        run's budget; raises if ``capacity`` cannot hold them all."""
+        return _resized(self, capacity)
 
     @property
     def horizon(self) -> int:
@@ -138,6 +167,11 @@ class SequenceBuffer(struct.PyTreeNode):
     @property
     def capacity(self) -> int:
         return self.observations.shape[0]
+
+    def resized(self, capacity: int) -> "SequenceBuffer":
+        """The same episodes (oldest first) in a buffer of ``capacity`` episodes, e.g. to extend a resumed
+        run's budget; raises if ``capacity`` cannot hold them all."""
+        return _resized(self, capacity)
 
     def add(self, observations, prev_actions, rewards) -> "SequenceBuffer":
         """Append one episode ``[L, ...]`` (the oldest is overwritten when full)."""

@@ -118,7 +118,8 @@ class MetricsLog:
 def checkpoint_manager(run_dir: Path, keep: int) -> ocp.CheckpointManager:
     """Synchronous orbax manager for ``run_dir/checkpoints`` keeping the ``keep`` latest steps."""
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False)
-    return ocp.CheckpointManager((run_dir / "checkpoints").absolute(), options=options)
+    return ocp.CheckpointManager((run_dir / "checkpoints").absolute(), options=options,
+                                 item_handlers=ocp.StandardCheckpointHandler())  # also reads shapes (metadata)
 
 
 def restore_checkpoint(manager: ocp.CheckpointManager, target: Any, step: int | None = None):
@@ -136,15 +137,39 @@ def restore_checkpoint(manager: ocp.CheckpointManager, target: Any, step: int | 
 
 def open_online_run(run_dir, state: dict, resume: bool, step_key: str = "env_steps"):
     """For the online loops: (checkpoint manager, metrics log, state) of ``run_dir`` (all None but the state
-    without a run dir); with ``resume`` and a checkpoint, ``state`` is restored from the latest one."""
+    without a run dir); with ``resume`` and a checkpoint, ``state`` is restored from the latest one.
+
+    A replay buffer (``state["buffer"]``, with ``resized``) saved with a different capacity -- the run is
+    resumed with a larger ``env_steps`` budget, which sizes the buffer -- is restored at its saved size and
+    then resized to this state's (keeping every episode, or a clear error if they no longer fit)."""
     if run_dir is None:
         return None, None, state
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     manager = checkpoint_manager(run_dir, keep=2)
     if resume and manager.latest_step() is not None:
-        _, state = restore_checkpoint(manager, state)
+        buffer = state.get("buffer")
+        saved = _saved_capacity(manager) if buffer is not None else None
+        if saved is None or saved == buffer.capacity:
+            _, state = restore_checkpoint(manager, state)
+        else:
+            _, state = restore_checkpoint(manager, {**state, "buffer": buffer.resized(saved)})
+            try:
+                state["buffer"] = state["buffer"].resized(buffer.capacity)
+            except ValueError as e:
+                raise ValueError(f"cannot resume {run_dir}: its replay buffer does not fit this config's "
+                                 f"capacity of {buffer.capacity} episodes ({e}); use a larger budget or "
+                                 "buffer_episodes") from e
     return manager, MetricsLog(run_dir, int(state[step_key]), step_key=step_key), state
+
+
+def _saved_capacity(manager: ocp.CheckpointManager) -> int | None:
+    """Episode capacity of the replay buffer in the latest checkpoint (None if its metadata is unreadable:
+    the restore then reports the problem)."""
+    try:
+        return int(manager.item_metadata(manager.latest_step())["buffer"]["observations"].shape[0])
+    except Exception:  # noqa: BLE001 -- missing/corrupt metadata: let restore_checkpoint explain
+        return None
 
 
 def close_online_run(manager, log) -> None:

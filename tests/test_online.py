@@ -20,19 +20,25 @@ QRL_TINY = QRLContinuousConfig(obs_dim=10, action_dim=4, encoder_hidden=(16,), l
 
 
 def test_qrl_runs_logs_and_resumes_exactly(tmp_path):
+    budget_sized = dataclasses.replace(TOY, buffer_episodes=None)  # the replay capacity follows env_steps
     agent = QRLContinuousAgent.create(QRL_TINY, 0)
-    full, history = train_online(agent, TOY, tmp_path / "full")
+    full, history = train_online(agent, budget_sized, tmp_path / "full")
     assert history[-1]["env_steps"] == 400 and "eval_success" in history[-1]
     assert (tmp_path / "full" / "metrics.csv").exists()
-    # Stop after 300 env steps, then resume to 400: identical to the uninterrupted run.
-    train_online(agent, dataclasses.replace(TOY, env_steps=300), tmp_path / "split")
-    resumed, resumed_history = train_online(agent, TOY, tmp_path / "split")
+    # Stop after 300 env steps, then resume with the budget raised to 400 (its buffer grows from 12 to 14
+    # episodes): identical to the uninterrupted run.
+    short = dataclasses.replace(budget_sized, env_steps=300)
+    assert short.episode_capacity < budget_sized.episode_capacity
+    train_online(agent, short, tmp_path / "split")
+    resumed, resumed_history = train_online(agent, budget_sized, tmp_path / "split")
     for a, b in zip(jax.tree.leaves(full.actor_params), jax.tree.leaves(resumed.actor_params)):
         np.testing.assert_allclose(a, b, rtol=1e-6)
     assert [r["env_steps"] for r in resumed_history] == [r["env_steps"] for r in history]
     logged = [json.loads(line)["env_steps"]
               for line in (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()]
     assert logged == [r["env_steps"] for r in history]  # nothing logged twice across the resume
+    with pytest.raises(ValueError, match="does not fit this config's capacity of 4 episodes"):
+        train_online(agent, dataclasses.replace(TOY, buffer_episodes=4), tmp_path / "split")
 
 
 def test_splitting_a_cycle_into_calls_gives_the_same_updates():

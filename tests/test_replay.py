@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from envs.replay import EpisodeBuffer
+from envs.replay import EpisodeBuffer, SequenceBuffer
 
 T, D, A = 5, 2, 1
 
@@ -26,6 +26,35 @@ def test_ring_insertion_overwrites_oldest():
     buf = add(buf, *episodes(3, 3))  # episodes 3, 4, 5: 4 and 5 overwrite 0 and 1
     assert int(buf.size) == 4 and int(buf.insert_at) == 2
     np.testing.assert_array_equal(np.asarray(buf.observations[:, 0, 0]), [4, 5, 2, 3])
+
+
+def test_resizing_keeps_every_episode_oldest_first():
+    wrapped = EpisodeBuffer.create(capacity=4, horizon=T, obs_shape=D, action_dim=A)
+    wrapped = wrapped.add(*episodes(0, 3)).add(*episodes(3, 3))
+    grown = wrapped.resized(6)  # rows held 4, 5, 2, 3 (see above): oldest first is 2, 3, 4, 5
+    np.testing.assert_array_equal(np.asarray(grown.observations[:, 0, 0]), [2, 3, 4, 5, 0, 0])
+    np.testing.assert_array_equal(np.asarray(grown.actions[:4, 1, 0]), [21, 31, 41, 51])
+    assert int(grown.size) == 4 and int(grown.insert_at) == 4
+    assert np.asarray(grown.add(*episodes(6, 3)).observations[:, 0, 0]).tolist() == [8, 3, 4, 5, 6, 7]
+    # A buffer that never wrapped, grown, samples exactly like one created at the larger size.
+    small = EpisodeBuffer.create(capacity=5, horizon=T, obs_shape=D, action_dim=A).add(*episodes(0, 3))
+    big = EpisodeBuffer.create(capacity=9, horizon=T, obs_shape=D, action_dim=A).add(*episodes(0, 3))
+    for (name, a), b in zip(small.resized(9).sample(jax.random.PRNGKey(1), 64).items(),
+                            big.sample(jax.random.PRNGKey(1), 64).values()):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    with pytest.raises(ValueError, match="capacity 3 cannot hold the 4 stored episodes"):
+        wrapped.resized(3)
+    with pytest.raises(ValueError, match="positive int"):
+        wrapped.resized(0)
+
+
+def test_sequence_buffer_resizes_like_the_episode_buffer():
+    buf = SequenceBuffer.create(capacity=3, length=2, obs_shape=1, action_dim=1)
+    for i in range(4):  # the fourth overwrites the first
+        buf = buf.add(np.full((2, 1), i), np.zeros((2, 1)), np.full(2, 10.0 * i))
+    grown = buf.resized(5)
+    np.testing.assert_array_equal(np.asarray(grown.rewards[:, 0]), [10, 20, 30, 0, 0])
+    assert int(grown.size) == 3 and int(grown.insert_at) == 3
 
 
 def test_samples_are_consistent_transitions_with_future_goals():
