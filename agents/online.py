@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import time
 from pathlib import Path
 
 import jax
@@ -138,7 +139,8 @@ def evaluate(policy, env, task: str, episodes: int, seed: int, renderer=None) ->
 
 def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None, desc: str = "online"):
     """Train ``agent`` online on Fetch ``config.task``. Returns ``(agent, history)``; ``history`` is the
-    list of logged rows (env_steps, mean update metrics, eval_success where evaluated)."""
+    list of logged rows (env_steps, mean update metrics, eval_success where evaluated, the cycle's wall-clock
+    cycle_seconds), including those of earlier invocations of a resumed run."""
     spec = fetch.TASKS[config.task]
     env = fetch.make_vector_env(config.task, config.rollouts_per_cycle)
     eval_env = fetch.make_vector_env(config.task, min(config.eval_episodes, 10))
@@ -173,7 +175,7 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
         bar.update(int(state["env_steps"]) - before)
     next_eval = (int(state["env_steps"]) // config.eval_every + 1) * config.eval_every
     while int(state["env_steps"]) < config.env_steps:
-        cycle = int(state["cycle"])
+        cycle, cycle_start = int(state["cycle"]), time.perf_counter()
         key, act_key, train_key = jax.random.split(state["key"], 3)
         act_keys = iter(jax.random.split(act_key, fetch.EPISODE_LENGTH))
         before = int(state["env_steps"])
@@ -190,6 +192,7 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
                                            seed=eval_seed(state["env_steps"]), renderer=eval_renderer)
             next_eval += config.eval_every
             bar.set_postfix(success=f"{row['eval_success']:.2f}")
+        row["cycle_seconds"] = time.perf_counter() - cycle_start  # rollouts + updates + evaluation, wall clock
         history.append(row)
         bar.update(int(state["env_steps"]) - before)
         if log:

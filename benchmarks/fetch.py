@@ -166,8 +166,11 @@ def run(args: Args) -> dict:
             start = time.time()
             _, history = train_online(agent, config, out / f"{name}_seed{seed}", desc=f"{name} seed {seed}")
             evals = [r for r in history if "eval_success" in r]
+            cycle_times = [r.get("cycle_seconds") for r in history]
             curves[name].append(dict(seed=seed, env_steps=[r["env_steps"] for r in evals],
-                                     success=[r["eval_success"] for r in evals], seconds=time.time() - start))
+                                     success=[r["eval_success"] for r in evals], seconds=time.time() - start,
+                                     # all cycles, across resumes (None: some were logged before the field)
+                                     training_seconds=None if None in cycle_times else sum(cycle_times)))
     summary = {}
     for name, runs in curves.items():
         smoothed = np.mean([smooth(r["success"]) for r in runs], axis=0)

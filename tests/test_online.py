@@ -34,6 +34,7 @@ def test_qrl_runs_logs_and_resumes_exactly(tmp_path):
     for a, b in zip(jax.tree.leaves(full.actor_params), jax.tree.leaves(resumed.actor_params)):
         np.testing.assert_allclose(a, b, rtol=1e-6)
     assert [r["env_steps"] for r in resumed_history] == [r["env_steps"] for r in history]
+    assert all(r["cycle_seconds"] > 0 for r in resumed_history)  # both invocations' cycles are timed
     logged = [json.loads(line)["env_steps"]
               for line in (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()]
     assert logged == [r["env_steps"] for r in history]  # nothing logged twice across the resume
