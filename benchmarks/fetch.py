@@ -94,6 +94,9 @@ class Args:
     add_reference_to: str | None = None
     """Instead of training: add the zero-action reference curve to the results.json in this directory (a run
     saved before the reference existed) and redraw its plot."""
+    from_logs: bool = False
+    """Instead of training: the table and plot of the evaluations already logged in ``out_dir``'s run
+    directories (a run in progress or stopped early; every seed cut to the evaluations all seeds have)."""
 
 
 def smooth(values: np.ndarray, window: int = 5) -> np.ndarray:
@@ -158,19 +161,28 @@ def run(args: Args) -> dict:
     for name in args.agents:
         curves[name] = []
         for seed in args.seeds:
-            agent, overrides = make_agent(name, args.env, seed, args.qrl_preset, args.obs)
+            cls, agent_cfg, overrides = agent_config(name, args.env, args.qrl_preset, args.obs)
             config = OnlineConfig(task=args.env, obs=args.obs, env_steps=args.env_steps, seed=seed,
                                   updates_per_cycle=updates, updates_per_call=args.updates_per_call,
                                   batch_size=args.batch_size, **overrides)
-            configs[name] = dict(agent=dataclasses.asdict(agent.config), loop=dataclasses.asdict(config))
-            start = time.time()
-            _, history = train_online(agent, config, out / f"{name}_seed{seed}", desc=f"{name} seed {seed}")
+            configs[name] = dict(agent=dataclasses.asdict(agent_cfg), loop=dataclasses.asdict(config))
+            start, run_dir = time.time(), out / f"{name}_seed{seed}"
+            if args.from_logs:
+                history = logged_history(run_dir)
+            else:
+                _, history = train_online(cls.create(agent_cfg, seed), config, run_dir, desc=f"{name} seed {seed}")
             evals = [r for r in history if "eval_success" in r]
             cycle_times = [r.get("cycle_seconds") for r in history]
             curves[name].append(dict(seed=seed, env_steps=[r["env_steps"] for r in evals],
-                                     success=[r["eval_success"] for r in evals], seconds=time.time() - start,
+                                     success=[r["eval_success"] for r in evals],
+                                     seconds=None if args.from_logs else time.time() - start,
                                      # all cycles, across resumes (None: some were logged before the field)
                                      training_seconds=None if None in cycle_times else sum(cycle_times)))
+    if args.from_logs:  # runs in progress: keep the evaluations every seed of an agent has reached
+        for runs in curves.values():
+            common = min(len(r["env_steps"]) for r in runs)
+            for r in runs:
+                r.update(env_steps=r["env_steps"][:common], success=r["success"][:common])
     summary = {}
     for name, runs in curves.items():
         smoothed = np.mean([smooth(r["success"]) for r in runs], axis=0)
@@ -181,6 +193,18 @@ def run(args: Args) -> dict:
     add_reference(record, args.env)
     record.update(table=format_table(args, summary), total_seconds=time.time() - t0)
     return _save(out, args, record)
+
+
+def logged_history(run_dir: Path) -> list[dict]:
+    """The rows an online run has logged so far (``metrics.jsonl``), for ``--from-logs``."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"--from-logs: no metrics.jsonl in {str(run_dir)!r} (was this agent/seed run "
+                                "with this --out-dir?)")
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if not any("eval_success" in r for r in rows):
+        raise ValueError(f"--from-logs: {path} has no evaluation yet")
+    return rows
 
 
 def _command() -> str:
@@ -209,7 +233,9 @@ def add_reference_to(directory: str) -> dict:
 
 
 def format_table(args: Args, summary: dict) -> str:
-    lines = [f"Fetch{args.env.capitalize()} ({args.obs}), {len(args.seeds)} seed(s), {args.env_steps} env steps, "
+    reached = max((s["env_steps"][-1] for s in summary.values() if s.get("env_steps")), default=args.env_steps)
+    budget = "" if reached == args.env_steps else f" (of a {args.env_steps} budget)"
+    lines = [f"Fetch{args.env.capitalize()} ({args.obs}), {len(args.seeds)} seed(s), {reached} env steps{budget}, "
              f"QRL preset {args.qrl_preset!r}",
              f"{'agent':16s}{'final success (smoothed)':>26s}{'QRL sample-efficiency ratio':>30s}"]
     for name, s in summary.items():

@@ -1,4 +1,6 @@
-"""benchmarks/fetch.py: smoothing, the sample-efficiency ratio, agent factories."""
+"""benchmarks/fetch.py: smoothing, the sample-efficiency ratio, agent factories, reports from logs."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -72,3 +74,26 @@ def test_zero_action_reference_is_the_rate_of_episodes_solved_at_the_start(monke
     assert "zero_action" in table and "x" not in table.splitlines()[-1].split()[-1]
     with pytest.raises(FileNotFoundError, match="add-reference-to"):
         bf.add_reference_to("/nonexistent/run")
+
+
+def test_from_logs_reports_runs_in_progress(tmp_path, monkeypatch):
+    # Two seeds of a run stopped early, at different points: the report keeps the evaluations both reached.
+    import json
+
+    logged = {0: [0.1, 0.2, 0.4, 0.6], 1: [0.0, 0.2, 0.5]}
+    for seed, success in logged.items():
+        rows = [dict(env_steps=2000 * (i + 1), eval_success=v, cycle_seconds=60.0) for i, v in enumerate(success)]
+        rows.insert(1, dict(env_steps=3000, cycle_seconds=50.0))  # a cycle without evaluation
+        (tmp_path / f"qrl_seed{seed}").mkdir()
+        (tmp_path / f"qrl_seed{seed}" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setattr(bf, "zero_action_success", lambda task, steps, episodes=50: [0.0] * len(steps))
+    args = bf.Args(agents=("qrl",), seeds=(0, 1), env_steps=10_000, out_dir=str(tmp_path), from_logs=True)
+    record = bf.run(args)
+    assert [r["env_steps"] for r in record["curves"]["qrl"]] == [[2000, 4000, 6000]] * 2
+    assert record["summary"]["qrl"]["final_success"] == pytest.approx(np.mean([(0.1 + 0.2 + 0.4) / 3,
+                                                                               (0.0 + 0.2 + 0.5) / 3]))
+    assert record["curves"]["qrl"][0]["training_seconds"] == pytest.approx(4 * 60 + 50)
+    assert "6000 env steps (of a 10000 budget)" in record["table"]
+    assert (tmp_path / "curves.png").is_file() and (tmp_path / "results.json").is_file()
+    with pytest.raises(FileNotFoundError, match="no metrics.jsonl"):
+        bf.run(dataclasses.replace(args, seeds=(0, 7)))
