@@ -37,29 +37,36 @@ def _checked_sizes(owner: str, obs_shape: int | tuple[int, ...], **sizes: int) -
     return obs_shape
 
 
-def _resized(buffer, capacity: int):
-    """``buffer`` (a ring of episodes: arrays with a leading episode axis, plus ``size`` and ``insert_at``)
-    with room for ``capacity`` episodes: the stored episodes oldest first, then empty rows. A buffer that
-    never wrapped keeps every episode at its row, so it samples exactly as one created at ``capacity``.
-    Refuses to drop stored episodes."""
-    owner = type(buffer).__name__
-    if not isinstance(capacity, int) or capacity < 1:
-        raise ValueError(f"{owner}.resized: capacity must be a positive int, got {capacity!r}")
-    size = int(buffer.size)
-    if capacity < size:
-        raise ValueError(f"{owner}.resized: capacity {capacity} cannot hold the {size} stored episodes "
-                         "(a smaller buffer would silently drop the oldest)")
-    oldest_first = (int(buffer.insert_at) - size + jnp.arange(size)) % buffer.capacity
+class _EpisodeRing:
+    """What both buffers share: arrays with a leading episode axis, filled as a ring (``size`` stored,
+    ``insert_at`` next), and resizing that keeps every stored episode."""
 
-    def fit(x):
-        return jnp.concatenate([x[oldest_first], jnp.zeros((capacity - size, *x.shape[1:]), x.dtype)])
+    @property
+    def capacity(self) -> int:
+        return self.observations.shape[0]
 
-    rings = {f.name: fit(getattr(buffer, f.name)) for f in dataclasses.fields(buffer)
-             if f.name not in ("size", "insert_at")}
-    return buffer.replace(**rings, size=jnp.int32(size), insert_at=jnp.int32(size % capacity))
+    def resized(self, capacity: int):
+        """The same episodes, oldest first, in a buffer of ``capacity`` episodes (e.g. a resumed run whose
+        budget grew). A buffer that never wrapped keeps every episode at its row, so it samples exactly as one
+        created at ``capacity``. Refuses to drop stored episodes."""
+        owner = type(self).__name__
+        if not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"{owner}.resized: capacity must be a positive int, got {capacity!r}")
+        size = int(self.size)
+        if capacity < size:
+            raise ValueError(f"{owner}.resized: capacity {capacity} cannot hold the {size} stored episodes "
+                             "(a smaller buffer would silently drop the oldest)")
+        oldest_first = (int(self.insert_at) - size + jnp.arange(size)) % self.capacity
+
+        def fit(x):
+            return jnp.concatenate([x[oldest_first], jnp.zeros((capacity - size, *x.shape[1:]), x.dtype)])
+
+        rings = {f.name: fit(getattr(self, f.name)) for f in dataclasses.fields(self)
+                 if f.name not in ("size", "insert_at")}
+        return self.replace(**rings, size=jnp.int32(size), insert_at=jnp.int32(size % capacity))
 
 
-class EpisodeBuffer(struct.PyTreeNode):
+class EpisodeBuffer(_EpisodeRing, struct.PyTreeNode):
     observations: jax.Array  # [E, T + 1, *obs_shape]
     actions: jax.Array       # [E, T, A]
     size: jax.Array          # number of stored episodes (<= E), int32 scalar
@@ -74,15 +81,6 @@ class EpisodeBuffer(struct.PyTreeNode):
         return cls(observations=jnp.zeros((capacity, horizon + 1, *obs_shape), dtype),
                    actions=jnp.zeros((capacity, horizon, action_dim), jnp.float32),
                    size=jnp.zeros((), jnp.int32), insert_at=jnp.zeros((), jnp.int32))
-
-    @property
-    def capacity(self) -> int:
-        return self.observations.shape[0]
-
-    def resized(self, capacity: int) -> "EpisodeBuffer":
-        """The same episodes (oldest first) in a buffer of ``capacity`` episodes, e.g. to extend a resumed
-        run's budget; raises if ``capacity`` cannot hold them all."""
-        return _resized(self, capacity)
 
     @property
     def horizon(self) -> int:
@@ -140,7 +138,7 @@ class EpisodeBuffer(struct.PyTreeNode):
                     episode=episode, step=t)
 
 
-class SequenceBuffer(struct.PyTreeNode):
+class SequenceBuffer(_EpisodeRing, struct.PyTreeNode):
     """Whole fixed-length episodes for world-model learning, sampled as contiguous chunks (a pytree).
 
     Layout (L = episode length + 1 observations): ``observations [E, L, *obs_shape]``, ``prev_actions
@@ -163,15 +161,6 @@ class SequenceBuffer(struct.PyTreeNode):
                    prev_actions=jnp.zeros((capacity, length, action_dim), jnp.float32),
                    rewards=jnp.zeros((capacity, length), jnp.float32),
                    size=jnp.zeros((), jnp.int32), insert_at=jnp.zeros((), jnp.int32))
-
-    @property
-    def capacity(self) -> int:
-        return self.observations.shape[0]
-
-    def resized(self, capacity: int) -> "SequenceBuffer":
-        """The same episodes (oldest first) in a buffer of ``capacity`` episodes, e.g. to extend a resumed
-        run's budget; raises if ``capacity`` cannot hold them all."""
-        return _resized(self, capacity)
 
     def add(self, observations, prev_actions, rewards) -> "SequenceBuffer":
         """Append one episode ``[L, ...]`` (the oldest is overwritten when full)."""
