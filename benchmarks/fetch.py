@@ -30,6 +30,7 @@ from agents.gcbc import GCBCAgent, GCBCConfig
 from agents.online import OnlineConfig, eval_seed, evaluate, train_online
 from agents.qrl_continuous import IMAGE_DEFAULTS, QRLContinuousAgent, QRLContinuousConfig
 from envs import fetch
+from qrl.train import MetricsLog
 
 AgentName = Literal["qrl", "crl", "gcbc", "ddpg_her", "ddpg_her_mrn", "ddpg_her_iqe"]
 
@@ -201,7 +202,7 @@ def logged_history(run_dir: Path) -> list[dict]:
     if not path.is_file():
         raise FileNotFoundError(f"--from-logs: no metrics.jsonl in {str(run_dir)!r} (was this agent/seed run "
                                 "with this --out-dir?)")
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = MetricsLog.read(run_dir)
     if not any("eval_success" in r for r in rows):
         raise ValueError(f"--from-logs: {path} has no evaluation yet")
     return rows

@@ -90,12 +90,15 @@ class MetricsLog:
 
     def __init__(self, run_dir: Path, resume_step: int, step_key: str = "step"):
         self.jsonl, self.csv = run_dir / "metrics.jsonl", run_dir / "metrics.csv"
-        rows = []
-        if resume_step and self.jsonl.exists():
-            rows = [json.loads(line) for line in self.jsonl.read_text().splitlines() if line.strip()]
-            rows = [r for r in rows if r[step_key] <= resume_step]
-        self.rows = rows
+        rows = self.read(run_dir) if resume_step and self.jsonl.exists() else []
+        self.rows = [r for r in rows if r[step_key] <= resume_step]
         self._flush()
+
+    @staticmethod
+    def read(run_dir: Path) -> list[dict]:
+        """The rows logged in ``run_dir/metrics.jsonl`` (e.g. by a run still in progress)."""
+        path = Path(run_dir) / "metrics.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def append(self, row: dict):
         self.rows.append(row)
