@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from agents.common import as_key
+from agents.common import as_key, compiled_create
 from agents.policies import TanhNormalPolicy, tanh_normal_sample
 from agents.networks import MLP
 from replearn.objectives import binary_nce, info_nce
@@ -78,6 +78,7 @@ class CRLAgent(flax.struct.PyTreeNode):
     config: CRLConfig = flax.struct.field(pytree_node=False)
 
     @classmethod
+    @compiled_create
     def create(cls, config: CRLConfig, seed: int | jax.Array = 0) -> "CRLAgent":
         rng = as_key(seed)
         rng, critic_key, actor_key = jax.random.split(rng, 3)

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from agents.common import as_key
+from agents.common import as_key, compiled_create
 from agents.networks import MLP
 from qrl.quasimetrics import make_head
 
@@ -87,6 +87,7 @@ class DDPGHERAgent(flax.struct.PyTreeNode):
     config: DDPGHERConfig = flax.struct.field(pytree_node=False)
 
     @classmethod
+    @compiled_create
     def create(cls, config: DDPGHERConfig, seed: int | jax.Array = 0) -> "DDPGHERAgent":
         rng = as_key(seed)
         rng, actor_key, critic_key = jax.random.split(rng, 3)

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from agents.common import as_key
+from agents.common import as_key, compiled_create
 from agents.policies import TanhNormalPolicy, tanh_normal_sample
 from denoised import losses
 from denoised.model import (FactoredRSSM, WorldModelConfig, all_features, features, imagine_x, init_params,
@@ -140,6 +140,7 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
     config: DenoisedMDPConfig = flax.struct.field(pytree_node=False)
 
     @classmethod
+    @compiled_create
     def create(cls, config: DenoisedMDPConfig, seed: int | jax.Array = 0) -> "DenoisedMDPAgent":
         rng = as_key(seed)
         rng, model_key, actor_key, critic_key = jax.random.split(rng, 4)

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from agents.common import as_key
+from agents.common import as_key, compiled_create
 from agents.policies import TanhNormalPolicy, tanh_normal_log_prob, tanh_normal_sample
 
 
@@ -34,6 +34,7 @@ class GCBCAgent(flax.struct.PyTreeNode):
     config: GCBCConfig = flax.struct.field(pytree_node=False)
 
     @classmethod
+    @compiled_create
     def create(cls, config: GCBCConfig, seed: int | jax.Array = 0) -> "GCBCAgent":
         rng = as_key(seed)
         rng, key = jax.random.split(rng)

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from agents.common import as_key
+from agents.common import as_key, compiled_create
 from agents.networks import MLP, AtariConvBackbone
 
 from qrl import losses
@@ -181,6 +181,7 @@ class QRLAgent(flax.struct.PyTreeNode):
 
     # ------------------------------------------------------------------------------- construction
     @classmethod
+    @compiled_create
     def create(cls, config: QRLConfig, seed: int | jax.Array = 0) -> "QRLAgent":
         rng = as_key(seed)
         rng, init_key = jax.random.split(rng)

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from agents.common import as_key
+from agents.common import as_key, compiled_create
 from agents.policies import GoalConditionedPolicy, tanh_normal_sample
 from agents.qrl import QuasimetricCritic
 from qrl import losses
@@ -128,6 +128,7 @@ class QRLContinuousAgent(flax.struct.PyTreeNode):
     config: QRLContinuousConfig = flax.struct.field(pytree_node=False)
 
     @classmethod
+    @compiled_create
     def create(cls, config: QRLContinuousConfig, seed: int | jax.Array = 0) -> "QRLContinuousAgent":
         rng = as_key(seed)
         rng, critic_key, actor_key = jax.random.split(rng, 3)
