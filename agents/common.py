@@ -1,6 +1,7 @@
 """Small helpers shared by the agents."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -28,6 +29,20 @@ def compiled_create(create):
 
     @functools.wraps(create)
     def wrapper(cls, config, seed: int | jax.Array = 0):
+        try:
+            hash(config)
+        except TypeError as error:
+            unhashable = [f.name for f in dataclasses.fields(config) if not _is_hashable(getattr(config, f.name))]
+            raise TypeError(f"{cls.__name__}.create: config fields {unhashable} must be hashable "
+                            "(tuples, not lists), since the config is static in every jitted call") from error
         return jitted(cls, config, seed)
 
     return wrapper
+
+
+def _is_hashable(value) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True

@@ -1,6 +1,7 @@
 """The same code on many devices: a data-sharded QRL update on 8 (virtual CPU) devices equals the
 single-device update (vmapping over seeds is tested in tests/test_qrl_agent.py). Runs in a subprocess
 because the device count is fixed when JAX starts (XLA_FLAGS=--xla_force_host_platform_device_count=8)."""
+import dataclasses
 import os
 import subprocess
 import sys
@@ -8,6 +9,7 @@ import textwrap
 
 import jax
 import numpy as np
+import pytest
 
 SCRIPT = textwrap.dedent("""
     import jax, numpy as np
@@ -66,3 +68,5 @@ def test_create_accepts_python_and_numpy_integer_seeds_and_typed_keys():
     for x, y, z in zip(jax.tree.leaves(a), jax.tree.leaves(b), jax.tree.leaves(c)):
         np.testing.assert_array_equal(x, y)
         np.testing.assert_array_equal(x, z)
+    with pytest.raises(TypeError, match=r"config fields \['encoder_hidden'\] must be hashable"):
+        QRLAgent.create(dataclasses.replace(tiny, encoder_hidden=[8]), 0)
