@@ -47,7 +47,7 @@ def test_update_is_pure_deterministic_and_finite():
 
 
 def test_update_vmaps_over_seeds():
-    # One compiled call creates and updates 3 independent agents (integer seeds, vmapped), equal to one by one.
+    # 3 independent agents created and updated under vmap (integer seeds) equal the same agents one by one.
     agents = jax.vmap(lambda seed: QRLAgent.create(TINY, seed))(jnp.arange(3))
     new, metrics = jax.jit(jax.vmap(QRLAgent.update, in_axes=(0, None)))(agents, random_batch())
     assert metrics["loss"].shape == (3,)
