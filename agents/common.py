@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+import numbers
+from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
@@ -46,3 +49,38 @@ def _is_hashable(value) -> bool:
     except TypeError:
         return False
     return True
+
+
+def check_config(config) -> None:
+    """Checks every agent config shares, for its ``__post_init__``: each hidden-width tuple (a field named
+    ``hidden`` or ``*_hidden``) holds integers >= 1 (an empty tuple, no hidden layer, is fine), and each
+    ``*learning_rate*`` field is a finite number > 0 (``None``, where a field allows it, is skipped).
+    Raises ``ValueError`` naming ``ConfigClass.field``."""
+    owner = type(config).__name__
+    for field in dataclasses.fields(config):
+        name, value = field.name, getattr(config, field.name)
+        if (name == "hidden" or name.endswith("_hidden")) and isinstance(value, (tuple, list)):
+            if any(isinstance(w, bool) or not isinstance(w, numbers.Integral) or w < 1 for w in value):
+                raise ValueError(f"{owner}.{name} must hold layer widths >= 1, got {tuple(value)}")
+        if "learning_rate" in name and value is not None:
+            if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
+                    or value <= 0):
+                raise ValueError(f"{owner}.{name} must be a finite number > 0, got {value!r}")
+
+
+def as_batch(batch, keys) -> dict:
+    """``batch`` with the entries named in ``keys`` (those present) as jax arrays, so that lists and NumPy
+    arrays work like arrays (a no-op for arrays and tracers: the same values under jit); other entries are
+    kept as they are. Raises ``TypeError`` if ``batch`` is not a mapping or an entry cannot be converted."""
+    if not isinstance(batch, Mapping):
+        raise TypeError(f"batch must be a dict of arrays, got {type(batch).__name__}")
+    out = dict(batch)
+    for key in keys:
+        if key in out:
+            try:
+                out[key] = jnp.asarray(out[key])
+            except (TypeError, ValueError) as error:
+                raise TypeError(f"batch[{key!r}] must be an array (or a rectangular nested list of numbers): "
+                                f"{error}") from error
+    return out
+

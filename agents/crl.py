@@ -21,9 +21,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from agents.common import as_key, compiled_create
+from agents.common import as_batch, as_key, check_config, compiled_create
 from agents.policies import TanhNormalPolicy, tanh_normal_sample
-from agents.networks import MLP
+from common.networks import MLP
 from replearn.objectives import binary_nce, info_nce
 
 Batch = dict[str, jax.Array]
@@ -43,11 +43,29 @@ class CRLConfig:
     entropy_weight: float = 0.0
 
     def __post_init__(self):
+        check_config(self)  # hidden, actor_hidden widths >= 1; critic/actor_learning_rate finite and > 0
         if self.objective not in ("binary_nce", "infonce"):
             raise ValueError(f"CRLConfig.objective must be 'binary_nce' or 'infonce', got {self.objective!r}")
         for name in ("obs_dim", "action_dim", "repr_dim"):
             if getattr(self, name) < 1:
                 raise ValueError(f"CRLConfig.{name} must be >= 1, got {getattr(self, name)}")
+
+
+def validate_batch(batch: Batch, config: CRLConfig) -> None:
+    """Keys and shapes (static, so free under jit): observations and goals [B, obs_dim], actions
+    [B, action_dim], B >= 1."""
+    missing = [k for k in BATCH_KEYS if k not in batch]
+    if missing:
+        raise ValueError(f"batch is missing keys {missing}; expected {list(BATCH_KEYS)}")
+    obs = batch["observations"]
+    if obs.ndim != 2 or obs.shape[1] != config.obs_dim:
+        raise ValueError(f"batch['observations'] must be [B, {config.obs_dim}], got {obs.shape}")
+    b = obs.shape[0]
+    if b == 0:
+        raise ValueError(f"batch['observations'] has batch size B = 0 (shape {obs.shape}); update needs B >= 1 rows")
+    for key, shape in (("goals", (b, config.obs_dim)), ("actions", (b, config.action_dim))):
+        if batch[key].shape != shape:
+            raise ValueError(f"batch[{key!r}] must have shape {shape}, got {batch[key].shape}")
 
 
 class ContrastiveCritic(nn.Module):
@@ -118,9 +136,9 @@ class CRLAgent(flax.struct.PyTreeNode):
         return loss, dict(actor_loss=loss, actor_q=q.mean())
 
     def update(self, batch: Batch) -> tuple["CRLAgent", dict[str, jax.Array]]:
-        missing = [k for k in BATCH_KEYS if k not in batch]
-        if missing:
-            raise ValueError(f"batch is missing keys {missing}; expected {list(BATCH_KEYS)}")
+        """One critic step, then one actor step (pure, jit-able); ``batch`` entries may be arrays or lists."""
+        batch = as_batch(batch, BATCH_KEYS)
+        validate_batch(batch, self.config)
         critic_tx, actor_tx = self._optimizers(self.config)
         rng, key = jax.random.split(self.rng)
         c_grads, critic_metrics = jax.grad(self.critic_loss, has_aux=True)(self.critic_params, batch)
@@ -133,10 +151,10 @@ class CRLAgent(flax.struct.PyTreeNode):
         return agent, {**critic_metrics, **actor_metrics}
 
     def act(self, observations: jax.Array, goals: jax.Array, rng: jax.Array | None = None) -> jax.Array:
-        """A sample of pi(. | s, g) if ``rng`` is given, else its mode; in [-1, 1]^A."""
+        """A sample of pi(. | s, g) if ``rng`` (a PRNG key or an int seed) is given, else its mode; in [-1, 1]^A."""
         observations, goals = jnp.broadcast_arrays(jnp.asarray(observations), jnp.asarray(goals))
         if observations.shape[-1] != self.config.obs_dim:
             raise ValueError(f"observations and goals must have shape [..., {self.config.obs_dim}], got "
                              f"{observations.shape}")
         mean, log_std = self.policy.apply(self.actor_params, jnp.concatenate([observations, goals], -1))
-        return jnp.tanh(mean) if rng is None else tanh_normal_sample(rng, mean, log_std)[0]
+        return jnp.tanh(mean) if rng is None else tanh_normal_sample(as_key(rng), mean, log_std)[0]

@@ -20,8 +20,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from agents.common import as_key, compiled_create
-from agents.networks import MLP
+from agents.common import as_batch, as_key, check_config, compiled_create
+from common.networks import MLP
 from qrl.quasimetrics import make_head
 
 
@@ -40,6 +40,7 @@ class DDPGHERConfig:
     critic_learning_rate: float = 1e-3
 
     def __post_init__(self):
+        check_config(self)  # hidden widths >= 1; actor/critic_learning_rate finite and > 0
         if self.critic not in ("mlp", "mrn", "iqe"):
             raise ValueError(f"DDPGHERConfig.critic must be 'mlp', 'mrn' or 'iqe', got {self.critic!r}")
         if not 0 < self.gamma < 1 or not 0 <= self.polyak < 1:
@@ -118,10 +119,24 @@ class DDPGHERAgent(flax.struct.PyTreeNode):
         return loss, dict(actor_loss=loss)
 
     def update(self, batch) -> tuple["DDPGHERAgent", dict[str, jax.Array]]:
-        for key in ("observations", "actions", "next_observations", "goals"):
+        """One critic step, one actor step and the Polyak target update (pure, jit-able); ``batch``:
+        observations, next_observations, goals [B, obs_dim] and actions [B, action_dim] (arrays or lists)."""
+        keys = ("observations", "actions", "next_observations", "goals")
+        batch = as_batch(batch, keys)
+        for key in keys:
             if key not in batch:
                 raise ValueError(f"batch is missing {key!r}")
         c = self.config
+        obs = batch["observations"]
+        if obs.ndim != 2 or obs.shape[1] != c.obs_dim:
+            raise ValueError(f"batch['observations'] must be [B, {c.obs_dim}], got {obs.shape}")
+        if obs.shape[0] == 0:
+            raise ValueError(f"batch['observations'] has batch size B = 0 (shape {obs.shape}); "
+                             "update needs B >= 1 rows")
+        for key, shape in (("actions", (obs.shape[0], c.action_dim)), ("next_observations", obs.shape),
+                           ("goals", obs.shape)):
+            if batch[key].shape != shape:
+                raise ValueError(f"batch[{key!r}] must have shape {shape}, got {batch[key].shape}")
         c_grads, critic_metrics = jax.grad(self.critic_loss, has_aux=True)(self.critic_params, batch)
         updates, critic_state = optax.adam(c.critic_learning_rate).update(c_grads, self.opt_states["critic"])
         critic_params = optax.apply_updates(self.critic_params, updates)
@@ -137,6 +152,7 @@ class DDPGHERAgent(flax.struct.PyTreeNode):
         return agent, {**critic_metrics, **actor_metrics}
 
     def act(self, observations, goals, rng=None):
-        """The deterministic policy pi(s, g) (exploration noise is added by the training loop)."""
+        """The deterministic policy pi(s, g) (exploration noise is added by the training loop); ``rng`` (a key or
+        an int seed) is unused."""
         observations, goals = jnp.broadcast_arrays(jnp.asarray(observations), jnp.asarray(goals))
         return Actor(self.config).apply(self.actor_params, observations, goals)

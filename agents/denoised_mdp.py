@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from agents.common import as_key, compiled_create
+from agents.common import as_batch, as_key, check_config, compiled_create
 from agents.policies import TanhNormalPolicy, tanh_normal_sample
 from denoised import losses
 from denoised.model import (FactoredRSSM, WorldModelConfig, all_features, features, imagine_x, init_params,
@@ -68,6 +68,7 @@ class DenoisedMDPConfig:
     sac_entropy_init: float = 0.1
 
     def __post_init__(self):
+        check_config(self)  # actor/critic_hidden widths >= 1; every *_learning_rate finite and > 0
         if self.alpha <= 0 or not 0 < self.beta <= 1:
             raise ValueError(f"DenoisedMDPConfig: need alpha > 0 and beta in (0, 1], got {self.alpha}, {self.beta}")
         if self.policy not in ("imagine", "sac"):
@@ -122,6 +123,9 @@ def validate_batch(batch: Batch, c: WorldModelConfig) -> None:
     if batch["rewards"].ndim != 2:
         raise ValueError(f"batch['rewards'] must be [B, T], got {batch['rewards'].shape}")
     b, t = batch["rewards"].shape
+    if b == 0 or t == 0:
+        raise ValueError(f"batch['rewards'] must be [B, T] with batch size B >= 1 and sequence length T >= 1, got "
+                         f"{batch['rewards'].shape}")
     if batch["prev_actions"].shape != (b, t, c.action_dim):
         raise ValueError(f"batch['prev_actions'] must be [{b}, {t}, {c.action_dim}], got {batch['prev_actions'].shape}")
     if tuple(batch["observations"].shape) != (b, t, *c.obs_shape):
@@ -243,8 +247,10 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
 
     # ---------------------------------------------------------------------------------- update
     def update(self, batch: Batch) -> tuple["DenoisedMDPAgent", dict]:
-        """One world-model step, then one policy step in x. Pure and jit-able."""
+        """One world-model step, then one policy step in x. Pure and jit-able; ``batch`` entries may be arrays or
+        nested lists."""
         c = self.config
+        batch = as_batch(batch, ("observations", "prev_actions", "rewards"))
         validate_batch(batch, c.model)
         tx = _optimizers(c)
         rng, model_key, policy_key, target_key = jax.random.split(self.rng, 4)
@@ -288,14 +294,25 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
         return self.model.apply(self.model_params, latent, prev_actions, embed, rng, method="observe_step")[0]
 
     def act(self, latent: dict, observations, prev_actions, rng: jax.Array | None = None):
-        """Filter one step, then act from x's features: a sample of pi if ``rng`` is given, else its mode.
+        """Filter one step, then act from x's features: a sample of pi if ``rng`` (a PRNG key or an int seed) is
+        given, else its mode. ``latent`` (e.g. :meth:`initial_latent`) must have the observations' batch size N.
         Returns (actions [N, A] in [-1, 1], new latent)."""
         m = self.config.model
         observations, prev_actions = jnp.asarray(observations), jnp.asarray(prev_actions)
-        if tuple(observations.shape[1:]) != tuple(m.obs_shape) or prev_actions.shape[1:] != (m.action_dim,):
+        if (observations.ndim < 1 or tuple(observations.shape[1:]) != tuple(m.obs_shape)
+                or prev_actions.shape[1:] != (m.action_dim,) or prev_actions.shape[0] != observations.shape[0]):
             raise ValueError(f"act: observations must be [N, {', '.join(map(str, m.obs_shape))}] and prev_actions "
                              f"[N, {m.action_dim}], got {observations.shape} and {prev_actions.shape}")
-        filter_key, policy_key = jax.random.split(self.rng if rng is None else rng)
+        keys = sorted(k for f in m.factors for k in (f"h{f}", f))
+        if not isinstance(latent, dict) or sorted(latent) != keys:
+            raise ValueError(f"act: latent must be a dict with keys {keys} (see initial_latent), got "
+                             f"{sorted(latent) if isinstance(latent, dict) else type(latent).__name__}")
+        latent_shapes = {k: tuple(jnp.shape(v)) for k, v in latent.items()}
+        if any(len(shape) != 2 or shape[0] != observations.shape[0] for shape in latent_shapes.values()):
+            raise ValueError(f"act: latent batch size must match observations: latent shapes {latent_shapes} "
+                             f"(initial_latent(N) gives [N, size]) vs observations {tuple(observations.shape)} "
+                             f"(N = {observations.shape[0]})")
+        filter_key, policy_key = jax.random.split(self.rng if rng is None else as_key(rng))
         latent = self.filter(latent, observations, prev_actions, filter_key)
         feat = features(latent, "x")
         if rng is None:

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from agents.common import as_key, compiled_create
+from agents.common import as_batch, as_key, check_config, compiled_create
 from agents.policies import TanhNormalPolicy, tanh_normal_log_prob, tanh_normal_sample
 
 
@@ -25,6 +25,12 @@ class GCBCConfig:
     action_dim: int = 4
     hidden: tuple[int, ...] = (256, 256)
     learning_rate: float = 3e-4
+
+    def __post_init__(self):
+        check_config(self)  # hidden widths >= 1; learning_rate finite and > 0
+        for name in ("obs_dim", "action_dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"GCBCConfig.{name} must be >= 1, got {getattr(self, name)}")
 
 
 class GCBCAgent(flax.struct.PyTreeNode):
@@ -51,16 +57,22 @@ class GCBCAgent(flax.struct.PyTreeNode):
         return nll, dict(bc_nll=nll, action_error=jnp.mean(jnp.abs(jnp.tanh(mean) - batch["actions"])))
 
     def update(self, batch) -> tuple["GCBCAgent", dict[str, jax.Array]]:
+        """One likelihood step (pure, jit-able); ``batch`` entries may be arrays or nested lists."""
+        batch = as_batch(batch, ("observations", "goals", "actions"))
         for key, dim in (("observations", self.config.obs_dim), ("goals", self.config.obs_dim),
                          ("actions", self.config.action_dim)):
-            if key not in batch or batch[key].shape[-1] != dim:
-                raise ValueError(f"batch[{key!r}] must have shape [B, {dim}]")
+            if key not in batch or batch[key].ndim < 1 or batch[key].shape[-1] != dim:
+                raise ValueError(f"batch[{key!r}] must have shape [B, {dim}]"
+                                 + (f", got {batch[key].shape}" if key in batch else " (missing)"))
+        shape = batch["observations"].shape
+        if len(shape) >= 2 and shape[0] == 0:
+            raise ValueError(f"batch['observations'] has batch size B = 0 (shape {shape}); update needs B >= 1 rows")
         grads, metrics = jax.grad(self.loss, has_aux=True)(self.params, batch)
         updates, opt_state = optax.adam(self.config.learning_rate).update(grads, self.opt_state)
         return self.replace(params=optax.apply_updates(self.params, updates), opt_state=opt_state), metrics
 
     def act(self, observations, goals, rng=None):
-        """A sample of pi(. | s, g) if ``rng`` is given, else its mode; in [-1, 1]^A."""
+        """A sample of pi(. | s, g) if ``rng`` (a PRNG key or an int seed) is given, else its mode; in [-1, 1]^A."""
         observations, goals = jnp.broadcast_arrays(jnp.asarray(observations), jnp.asarray(goals))
         mean, log_std = self.policy.apply(self.params, jnp.concatenate([observations, goals], -1))
-        return jnp.tanh(mean) if rng is None else tanh_normal_sample(rng, mean, log_std)[0]
+        return jnp.tanh(mean) if rng is None else tanh_normal_sample(as_key(rng), mean, log_std)[0]

@@ -70,6 +70,24 @@ class OnlineConfig:
             raise ValueError(f"OnlineConfig.updates_per_call must be a positive divisor of updates_per_cycle="
                              f"{self.updates_per_cycle} (or None), got {self.updates_per_call}")
 
+    def check_budget(self) -> None:
+        """Raise ``ValueError`` unless ``env_steps`` exceeds the random prefill (else :func:`train_online` would
+        prefill, then stop without one training cycle or evaluation). Called by :func:`train_online` before
+        anything runs; not in ``__post_init__``, so that configs of runs only read back (reports from logs)
+        stay constructible."""
+        if self.env_steps <= self.prefill_env_steps:
+            raise ValueError(f"OnlineConfig.env_steps={self.env_steps} must be greater than the random prefill of "
+                             f"{self.prefill_env_steps} env steps (prefill_episodes={self.prefill_episodes}, in "
+                             f"batches of rollouts_per_cycle={self.rollouts_per_cycle} episodes of "
+                             f"{fetch.EPISODE_LENGTH} steps), else no training cycle or evaluation runs")
+
+    @property
+    def prefill_env_steps(self) -> int:
+        """Env steps the random prefill takes: ``prefill_episodes`` rounded up to whole batches of
+        ``rollouts_per_cycle`` episodes (one per env of the vector env), ``fetch.EPISODE_LENGTH`` steps each."""
+        batches = math.ceil(self.prefill_episodes / self.rollouts_per_cycle)
+        return batches * self.rollouts_per_cycle * fetch.EPISODE_LENGTH
+
     @property
     def episode_capacity(self) -> int:
         if self.buffer_episodes is not None:
@@ -141,6 +159,7 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
     """Train ``agent`` online on Fetch ``config.task``. Returns ``(agent, history)``; ``history`` is the
     list of logged rows (env_steps, mean update metrics, eval_success where evaluated, the cycle's wall-clock
     cycle_seconds), including those of earlier invocations of a resumed run."""
+    config.check_budget()
     spec = fetch.TASKS[config.task]
     env = fetch.make_vector_env(config.task, config.rollouts_per_cycle)
     eval_env = fetch.make_vector_env(config.task, min(config.eval_episodes, 10))

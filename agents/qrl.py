@@ -24,10 +24,11 @@ import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
-from agents.common import as_key, compiled_create
-from agents.networks import MLP, AtariConvBackbone
+from agents.common import as_batch, as_key, check_config, compiled_create
+from common.networks import MLP, AtariConvBackbone
 
 from qrl import losses
 from qrl.quasimetrics import make_head
@@ -73,6 +74,7 @@ class QRLConfig:
     general_goal: tuple[float, ...] | None = (0.5, 0.0, 1.0)
 
     def __post_init__(self):
+        check_config(self)  # hidden widths >= 1; learning_rate, lagrange_learning_rate finite and > 0
         for name in ("obs_dim", "num_actions", "latent_dim", "iqe_components", "iqe_dim_per_component",
                      "l2_dim"):
             if getattr(self, name) < 1:
@@ -154,21 +156,50 @@ def _optimizers(config: QRLConfig) -> tuple[optax.GradientTransformation, optax.
 
 
 def validate_batch(batch: Batch, config: QRLConfig) -> None:
-    """Shape/dtype checks (static, so they cost nothing under jit)."""
+    """Shape/dtype checks (static, so they cost nothing under jit), B >= 1, and -- only when the actions are
+    concrete (an eager call, not under jit/vmap/grad, where they are tracers whose values cannot be read) --
+    that every action id is in [-1, num_actions) (-1 = no action, for goal-entry transitions). Under jit an
+    out-of-range id cannot be detected here (its one-hot would be all zeros, i.e. silently "no action"):
+    check whole datasets on the host with :func:`validate_dataset` before training."""
+    _check_arrays(batch, config, "batch")
+
+
+def validate_dataset(data: dict, config: QRLConfig) -> None:
+    """Host-side (NumPy) check of a whole offline dataset before training on it under jit: the keys
+    observations, actions, next_observations, rewards with shapes [N, obs_dim], [N], [N, obs_dim], [N],
+    N >= 1, integer actions, every action id in [-1, num_actions). Raises ``ValueError`` naming
+    ``data[key]``."""
+    missing = [k for k in BATCH_KEYS if k not in data]
+    if missing:
+        raise ValueError(f"data is missing keys {missing}; expected {list(BATCH_KEYS)}")
+    _check_arrays({k: np.asarray(data[k]) for k in BATCH_KEYS}, config, "data")
+
+
+def _check_arrays(batch, config: QRLConfig, name: str) -> None:
     missing = [k for k in BATCH_KEYS if k not in batch]
     if missing:
-        raise ValueError(f"batch is missing keys {missing}; expected {list(BATCH_KEYS)}")
+        raise ValueError(f"{name} is missing keys {missing}; expected {list(BATCH_KEYS)}")
     obs, act, nxt, rew = (batch[k] for k in BATCH_KEYS)
     if obs.ndim != 2 or obs.shape[1] != config.obs_dim:
-        raise ValueError(f"batch['observations'] must be [B, {config.obs_dim}], got {obs.shape}")
+        raise ValueError(f"{name}['observations'] must be [B, {config.obs_dim}], got {obs.shape}")
     b = obs.shape[0]
+    if b == 0:
+        raise ValueError(f"{name}['observations'] has batch size B = 0 (shape {obs.shape}); need B >= 1 rows")
     if nxt.shape != obs.shape:
-        raise ValueError(f"batch['next_observations'] must be {obs.shape}, got {nxt.shape}")
+        raise ValueError(f"{name}['next_observations'] must be {obs.shape}, got {nxt.shape}")
     if act.shape != (b,) or not jnp.issubdtype(act.dtype, jnp.integer):
-        raise ValueError(f"batch['actions'] must be integer [B]=({b},) (-1 = no action), got "
+        raise ValueError(f"{name}['actions'] must be integer [B]=({b},) (-1 = no action), got "
                          f"{act.dtype} {act.shape}")
     if rew.shape != (b,):
-        raise ValueError(f"batch['rewards'] must be [B]=({b},), got {rew.shape}")
+        raise ValueError(f"{name}['rewards'] must be [B]=({b},), got {rew.shape}")
+    if not isinstance(act, jax.core.Tracer):  # concrete values: check the range (impossible under jit)
+        values = np.asarray(act)
+        low, high = int(values.min()), int(values.max())
+        if low < -1 or high >= config.num_actions:
+            bad = values[(values < -1) | (values >= config.num_actions)]
+            raise ValueError(f"{name}['actions'] must be action ids in [-1, num_actions={config.num_actions}) "
+                             f"(-1 = no action), got {bad.size} out of range, e.g. {int(bad[0])} (min {low}, "
+                             f"max {high})")
 
 
 class QRLAgent(flax.struct.PyTreeNode):
@@ -244,7 +275,9 @@ class QRLAgent(flax.struct.PyTreeNode):
 
     # ---------------------------------------------------------------------------------- update
     def update(self, batch: Batch) -> tuple["QRLAgent", dict[str, jax.Array]]:
-        """One gradient step on the critic and the Lagrange multiplier (jit-able, pure)."""
+        """One gradient step on the critic and the Lagrange multiplier (jit-able, pure). ``batch`` entries may be
+        arrays or nested lists; see :func:`validate_batch` for what is checked (action ids only outside jit)."""
+        batch = as_batch(batch, BATCH_KEYS)
         validate_batch(batch, self.config)
         rng, goal_key = jax.random.split(self.rng)
         goals = self.sample_goals(goal_key, batch["next_observations"])
@@ -258,6 +291,10 @@ class QRLAgent(flax.struct.PyTreeNode):
                              lagrange_raw=optax.apply_updates(self.lagrange_raw, lagrange_updates),
                              opt_state=opt_state, lagrange_opt_state=lagrange_opt_state, rng=rng)
         return agent, metrics
+
+    def validate_dataset(self, data: dict) -> None:
+        """:func:`validate_dataset` with this agent's config (for training loops that take any agent)."""
+        validate_dataset(data, self.config)
 
     # ------------------------------------------------------------------------------ inference
     def distance(self, observations: jax.Array, goals: jax.Array) -> jax.Array:
@@ -277,7 +314,8 @@ class QRLAgent(flax.struct.PyTreeNode):
         return critic.apply(self.params, z_pred, z_goal[..., None, :], method="distance")
 
     def act(self, observations: jax.Array, goals: jax.Array, rng: jax.Array | None = None) -> jax.Array:
-        """Greedy discrete action argmin_a d_z(T(f(s), a), f(g)); ``rng`` is unused (deterministic)."""
+        """Greedy discrete action argmin_a d_z(T(f(s), a), f(g)); ``rng`` (a key or an int seed) is unused
+        (deterministic)."""
         observations, goals = jnp.asarray(observations), jnp.asarray(goals)
         for name, x in (("observations", observations), ("goals", goals)):
             if x.shape[-1:] != (self.config.obs_dim,):

@@ -8,7 +8,7 @@ Batch: observations [B, D], actions [B, A] in [-1, 1], next_observations [B, D],
 goals [B, D] (goal states, e.g. future states relabelled by the replay buffer). With ``image_shape`` set
 (e.g. ``(64, 64, 3)``), observations, next_observations and goals are uint8 images ``[B, 64, 64, 3]``
 instead: every critic encoder and the actor then start with their own
-:class:`~agents.networks.AtariConvBackbone` (C.3.3's image settings: f = backbone-512-128, transition
+:class:`~common.networks.AtariConvBackbone` (C.3.3's image settings: f = backbone-512-128, transition
 weight 0.1, 125 updates per 10 rollouts -- see ``IMAGE_DEFAULTS``).
 
 * **Critics**: ``num_critics`` (2) independent quasimetric critics, each with its own encoder f_i,
@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from agents.common import as_key, compiled_create
+from agents.common import as_batch, as_key, check_config, compiled_create
 from agents.policies import GoalConditionedPolicy, tanh_normal_sample
 from agents.qrl import QuasimetricCritic
 from qrl import losses
@@ -75,6 +75,7 @@ class QRLContinuousConfig:
     target_entropy: float | None = None  # None: -action_dim
 
     def __post_init__(self):
+        check_config(self)  # hidden widths >= 1; every *_learning_rate finite and > 0
         for name in ("obs_dim", "action_dim", "latent_dim", "iqe_components", "iqe_dim_per_component",
                      "l2_dim", "num_critics"):
             if getattr(self, name) < 1:
@@ -105,7 +106,13 @@ def validate_batch(batch: Batch, config: QRLContinuousConfig) -> None:
     missing = [k for k in BATCH_KEYS if k not in batch]
     if missing:
         raise ValueError(f"batch is missing keys {missing}; expected {list(BATCH_KEYS)}")
+    if batch["observations"].ndim != 1 + len(config.obs_shape):
+        raise ValueError(f"batch['observations'] must have shape (B, {', '.join(map(str, config.obs_shape))}), "
+                         f"got {batch['observations'].shape}")
     b = batch["observations"].shape[0]
+    if b == 0:
+        raise ValueError(f"batch['observations'] has batch size B = 0 (shape {batch['observations'].shape}); "
+                         "update needs B >= 1 rows")
     obs = (b, *config.obs_shape)
     expected = dict(observations=obs, next_observations=obs, goals=obs, actions=(b, config.action_dim), rewards=(b,))
     for key, shape in expected.items():
@@ -201,7 +208,8 @@ class QRLContinuousAgent(flax.struct.PyTreeNode):
     # ---------------------------------------------------------------------------------- update
     def update(self, batch: Batch) -> tuple["QRLContinuousAgent", dict[str, jax.Array]]:
         """One step on the critics and multipliers, then the actor (against the updated critics), then
-        the entropy weight. Pure and jit-able."""
+        the entropy weight. Pure and jit-able; ``batch`` entries may be arrays or nested lists."""
+        batch = as_batch(batch, BATCH_KEYS)
         validate_batch(batch, self.config)
         tx = _optimizers(self.config)
         rng, actor_key = jax.random.split(self.rng)
@@ -238,7 +246,8 @@ class QRLContinuousAgent(flax.struct.PyTreeNode):
 
     # ------------------------------------------------------------------------------ inference
     def act(self, observations: jax.Array, goals: jax.Array, rng: jax.Array | None = None) -> jax.Array:
-        """A sample of pi(. | s, g) if ``rng`` is given, else its mode tanh(mu); in [-1, 1]^A."""
+        """A sample of pi(. | s, g) if ``rng`` (a PRNG key or an int seed) is given, else its mode tanh(mu);
+        in [-1, 1]^A."""
         observations, goals = jnp.asarray(observations), jnp.asarray(goals)
         for name, x in (("observations", observations), ("goals", goals)):
             shape = self.config.obs_shape
@@ -248,4 +257,4 @@ class QRLContinuousAgent(flax.struct.PyTreeNode):
         mean, log_std = self.policy.apply(self.actor_params, observations, goals)
         if rng is None:
             return jnp.tanh(mean)
-        return tanh_normal_sample(rng, mean, log_std)[0]
+        return tanh_normal_sample(as_key(rng), mean, log_std)[0]

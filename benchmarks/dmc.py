@@ -74,6 +74,16 @@ class Args:
     probe_test: int = 2
     out_dir: str = "results/dmc"
 
+    def __post_init__(self):
+        for name, known in (("tasks", sorted(TASKS)), ("variants", list(VARIANTS)),
+                            ("methods", list(Method.__args__)), ("seeds", None)):
+            if not getattr(self, name):
+                raise ValueError(f"--{name} must list at least one value" + (f" of {known}" if known else "")
+                                 + ", got none")
+        for name in ("env_steps", "probe_train", "probe_test"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+
 
 def make_agent(method: str, task: str, variant: str, obs_dim: int, action_dim: int, preset: str, policy: str,
                seed: int, free_nats: float = 3.0, kl_split: bool = False) -> DenoisedMDPAgent:
@@ -188,49 +198,76 @@ def format_table(args: Args, summary: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(out: Path, args: Args, runs: list[dict], summary: dict) -> None:
+def _budget(args: Args) -> str:
+    return (f"{len(args.tasks)} task(s) x {len(args.variants)} variant(s), {len(args.seeds)} seed(s), "
+            f"{args.env_steps:,} env steps per run, preset {args.preset!r}, policy {args.policy!r}")
+
+
+def plot(out: Path, args: Args, runs: list[dict], summary: dict) -> dict:
+    """``returns.png`` and ``probe.png``; returns the (closed) Figures by name."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from envs.dmc import EPISODE_STEPS
+
     fig, axes = plt.subplots(len(args.tasks), len(args.variants), squeeze=False,
-                             figsize=(3.4 * len(args.variants), 2.6 * len(args.tasks)))
+                             figsize=(3.4 * len(args.variants), 2.6 * len(args.tasks) + 0.4))
     for i, task in enumerate(args.tasks):
         for j, variant in enumerate(args.variants):
             ax = axes[i, j]
             for method, color in (("denoised", "C0"), ("dreamer", "C1")):
                 chosen = [r for r in runs if (r["task"], r["variant"], r["method"]) == (task, variant, method)]
                 for k, r in enumerate(chosen):
-                    ax.plot(r["env_steps"], r["train_return"], color=color, alpha=0.35, lw=1)
+                    sparse = len(r["env_steps"]) <= 20  # few exploration episodes: mark each one
+                    ax.plot(r["env_steps"], r["train_return"], color=color, alpha=0.35, lw=1,
+                            marker="." if sparse else None, ms=4)
                     ax.plot(r["eval_steps"], r["eval_return"], "o-", color=color, ms=3,
                             label=method if k == 0 else None)
             ax.set_title(f"{task} / {variant}", fontsize=8)
             ax.tick_params(labelsize=7)
             if i == len(args.tasks) - 1:
-                ax.set_xlabel("env steps", fontsize=8)
+                ax.set_xlabel("env steps (control steps)", fontsize=8)
             if j == 0:
-                ax.set_ylabel("episode return", fontsize=8)
+                ax.set_ylabel(f"episode return\n(sum of rewards, {EPISODE_STEPS} steps)", fontsize=8)
     axes[0, 0].legend(fontsize=7)
-    fig.suptitle("Episode return (lines: exploration episodes; dots: deterministic evaluation)", fontsize=9)
+    fig.suptitle("Episode return (faint lines: exploration episodes; dots: deterministic evaluation)\n"
+                 + _budget(args), fontsize=9)
     fig.tight_layout()
     fig.savefig(out / "returns.png", dpi=100)
     plt.close(fig)
+    figures = {"returns": fig}
 
     readouts = [("denoised", "x->agent_state"), ("denoised", "x->distractor_state"), ("denoised", "y->agent_state"),
                 ("denoised", "y->distractor_state"), ("dreamer", "x->agent_state"), ("dreamer", "x->distractor_state")]
     variants = list(summary)
-    fig, ax = plt.subplots(figsize=(9, 3.8))
+    fig, ax = plt.subplots(figsize=(10.5, 4.2))
     width = 0.8 / len(readouts)
+    table = np.array([[summary[v].get(method, {}).get("mean_probe", {}).get(key, np.nan) for v in variants]
+                      for method, key in readouts], float).reshape(len(readouts), len(variants))
+    finite = table[np.isfinite(table)]
+    bottom = max(-0.5, min(-0.1, finite.min() - 0.05)) if finite.size else -0.1  # very negative R^2: clipped
     for k, (method, key) in enumerate(readouts):
-        values = [summary[v].get(method, {}).get("mean_probe", {}).get(key, np.nan) for v in variants]
-        ax.bar(np.arange(len(variants)) + k * width, values, width, label=f"{method} {key.replace('_state', '')}")
+        xs = np.arange(len(variants)) + k * width
+        ax.bar(xs, np.maximum(table[k], bottom), width, label=f"{method} {key.replace('_state', '')}")
+        for x, v in zip(xs, table[k]):
+            if not np.isfinite(v):  # no read-out (e.g. no distractor in "noiseless")
+                ax.text(x, 0.01, "n/a", ha="center", va="bottom", rotation=90, fontsize=7, color="0.4")
+            elif v < bottom:  # bar clipped at the axis: print its value
+                ax.text(x, bottom + 0.02, f"{v:.2g}", ha="center", va="bottom", fontsize=6,
+                        bbox=dict(fc="white", ec="none", pad=0.5))
     ax.set_xticks(np.arange(len(variants)) + 0.4 - width / 2, variants)
-    ax.set(ylabel="held-out R$^2$ (ridge)", ylim=(-0.1, 1.0), title="Denoising probe: what each latent linearly encodes")
+    ax.set(xlabel="noise variant", ylabel="held-out R$^2$ of the ridge probe\n(1: perfect, 0: predicts the mean)",
+           ylim=(bottom, 1.0))
+    ax.set_title("Denoising probe: what each latent linearly encodes (mean over tasks and seeds)\n"
+                 f"{_budget(args)}; probe: {args.probe_train} train / {args.probe_test} test episodes", fontsize=9)
     ax.axhline(0, color="k", lw=0.5)
-    ax.legend(fontsize=7, ncol=3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="latent -> target", title_fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "probe.png", dpi=100)
     plt.close(fig)
+    figures["probe"] = fig
+    return figures
 
 
 def main():

@@ -99,6 +99,22 @@ class Args:
     """Instead of training: the table and plot of the evaluations already logged in ``out_dir``'s run
     directories (a run in progress or stopped early; every seed cut to the evaluations all seeds have)."""
 
+    def __post_init__(self):
+        if not self.agents:
+            raise ValueError(f"--agents must name at least one agent (of {list(AgentName.__args__)}), got none")
+        if not self.seeds:
+            raise ValueError("--seeds must list at least one seed, got none")
+        prefill = OnlineConfig().prefill_env_steps  # the loop's default prefill, which this CLI does not change
+        trains = not (self.from_logs or self.add_reference_to)  # the report modes only read runs back
+        if trains and self.env_steps <= prefill:
+            raise ValueError(f"--env-steps must be greater than the {prefill} env steps of random prefill "
+                             f"({OnlineConfig.prefill_episodes} episodes x {fetch.EPISODE_LENGTH} steps), else "
+                             f"nothing is trained or evaluated; got {self.env_steps}")
+        for name in ("batch_size", "updates_per_cycle", "updates_per_call"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+
 
 def smooth(values: np.ndarray, window: int = 5) -> np.ndarray:
     """Trailing moving average over up to ``window`` evaluations."""
@@ -251,26 +267,51 @@ def format_table(args: Args, summary: dict) -> str:
     return "\n".join(lines)
 
 
-def plot_curves(path: Path, args: Args, curves: dict, reference: dict | None = None) -> None:
+def _curves_title(args: Args, curves: dict) -> str:
+    """Task, budget (env steps reached of the budget), seeds, batch, QRL preset and evaluation protocol."""
+    reached = max((r["env_steps"][-1] for runs in curves.values() for r in runs if len(r["env_steps"])),
+                  default=0)
+    steps = (f"{args.env_steps:,} env steps" if reached >= args.env_steps
+             else f"{reached:,} of {args.env_steps:,} env steps")
+    preset = f", QRL preset {args.qrl_preset!r}" if "qrl" in curves else ""
+    loop = {f.name: f.default for f in dataclasses.fields(OnlineConfig)}
+    return (f"Fetch{args.env.capitalize()} ({args.obs}): {steps}, {len(args.seeds)} seed(s), batch {args.batch_size}"
+            f"{preset}\nmarkers: evaluations ({loop.get('eval_episodes')} episodes / {loop.get('eval_every'):,} env "
+            "steps); line: seed mean; band: seed min-max")
+
+
+def plot_curves(path: Path, args: Args, curves: dict, reference: dict | None = None):
+    """Success rate vs env steps (mean and min-max over seeds); returns the (closed) Figure."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
     for name, runs in curves.items():
-        steps = np.asarray(runs[0]["env_steps"])
-        smoothed = np.array([smooth(r["success"]) for r in runs])
-        ax.plot(steps, smoothed.mean(0), label=name, lw=2)
-        ax.fill_between(steps, smoothed.min(0), smoothed.max(0), alpha=0.2)
-    if reference is not None:
-        ax.plot(reference["env_steps"], reference["smoothed_mean"], "k--", lw=1.2,
+        n = min(len(r["success"]) for r in runs)
+        if n == 0:
+            continue
+        steps = np.asarray(runs[0]["env_steps"][:n])
+        smoothed = np.array([smooth(r["success"][:n]) for r in runs])
+        mean, low, high = smoothed.mean(0), smoothed.min(0), smoothed.max(0)
+        (line,) = ax.plot(steps, mean, label=name, lw=2, marker="o", ms=5 if n <= 30 else 3)
+        ax.fill_between(steps, low, high, alpha=0.2, color=line.get_color())
+        if n == 1:  # a band needs two points: show the single evaluation's min-max as an error bar
+            ax.errorbar(steps, mean, yerr=[mean - low, high - mean], fmt="none", ecolor=line.get_color(),
+                        capsize=4)
+    if reference is not None and len(reference["env_steps"]):
+        ax.plot(reference["env_steps"], reference["smoothed_mean"], "k--", lw=1.2, marker=".", ms=5,
                 label="zero action (episodes solved at the start)")
-    ax.set(xlabel="environment steps", ylabel="success rate (smoothed, window 5)", ylim=(-0.02, 1.02),
-           title=f"Fetch{args.env.capitalize()} ({args.obs}), {len(args.seeds)} seed(s)")
-    ax.legend()
+    ax.set(xlabel="environment steps", ylabel="success rate (fraction of evaluation episodes,\n"
+           "trailing mean over 5 evaluations)", ylim=(-0.02, 1.02))
+    ax.set_xlim(0, 1.03 * max([args.env_steps] + [r["env_steps"][-1] for runs in curves.values() for r in runs
+                                                  if len(r["env_steps"])]))
+    ax.set_title(_curves_title(args, curves), fontsize=9)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return fig
 
 
 def main():

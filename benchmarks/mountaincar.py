@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import shlex
 import sys
 import time
@@ -31,7 +32,7 @@ import tyro
 
 from agents.qrl import QRLAgent, QRLConfig
 from envs import mountaincar as mc
-from qrl.train import TrainConfig, train_offline
+from qrl.train import mountaincar_presets, train_offline
 
 # 9 goal states spread over the state space, as (position bin, velocity bin) on the 160 x 160 grid:
 # positions -0.86 / -0.29 / +0.27 x velocities -0.026 / +0.0004 / +0.027. Each is reachable exactly
@@ -57,27 +58,10 @@ LABELS = {
 METHODS = ("qrl_single", "qrl_multi", "l2_multi")
 
 
-# Every preset normalises MountainCar observations to about [-1, 1] inside the encoder.
-PAPER_CONFIG = QRLConfig(obs_center=mc.OBS_CENTER, obs_scale=mc.OBS_SCALE)
-
-
-def _scaled(width: int, depth: int, latent: int, components: int, dim_per_component: int,
-            steps: int, lr: float = 5e-4) -> QRLConfig:
-    hidden = (width,) * depth
-    return dataclasses.replace(
-        PAPER_CONFIG, encoder_hidden=hidden, latent_dim=latent, projector_hidden=hidden[:max(depth - 1, 1)],
-        iqe_components=components, iqe_dim_per_component=dim_per_component,
-        l2_dim=components * dim_per_component, dynamics_hidden=hidden, learning_rate=lr,
-        cosine_decay_steps=steps)
-
-
-# Scale-downs of C.3.1 (3x1024 MLPs, latent 256, IQE 16x32, batch 4096, 5e5 steps).
-PRESETS = {
-    "quick": (_scaled(128, 2, 64, 8, 16, 3_000, lr=1e-3), TrainConfig(steps=3_000, batch_size=256)),
-    "cpu": (_scaled(256, 2, 128, 8, 16, 30_000, lr=1e-3), TrainConfig(steps=30_000, batch_size=256)),
-    "paper": (PAPER_CONFIG, TrainConfig(steps=500_000, batch_size=4096, log_every=1000,
-                                        checkpoint_every=50_000)),
-}
+# Scale-downs of C.3.1 (3x1024 MLPs, latent 256, IQE 16x32, batch 4096, 5e5 steps), shared with the
+# `python -m qrl.train` CLI: quick (a smoke run), cpu (<= 30 min per method on 2 CPU cores), paper (C.3.1).
+PRESETS = mountaincar_presets()
+COMPARABLE_SCALES = ("cpu", "paper")  # quick is a smoke run: its scores are not comparable to the paper's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,10 +72,30 @@ class Args:
     seed: int = 0
     """Seeds the dataset, the agents and the batch sampler."""
     steps: int | None = None
-    """Override the preset's number of gradient steps (the cosine schedule follows)."""
-    out_dir: str = "results/mountaincar"
+    """Override the preset's number of gradient steps (the cosine schedule follows). At most the preset's
+    log_every (500; 1000 for paper) -- then trained as one chunk -- or a multiple of it."""
+    out_dir: str | None = None
+    """Default: results/mountaincar/<scale>-seed<seed> (with --steps: <scale>-<steps>steps-seed<seed>)."""
     resume: bool = True
-    """Resume each method from its latest checkpoint in out_dir if one exists."""
+    """Resume each method from its latest checkpoint in out_dir if one exists (a run directory holding a
+    run with other settings is refused, naming the settings that differ)."""
+
+    def default_out_dir(self) -> str:
+        steps = "" if self.steps is None else f"-{self.steps}steps"
+        return f"results/mountaincar/{self.scale}{steps}-seed{self.seed}"
+
+    def __post_init__(self):
+        if not self.methods:
+            raise ValueError(f"--methods must list at least one of {list(METHODS)}, got none")
+        if self.steps is not None:
+            log_every = PRESETS[self.scale][1].log_every
+            if self.steps < 1:
+                raise ValueError(f"--steps must be >= 1 (or left out for the {self.scale!r} preset's "
+                                 f"{PRESETS[self.scale][1].steps}), got {self.steps}")
+            if self.steps > log_every and self.steps % log_every:
+                raise ValueError(f"--steps must be at most {log_every} or a multiple of {log_every} (the "
+                                 f"{self.scale!r} preset's log_every: updates per compiled chunk and metrics row), "
+                                 f"got {self.steps}")
 
 
 def method_config(method: str, base: QRLConfig) -> QRLConfig:
@@ -143,14 +147,9 @@ def oracle_policy(cost: np.ndarray, table: np.ndarray) -> np.ndarray:
 def evaluate(policy_fn, goals: list[Goal], table: np.ndarray, value_fn=None) -> dict:
     """Scores (and rank correlations if ``value_fn``) for a goal -> policy table function."""
     per_goal = []
-    table_j = jnp.asarray(table)
     for goal in goals:
         policy = np.asarray(policy_fn(goal))
-        returns = np.asarray(mc.greedy_returns(jnp.asarray(policy), jnp.asarray(goal.target), table_j))
-        optimal = -np.minimum(goal.optimal_cost, mc.EVAL_EPISODE_STEPS)
-        row = dict(goal=goal.name, score=mc.normalized_score(returns, optimal),
-                   mean_return=float(returns.mean()), mean_optimal_return=float(optimal.mean()),
-                   success_rate=float(np.mean(returns > -mc.EVAL_EPISODE_STEPS)))
+        row = dict(goal=goal.name, **mc.score_policy(policy, goal.target, table, goal.optimal_cost))
         if value_fn is not None:
             finite = np.isfinite(goal.true_distance)
             learned = np.asarray(value_fn(goal))
@@ -196,39 +195,86 @@ def format_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def plot_values(path: Path, goals: list[Goal], learned: dict[str, list[np.ndarray]]) -> None:
+def _value_image(flat) -> np.ndarray:
+    """A [25600] value per flat index ``k_pos * 160 + k_vel`` as a [160, 160] image: rows (array axis 0) are
+    position bins, columns (axis 1) velocity bins; so with ``origin="lower"`` position runs up the y axis
+    and velocity along the x axis. Unreachable (inf) becomes NaN (drawn white)."""
+    img = np.asarray(flat, np.float64).reshape(mc.NUM_BINS, mc.NUM_BINS)
+    return np.where(np.isfinite(img), img, np.nan)
+
+
+def plot_values(path: Path, goals: list[Goal], learned: dict[str, list[np.ndarray]],
+                title_extra: str | None = None):
+    """Figure 4-3: d(s, g) over the 160 x 160 grid (x: velocity, y: position), one row per method with
+    one colour scale and colour bar per row, one column per goal. ``title_extra`` (e.g. the scale and
+    budget) is added to the title. Returns the (closed) Figure."""
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import textwrap
 
-    rows = [("ground truth", [g.true_distance for g in goals])] + [(LABELS[k], v) for k, v in learned.items()]
-    fig, axes = plt.subplots(len(rows), len(goals), figsize=(1.6 * len(goals), 1.8 * len(rows)),
-                             squeeze=False)
-    for r, (label, images) in enumerate(rows):
-        for c, (goal, image) in enumerate(zip(goals, images)):
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    rows = [("ground truth", "optimal steps to goal\n(full dynamics)", [g.true_distance for g in goals])]
+    rows += [(LABELS.get(k, k), "learned d(s, g)\n(model units)", v) for k, v in learned.items()]
+    n_cols = len(goals)
+    present = [[c < len(images) and images[c] is not None for c in range(n_cols)] for _, _, images in rows]
+    fig, axes = plt.subplots(len(rows), n_cols + 1, squeeze=False, layout="constrained",
+                             figsize=(1.45 * n_cols + 1.6, 1.6 * len(rows) + 0.9),
+                             gridspec_kw=dict(width_ratios=[1.0] * n_cols + [0.07]))
+    extent = (-mc.MAX_SPEED, mc.MAX_SPEED, mc.MIN_POSITION, mc.MAX_POSITION)
+    cmap = plt.get_cmap("viridis").with_extremes(bad="white")
+    for r, (label, bar_label, images) in enumerate(rows):
+        imgs = [_value_image(images[c]) if present[r][c] else None for c in range(n_cols)]
+        values = np.concatenate([i[np.isfinite(i)] for i in imgs if i is not None] or [np.zeros(0)])
+        vmin, vmax = (values.min(), values.max()) if values.size else (0.0, 1.0)
+        mappable, first = None, True
+        for c, (goal, img) in enumerate(zip(goals, imgs)):
             ax = axes[r, c]
-            if image is None:
+            if img is None:
                 ax.axis("off")
                 continue
-            img = np.asarray(image, np.float64).reshape(mc.NUM_BINS, mc.NUM_BINS)
-            finite = np.isfinite(img)
-            img = np.where(finite, img, np.nan)
-            ax.imshow(img, origin="lower", cmap="viridis", aspect="auto",
-                      extent=(-mc.MAX_SPEED, mc.MAX_SPEED, mc.MIN_POSITION, mc.MAX_POSITION))
-            if goal.name != "top of hill":
+            mappable = ax.imshow(img, origin="lower", cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto",
+                                 extent=extent, interpolation="nearest")
+            if goal.name == "top of hill":  # the goal set: position >= 0.5 and velocity >= 0
+                ax.add_patch(Rectangle((mc.GOAL_VELOCITY, mc.GOAL_POSITION), mc.MAX_SPEED - mc.GOAL_VELOCITY,
+                                       mc.MAX_POSITION - mc.GOAL_POSITION, fill=False, ec="r", lw=1.0, ls="--"))
+            else:
                 ax.plot(goal.observation[1], goal.observation[0], "r*", markersize=7)
-            ax.set_xticks([])
-            ax.set_yticks([])
+            ax.set_xticks([-0.05, 0.0, 0.05], ["-0.05", "0", "0.05"])
+            ax.set_yticks([-1.0, -0.5, 0.0, 0.5], ["-1", "-0.5", "0", "0.5"])
+            ax.tick_params(labelsize=6, length=2, pad=1)
+            # tick labels and axis labels on the outer panels: the first of each row, the lowest of each column
+            if first:
+                ax.set_ylabel("position", fontsize=7, labelpad=1)
+                ax.annotate(textwrap.fill(label, 20, break_on_hyphens=False), xy=(0, 0.5), xycoords="axes fraction",
+                            xytext=(-28, 0), textcoords="offset points", rotation=90, ha="right", va="center",
+                            fontsize=7, fontweight="bold")
+                first = False
+            else:
+                ax.tick_params(labelleft=False)
+            if any(present[rr][c] for rr in range(r + 1, len(rows))):
+                ax.tick_params(labelbottom=False)
+            else:
+                ax.set_xlabel("velocity (per step)", fontsize=7, labelpad=1)
             if r == 0:
-                ax.set_title(goal.name, fontsize=7)
-            if c == 0:
-                ax.set_ylabel(label, fontsize=6)
-    fig.suptitle("Distance to goal d(s, g) from every state (x: velocity, y: position; yellow = far; "
-                 "white = unreachable)", fontsize=8)
-    fig.tight_layout()
+                obs = goal.observation
+                ax.set_title("top of hill\npos >= 0.5, vel >= 0" if goal.name == "top of hill"
+                             else f"goal: pos {obs[0]:+.2f}\nvel {obs[1]:+.3f}", fontsize=7)
+        cax = axes[r, -1]
+        if mappable is None:
+            cax.axis("off")
+            continue
+        bar = fig.colorbar(mappable, cax=cax)
+        bar.set_label(bar_label, fontsize=7)
+        bar.ax.tick_params(labelsize=6)
+    title = ("Distance to goal d(s, g) from every discrete state (160 x 160 bins; x: velocity, y: position; "
+             "red star / dashed box: goal; white: goal unreachable; one colour scale per row)")
+    fig.suptitle(title + (f"\n{title_extra}" if title_extra else ""), fontsize=9)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return fig
 
 
 # -------------------------------------------------------------------------------------------- main
@@ -236,10 +282,20 @@ def plot_values(path: Path, goals: list[Goal], learned: dict[str, list[np.ndarra
 
 def run(args: Args) -> dict:
     base, train_config = PRESETS[args.scale]
-    steps = args.steps or train_config.steps
-    train_config = dataclasses.replace(train_config, steps=steps, seed=args.seed, resume=args.resume)
+    steps = train_config.steps if args.steps is None else args.steps  # Args checked: >= 1, fits log_every
+    # Fewer steps than the preset's chunk: train them as one chunk (one metrics row); checkpoints then only at
+    # the end unless the preset's interval is still a multiple of the chunk (TrainConfig requires that).
+    log_every = min(train_config.log_every, steps)
+    checkpoint_every = train_config.checkpoint_every
+    if checkpoint_every % log_every:
+        checkpoint_every = steps
+    train_config = dataclasses.replace(train_config, steps=steps, seed=args.seed, resume=args.resume,
+                                       log_every=log_every, checkpoint_every=checkpoint_every,
+                                       updates_per_call=math.gcd(train_config.updates_per_call, log_every))
     base = dataclasses.replace(base, cosine_decay_steps=steps if base.cosine_decay_steps else None)
-    out = Path(args.out_dir)
+    out = Path(args.out_dir or args.default_out_dir())
+    print(f"scale {args.scale!r}: {steps:,} steps of batch {train_config.batch_size} per method, seed {args.seed}; "
+          f"saving to {out}")
     out.mkdir(parents=True, exist_ok=True)
 
     t0 = time.time()
@@ -271,9 +327,15 @@ def run(args: Args) -> dict:
                                goals, table)
     results.update(oracle)
 
-    report = format_table(results)
+    budget = f"scale {args.scale}: {steps:,} steps x batch {train_config.batch_size}, seed {args.seed}"
+    if args.scale in COMPARABLE_SCALES:
+        note = f"Scale {args.scale!r} ran ({budget[len(args.scale) + 8:]}; the paper: 500,000 steps x batch 4096)."
+    else:
+        note = (f"Scale {args.scale!r} ran ({budget[len(args.scale) + 8:]}): a smoke run, NOT comparable to the "
+                "paper's numbers; only --scale cpu or paper are.")
+    report = format_table(results) + "\n" + note
     print(report)
-    plot_values(out / "values.png", goals, learned_values)
+    plot_values(out / "values.png", goals, learned_values, title_extra=budget)
     record = dict(
         command=" ".join(shlex.quote(a) for a in ["python", "-m", "benchmarks.mountaincar", *sys.argv[1:]]),
         args=dataclasses.asdict(args), train_config=dataclasses.asdict(train_config),

@@ -39,7 +39,7 @@ import optax
 import tyro
 from tqdm import tqdm
 
-from agents.networks import MLP
+from common.networks import MLP
 from envs import random_graphs as rg
 from qrl import quasimetrics as qm
 
@@ -374,13 +374,18 @@ def format_report(record: dict) -> str:
     return "\n".join(lines)
 
 
-def plot_graphs(path: Path, graphs: dict) -> None:
+def plot_graphs(path: Path, graphs: dict, title_extra: str | None = None):
+    """Figure 3-4: test MSE vs training fraction per head (mean over seeds); ``title_extra`` (e.g. the scale
+    and budget) is added to the title. Returns the (closed) Figure."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8), sharey=False)
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5.2), sharey=False, layout="constrained")
     fractions = sorted({c["fraction"] for c in graphs["configs"]})
+    seeds = len({c["seed"] for c in graphs["configs"]})
+    reachable = {s: v.get("reachable_fraction") for s, v in graphs.get("graphs", {}).get("structure", {}).items()}
     cmap = plt.get_cmap("tab20")
     for ax, structure in zip(axes, rg.GRAPH_STRUCTURES):
         for i, (method, res) in enumerate(graphs["results"].items()):
@@ -388,35 +393,84 @@ def plot_graphs(path: Path, graphs: dict) -> None:
                               and r["fraction"] == f]) for f in fractions]
             style = "-" if qm.make_head(METHODS[method][0]).is_quasimetric else ":"
             width = 2.5 if method.startswith("iqe") else 1.3
-            ax.plot(fractions, means, style, marker="o", ms=3, lw=width, color=cmap(i), label=method)
-        ax.set(xscale="log", yscale="log", title=f"{structure} graph", xlabel="training-set fraction")
-    axes[0].set_ylabel("test MSE, 0.9-discounted distance")
-    axes[-1].legend(fontsize=7, ncol=2, loc="upper right")
-    fig.suptitle("Quasimetric learning on 300-vertex random directed graphs (dotted: not quasimetric)")
-    fig.tight_layout()
+            ax.plot(fractions, means, style, marker="o", ms=3 if len(fractions) > 3 else 5, lw=width,
+                    color=cmap(i % cmap.N), label=method)
+        reach = f" ({reachable[structure]:.0%} of pairs reachable)" if reachable.get(structure) is not None else ""
+        ax.set(xscale="log", yscale="log", title=f"{structure} graph{reach}",
+               xlabel="fraction of the off-diagonal pairs used for training (log scale)")
+        ax.set_xticks(fractions, [f"{f:g}" for f in fractions])  # the fractions that were run
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ys = np.concatenate([line.get_ydata() for line in ax.get_lines()] or [np.zeros(0)]).astype(float)
+        ys = ys[np.isfinite(ys) & (ys > 0)]
+        if ys.size:
+            _log_ticks(ax.yaxis, ys.min(), ys.max())
+    axes[0].set_ylabel("test MSE of $0.9^{d}$ (d: shortest-path hops;\nunreachable: 0), log scale")
+    fig.legend(*axes[0].get_legend_handles_labels(), fontsize=7, loc="outside right center",
+               title="head (dotted: not a quasimetric)", title_fontsize=7)
+    title = (f"Quasimetric learning on 300-vertex random directed graphs: test MSE on the pairs not trained on, "
+             f"mean over {seeds} seed(s)")
+    fig.suptitle(title + (f"\n{title_extra}" if title_extra else ""))
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return fig
 
 
-def plot_large(path: Path, large: dict) -> None:
+def _log_ticks(axis, low: float, high: float) -> None:
+    """A log axis readable for any span: plain-number labels, 1-2-5 ticks within about two decades, decades
+    beyond, and no minor-tick labels (matplotlib labels those when the span is short, and they overlap)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    subs = (1.0, 2.0, 5.0) if high > 0 and low > 0 and np.log10(high / low) <= 2.5 else (1.0,)
+    axis.set_major_locator(LogLocator(base=10, subs=subs))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _log_value_axis(ax, values) -> None:
+    """Log x axis for bars, with room on the right for the printed bar values."""
+    ax.set_xscale("log")
+    values = np.asarray([v for v in values if v is not None and v > 0], float)
+    low, high = (values.min() / 1.5, values.max() * 4.0) if values.size else (0.1, 10.0)
+    ax.set_xlim(low, high)
+    _log_ticks(ax.xaxis, low, high)
+
+
+def plot_large(path: Path, large: dict, title_extra: str | None = None):
+    """Table 3.2 columns on the larger graph as bars with their values printed; ``title_extra`` (e.g. the
+    scale and budget) is added to the title. Returns the (closed) Figure."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     methods = list(large["results"])
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
-    columns = (("test_mse", "test MSE (discounted) - lower is better"),
-               ("l1_finite", "l1 error, finite distances - lower"),
-               ("pred_infinite", "mean prediction, unreachable pairs - higher"))
-    for ax, (key, title) in zip(axes, columns):
-        values = [large["results"][m][key] or 0.0 for m in methods]
-        ax.barh(methods, values, color=["tab:blue" if m.startswith("iqe") else "tab:gray" for m in methods])
-        ax.set_xscale("log")
+    fig, axes = plt.subplots(1, 3, figsize=(16, 0.28 * len(methods) + 2.2), layout="constrained")
+    columns = (("test_mse", "test MSE of 0.9^d - lower is better", "MSE of discounted distance (log scale)"),
+               ("l1_finite", "l1 error where d < inf - lower is better", "mean |predicted d - d| (hops, log scale)"),
+               ("pred_infinite", "mean prediction where d = inf - higher is better",
+                "mean predicted d (hops, log scale)"))
+    for ax, (key, title, xlabel) in zip(axes, columns):
+        values = [large["results"][m][key] for m in methods]
+        valid = [v is not None and np.isfinite(v) and v > 0 for v in values]
+        y = np.arange(len(methods))
+        drawn = [v if ok else np.nan for v, ok in zip(values, valid)]
+        ax.barh(y, drawn, color=["tab:blue" if m.startswith("iqe") else "tab:gray" for m in methods])
+        _log_value_axis(ax, [v for v, ok in zip(values, valid) if ok])
+        left = ax.get_xlim()[0]
+        for yy, v, ok in zip(y, values, valid):
+            ax.text(v * 1.08 if ok else left * 1.1, yy, f"{v:.3g}" if ok else ("n/a" if v is None else f"{v:g}"),
+                    va="center", fontsize=7, color="k" if ok else "0.4")
+        ax.set_yticks(y, methods)
         ax.set_title(title, fontsize=10)
+        ax.set_xlabel(xlabel)
         ax.invert_yaxis()
-    fig.tight_layout()
+    reachable = large.get("test_reachable_fraction")
+    title = (f"Larger random graph: {large.get('nodes', '?'):,} vertices, {large.get('edges', '?'):,} edges; landmark "
+             f"split, {large.get('train_pairs', '?'):,} train / {large.get('test_pairs', '?'):,} test pairs"
+             + (f" ({reachable:.0%} of test pairs reachable)" if reachable is not None else "") + "; blue: IQE")
+    fig.suptitle(title + (f"\n{title_extra}" if title_extra else ""))
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return fig
 
 
 def run(args: Args) -> dict:
@@ -436,10 +490,12 @@ def run(args: Args) -> dict:
         device=str(jax.devices()[0]))
     if "graphs" in args.parts:
         record["graphs"] = graph_experiment(args, scale, args.methods)
-        plot_graphs(out / "mse_vs_train_size.png", record["graphs"])
+        plot_graphs(out / "mse_vs_train_size.png", record["graphs"],
+                    title_extra=f"scale {args.scale}: {scale.steps:,} steps x batch {scale.batch} per run")
     if "large" in args.parts:
         record["large"] = large_graph_experiment(args, scale, args.methods)
-        plot_large(out / "large_graph.png", record["large"])
+        plot_large(out / "large_graph.png", record["large"],
+                   title_extra=f"scale {args.scale}: {scale.large_steps:,} steps x batch {scale.large_batch}")
     if "throughput" in args.parts:
         record["throughput"] = {m: throughput(m, scale.throughput_batch, scale.throughput_latent)
                                 for m in tqdm(args.methods, desc="throughput", unit="head")}

@@ -39,7 +39,7 @@ from sklearn.datasets import load_digits
 from sklearn.linear_model import LogisticRegression
 from tqdm import tqdm
 
-from agents.networks import MLP
+from common.networks import MLP
 from replearn import metrics, objectives
 
 
@@ -192,8 +192,9 @@ def run(args: Args) -> dict:
         total_seconds=time.time() - t0)
     record["table"] = format_table(record)
     print(record["table"])
-    plot_align_uniform(out / "align_uniform.png", encoders)
-    plot_alignment(out / "alignment.png", encoders, alignment)
+    extra = f"scale {args.scale}: {scale.steps:,} steps x batch {scale.batch}, {scale.seeds} seed(s) per setting"
+    plot_align_uniform(out / "align_uniform.png", encoders, title_extra=extra)
+    plot_alignment(out / "alignment.png", encoders, alignment, title_extra=extra, k=args.k)
     (out / "results.json").write_text(json.dumps(record, indent=1))
     print(f"saved {out / 'results.json'}, {out / 'align_uniform.png'} and {out / 'alignment.png'}")
     return record
@@ -248,53 +249,79 @@ def format_table(record) -> str:
     return "\n".join(lines)
 
 
-def plot_align_uniform(path: Path, encoders) -> None:
+def _suptitle(fig, title: str, title_extra: str | None) -> None:
+    fig.suptitle(title + (f"\n{title_extra}" if title_extra else ""), fontsize=11)
+
+
+def plot_align_uniform(path: Path, encoders, title_extra: str | None = None):
+    """Figure 2-7's axes, colour = linear-probe accuracy; ``title_extra`` (e.g. the scale and budget) is
+    added to the title. Returns the (closed) Figure."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 5))
+    fig, ax = plt.subplots(figsize=(7.5, 5.6), layout="constrained")
     markers = {"align_uniform": "o", "infonce": "s", "untrained": "x", "pixels": "^"}
     acc = np.array([e["accuracy"] for e in encoders])
     low = np.percentile(acc, 10)  # collapsed encoders would otherwise squash the colour scale
+    norm = matplotlib.colors.Normalize(vmin=low, vmax=acc.max())
     for family, marker in markers.items():
         es = [e for e in encoders if e["family"] == family]
-        sc = ax.scatter([e["uniform"] for e in es], [e["align"] for e in es], c=[e["accuracy"] for e in es],
-                        cmap="viridis", vmin=low, vmax=acc.max(), marker=marker, s=50, label=family,
-                        linewidths=0.8)
-    fig.colorbar(sc, label="linear-probe accuracy", extend="min" if acc.min() < low else "neither")
-    ax.set(xlabel="L_uniform (t=2)  - lower is more uniform", ylabel="L_align (alpha=2)  - lower is more aligned",
-           title="Digits: alignment vs uniformity (cf. Figure 2-7)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+        if not es:
+            continue
+        ax.scatter([e["uniform"] for e in es], [e["align"] for e in es], c=[e["accuracy"] for e in es],
+                   cmap="viridis", norm=norm, marker=marker, s=50, label=family, linewidths=0.8)
+    bar = fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap="viridis"), ax=ax,
+                       extend="min" if acc.min() < low else "neither")
+    bar.set_label("linear-probe accuracy (fraction of test digits correct)"
+                  + ("\narrow: below the 10th percentile" if acc.min() < low else ""))
+    ax.set(xlabel="L_uniform (t=2) = log mean exp(-2 |z_i - z_j|$^2$) over test images\n(lower: more uniform)",
+           ylabel="L_align (alpha=2) = mean |z - z'|$^2$ between two augmentations\n"
+                  "(unit-sphere features, 0 to 4; lower: more aligned)")
+    legend = ax.legend(fontsize=8, title="encoder family (marker)", title_fontsize=8)
+    for handle in legend.legend_handles:  # marker shape only: the colour is the accuracy
+        handle.set_array(None)
+        handle.set_facecolor("0.35")
+        handle.set_edgecolor("0.35")
+    _suptitle(fig, "Digits: alignment vs uniformity of the encoders (cf. Figure 2-7)", title_extra)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return fig
 
 
-def plot_alignment(path: Path, encoders, alignment) -> None:
+def plot_alignment(path: Path, encoders, alignment, title_extra: str | None = None, k: int | None = None):
+    """Mutual k-NN alignment between every pair of encoders, and per encoder against probe accuracy;
+    ``title_extra`` (e.g. the scale and budget) is added to the title. Returns the (closed) Figure."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    knn = f"mutual {k}-NN" if k else "mutual k-NN"
     acc = np.array([e["accuracy"] for e in encoders])
     order = np.argsort(-acc)
     n = len(encoders)
-    mean_alignment = (alignment.sum(1) - 1) / (n - 1)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 6))
+    mean_alignment = (alignment.sum(1) - 1) / max(n - 1, 1)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 8.5), layout="constrained",
+                                      gridspec_kw=dict(width_ratios=(1.15, 1.0)))
     im = left.imshow(alignment[np.ix_(order, order)], cmap="magma")
     left.set_xticks(range(n), [encoders[i]["name"] for i in order], rotation=90, fontsize=6)
     left.set_yticks(range(n), [f"{encoders[i]['name']} ({acc[i]:.2f})" for i in order], fontsize=6)
-    left.set_title("mutual k-NN alignment, sorted by probe accuracy")
-    fig.colorbar(im, ax=left)
+    left.set(xlabel="encoder (sorted by probe accuracy)", ylabel="encoder (probe accuracy)")
+    left.set_title(f"{knn} alignment between encoders", fontsize=10)
+    bar = fig.colorbar(im, ax=left, shrink=0.85)
+    bar.set_label(f"{knn} alignment (fraction of shared nearest\nneighbours of test images; 1 on the diagonal)")
     for family, marker in (("align_uniform", "o"), ("infonce", "s"), ("untrained", "x"), ("pixels", "^")):
         idx = [i for i, e in enumerate(encoders) if e["family"] == family]
-        right.scatter(acc[idx], mean_alignment[idx], marker=marker, label=family)
-    right.set(xlabel="linear-probe accuracy", ylabel="mean mutual k-NN alignment to the other encoders",
-              title="Do better encoders align more? (cf. Figure 6-2)")
-    right.legend(fontsize=8)
-    fig.tight_layout()
+        if idx:
+            right.scatter(acc[idx], mean_alignment[idx], marker=marker, label=family)
+    right.set(xlabel="linear-probe accuracy (fraction of test digits correct)",
+              ylabel=f"mean {knn} alignment to the other encoders (0 to 1)")
+    right.set_title("Do better encoders align more? (cf. Figure 6-2)", fontsize=10)
+    right.legend(fontsize=8, title="encoder family", title_fontsize=8)
+    _suptitle(fig, f"Digits: {knn} alignment of {n} encoders", title_extra)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return fig
 
 
 def main():

@@ -29,7 +29,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from agents.networks import MLP
+from common.networks import MLP
 
 FACTORS = ("x", "y", "z")
 MIN_STD = 0.1
@@ -64,6 +64,12 @@ class WorldModelConfig:
             raise ValueError("WorldModelConfig: the x factor cannot be switched off")
         if self.action_dim < 1 or self.hidden < 1 or self.embed_dim < 1:
             raise ValueError("WorldModelConfig: action_dim, hidden and embed_dim must be >= 1")
+        for name in ("mlp_encoder_hidden", "mlp_decoder_hidden"):
+            widths = getattr(self, name)
+            if any(isinstance(w, bool) or int(w) != w or w < 1 for w in widths):
+                raise ValueError(f"WorldModelConfig.{name} must hold layer widths >= 1, got {tuple(widths)}")
+        if self.conv_width < 1:
+            raise ValueError(f"WorldModelConfig.conv_width must be >= 1, got {self.conv_width}")
         if len(self.obs_shape) not in (1, 3) or (len(self.obs_shape) == 3 and tuple(self.obs_shape) != (64, 64, 3)):
             raise ValueError(f"WorldModelConfig.obs_shape must be (D,) or (64, 64, 3), got {self.obs_shape}")
 

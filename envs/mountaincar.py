@@ -342,3 +342,19 @@ def normalized_score(returns: np.ndarray, optimal_returns: np.ndarray,
                      floor: float = -float(EVAL_EPISODE_STEPS)) -> float:
     """100 * (mean return - floor) / (mean optimal return - floor), floor = -200 (Table 4.1)."""
     return float(100.0 * (np.mean(returns) - floor) / (np.mean(optimal_returns) - floor))
+
+
+def score_policy(policy: np.ndarray, target: np.ndarray, table: np.ndarray | None = None,
+                 optimal_cost: np.ndarray | None = None) -> dict:
+    """Table 4.1's score of a deterministic policy table ``[25600]`` towards ``target`` ``[25600]`` (bool),
+    from every discrete start state: ``score`` (:func:`normalized_score` against the optimal returns of
+    :func:`cost_to_go` under the full dynamics ``table``; pass ``optimal_cost`` if already computed),
+    ``mean_return``, ``mean_optimal_return``, ``success_rate`` (share of episodes that reach the target
+    within the 200 steps)."""
+    table = transition_table() if table is None else table
+    returns = np.asarray(greedy_returns(jnp.asarray(policy), jnp.asarray(target), jnp.asarray(table)))
+    optimal_cost = cost_to_go(np.asarray(target), table) if optimal_cost is None else optimal_cost
+    optimal = -np.minimum(optimal_cost, EVAL_EPISODE_STEPS)
+    return dict(score=normalized_score(returns, optimal), mean_return=float(returns.mean()),
+                mean_optimal_return=float(optimal.mean()),
+                success_rate=float(np.mean(returns > -EVAL_EPISODE_STEPS)))

@@ -147,8 +147,21 @@ def edit_knn(a: jax.Array, b: jax.Array, k: int = 10, normalize: bool = True) ->
 
 # ------------------------------------------------------------------------------------------- kernels
 
+def _center_features(x: jax.Array) -> jax.Array:
+    """Subtract the column means, twice (the second pass removes the float32 rounding left by the first).
+
+    Every kernel statistic below is translation invariant in exact arithmetic -- centred and U-centred linear
+    kernels ignore a constant added to every feature vector, and RBF kernels only see differences -- but
+    in float32 a large common offset makes ``x x^T`` or ``|x_i|^2 + |x_j|^2 - 2 x_i.x_j`` cancel
+    catastrophically (offset 30 on unit-variance features already gives NaN). Centring first is exact
+    in exact arithmetic and keeps every product at the scale of the features' spread."""
+    x = x - x.mean(0, keepdims=True)
+    return x - x.mean(0, keepdims=True)
+
+
 def _rbf_kernel(x: jax.Array, sigma: float) -> jax.Array:
     """exp(-||x_i - x_j||^2 / (2 s^2)) with s = sigma * median off-diagonal distance."""
+    x = _center_features(x)
     sq = jnp.maximum(jnp.sum(x * x, 1)[:, None] + jnp.sum(x * x, 1)[None, :] - 2 * x @ x.T, 0.0)
     n = x.shape[0]
     off = sq[~jnp.eye(n, dtype=bool)]
@@ -171,9 +184,9 @@ def _u_center(k: jax.Array) -> jax.Array:
 
 
 def _linear_cka_features(a: jax.Array, b: jax.Array, unbiased: bool) -> jax.Array:
-    """Linear CKA from features without n x n matrices."""
+    """Linear CKA from features without n x n matrices (features centred first: see _center_features)."""
+    a, b = _center_features(a), _center_features(b)
     if not unbiased:
-        a, b = a - a.mean(0), b - b.mean(0)
         hsic = lambda x, y: jnp.sum(jnp.square(x.T @ y))  # noqa: E731  (the (n-1)^2 cancels)
         return hsic(a, b) / jnp.sqrt(hsic(a, a) * hsic(b, b))
     n = a.shape[0]
@@ -218,7 +231,8 @@ def cknna(a: jax.Array, b: jax.Array, k: int = 10, normalize: bool = True) -> ja
     na, nb = knn_indices(a, k, normalize), knn_indices(b, k, normalize)
     mask_a = jnp.zeros((n, n), bool).at[jnp.arange(n)[:, None], na].set(True)
     mask_b = jnp.zeros((n, n), bool).at[jnp.arange(n)[:, None], nb].set(True)
-    ka, kb = _u_center(a @ a.T), _u_center(b @ b.T)
+    ca, cb = _center_features(a), _center_features(b)  # U-centring ignores the offset; float32 does not
+    ka, kb = _u_center(ca @ ca.T), _u_center(cb @ cb.T)
     align = lambda x, y, mask: jnp.sum(jnp.where(mask, x * y, 0.0))  # noqa: E731
     return align(ka, kb, mask_a & mask_b) / jnp.sqrt(align(ka, ka, mask_a) * align(kb, kb, mask_b))
 

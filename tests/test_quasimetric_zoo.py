@@ -168,8 +168,17 @@ def test_pqe_lh_equals_its_formula_and_bases_start_in_range():
 def test_deep_linear_matrix_collapses_to_one_matrix():
     dln = qm.DeepLinearMatrix(5, 3, 16)
     params = dln.init(jax.random.PRNGKey(0))["params"]
-    m = params["m4"] @ params["m3"] @ params["m2"] @ params["m1"] + params["bias"]
-    np.testing.assert_allclose(dln.apply({"params": params}), m, rtol=1e-6)
+    m = {k: np.asarray(v, np.float64) for k, v in params.items()}
+    exact = m["m4"] @ m["m3"] @ m["m2"] @ m["m1"] + m["bias"]
+    # float32 rounding bound of a matrix product chain (Higham, thm 3.5): |fl(M) - M| <= gamma_k |M4||M3||M2||M1|
+    # elementwise, k = summed inner dimensions (16 + 16 + 16), gamma_k ~ k * 2^-24; plus the bias addition.
+    # In any association order: the module computes m4 @ (m3 @ (m2 @ m1)).
+    scale = np.abs(m["m4"]) @ np.abs(m["m3"]) @ np.abs(m["m2"]) @ np.abs(m["m1"]) + np.abs(m["bias"])
+    bound = (48 + 1) * 2.0 ** -24 * scale
+    error = np.abs(np.asarray(dln.apply({"params": params}), np.float64) - exact)
+    assert np.all(error <= bound), (error / bound).max()
+    # ...and the bound is tight enough to catch a wrong product (here, m2 left out).
+    assert np.abs(m["m4"] @ m["m3"] @ m["m1"] + m["bias"] - exact).max() > 100 * bound.max()
     with pytest.raises(ValueError, match="hidden"):
         qm.DeepLinearMatrix(32, 32, 16).init(jax.random.PRNGKey(0))
 

@@ -193,6 +193,59 @@ def test_cknna_with_all_neighbours_equals_unbiased_cka():
     assert float(rm.cknna(x, x, k=10)) == pytest.approx(1.0, abs=1e-6)
 
 
+def _numpy_cka(a, b, unbiased):
+    """float64 kernel-space reference: centred (biased) or U-centred (unbiased) linear kernels."""
+    n = len(a)
+
+    def center(k):
+        if not unbiased:
+            h = np.eye(n) - 1 / n
+            return h @ k @ h
+        k = k * (1 - np.eye(n))
+        u = k - k.sum(1, keepdims=True) / (n - 2) - k.sum(0, keepdims=True) / (n - 2) + k.sum() / ((n - 1) * (n - 2))
+        return u * (1 - np.eye(n))
+
+    k, l = center(a @ a.T), center(b @ b.T)
+    return np.sum(k * l) / np.sqrt(np.sum(k * k) * np.sum(l * l))
+
+
+@pytest.mark.parametrize("unbiased", [False, True])
+def test_cka_on_uncentred_float32_features_matches_float64_reference(unbiased):
+    """CKA is translation invariant; a large common offset used to cancel catastrophically in float32
+    (unbiased: 0.738 instead of 0.439 at offset 10, NaN at 30). Float32 inputs, float64 reference: the
+    centred features keep every product at the data's own scale, so agreement is to ~1e-5 absolute."""
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(200, 32))
+    b = a @ rng.normal(size=(32, 32)) / 32 ** .5 + rng.normal(size=(200, 32))
+    base = float(rm.cka(np.float32(a), np.float32(b), unbiased=unbiased, normalize=False))
+    assert base == pytest.approx(_numpy_cka(a, b, unbiased), abs=1e-5)
+    for offset in (10.0, 30.0, 1000.0):
+        x, y = np.float32(a + offset), np.float32(b + offset)
+        # normalize=False: the statistic must not move with the offset.
+        assert float(rm.cka(x, y, unbiased=unbiased, normalize=False)) == pytest.approx(base, abs=2e-5)
+        # normalize=True (default): features are L2-normalised first, which is not translation invariant,
+        # so compare with the float64 reference on the same normalised float32 features.
+        xn = np.float64(x) / np.linalg.norm(np.float64(x), axis=1, keepdims=True)
+        yn = np.float64(y) / np.linalg.norm(np.float64(y), axis=1, keepdims=True)
+        tol = 1e-4 if offset < 100 else 2e-3  # the normalised rows themselves only keep ~1e-4 of their spread at 1000
+        assert float(rm.cka(x, y, unbiased=unbiased)) == pytest.approx(_numpy_cka(xn, yn, unbiased), abs=tol)
+    # The issue's numbers: offset 10, normalised, unbiased -> 0.4388, equal to CKNNA with every neighbour.
+    if unbiased:
+        x, y = np.float32(a + 10), np.float32(b + 10)
+        assert float(rm.cka(x, y, unbiased=True)) == pytest.approx(0.43877, abs=1e-4)
+        assert float(rm.cknna(x, y, k=199)) == pytest.approx(float(rm.cka(x, y, unbiased=True)), abs=1e-5)
+
+
+def test_rbf_cka_is_translation_invariant_in_float32():
+    rng = np.random.default_rng(6)
+    a, b = rng.normal(size=(150, 5)), rng.normal(size=(150, 5))
+    b[:, :3] = a[:, :3]
+    base = float(rm.cka(np.float32(a), np.float32(b), kernel="rbf", normalize=False))
+    for offset in (30.0, 1000.0):
+        shifted = float(rm.cka(np.float32(a + offset), np.float32(b + offset), kernel="rbf", normalize=False))
+        assert shifted == pytest.approx(base, abs=1e-4)
+
+
 def test_rbf_cka_and_svcca_behave():
     rng = np.random.default_rng(5)
     x = rng.normal(size=(200, 6))

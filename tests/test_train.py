@@ -72,3 +72,49 @@ def test_bad_config_and_data_are_rejected():
     bad["rewards"] = bad["rewards"][:10]
     with pytest.raises(ValueError, match="leading dimension"):
         train_offline(QRLAgent.create(TINY, 0), bad, CONFIG)
+
+
+def test_the_split_into_compiled_calls_does_not_change_the_run(tmp_path):
+    one, hist_one = train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, updates_per_call=10))
+    two, hist_two = train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, updates_per_call=5))
+    leaves_equal(one, two)
+    # Rows hold means over log_every updates whichever the split: equal up to float32 summation order.
+    for a, b in zip(hist_one, hist_two):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-5)
+    with pytest.raises(ValueError, match="updates_per_call"):
+        TrainConfig(steps=40, log_every=10, updates_per_call=4)
+
+
+def test_resuming_with_other_settings_is_refused_and_changes_nothing(tmp_path):
+    run = tmp_path / "run"
+    train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=20), run)
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    other_agent = dataclasses.replace(TINY, learning_rate=1e-3)
+    with pytest.raises(ValueError, match=r"agent_config\.learning_rate: saved 0\.0005, now 0\.001"):
+        train_offline(QRLAgent.create(other_agent, 0), data(), CONFIG, run)
+    with pytest.raises(ValueError, match=r"(?s)train_config\.batch_size.*train_config\.seed"):
+        train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, batch_size=16, seed=3), run)
+    other_data = data()
+    other_data["rewards"] = other_data["rewards"] * 2
+    with pytest.raises(ValueError, match=r"data\.rewards\.sha256"):
+        train_offline(QRLAgent.create(TINY, 0), other_data, CONFIG, run)
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    # A larger budget (and other display settings) may change: that continues the run.
+    train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, updates_per_call=5), run)
+    assert json.loads((run / "config.json").read_text())["train_config"]["batch_size"] == 32
+
+
+def test_the_cli_presets_name_their_run_directories_and_follow_the_steps():
+    from qrl import train
+
+    quick, cpu = train.parse_args(["--scale", "quick"]), train.parse_args([])
+    assert cpu.scale == "cpu" and cpu.agent.encoder_hidden == (256, 256) and cpu.train.steps == 30_000
+    assert quick.agent.encoder_hidden == (128, 128) and quick.agent.obs_scale is not None  # normalised
+    assert quick.default_run_dir() != cpu.default_run_dir()
+    assert train.parse_args(["--seed", "1"]).default_run_dir().endswith("seed1")
+    assert train.parse_args(["--seed", "1"]).train.seed == 1
+    short = train.parse_args(["--scale", "quick", "--train.steps", "1000", "--agent.goal-mode", "single"])
+    assert short.agent.cosine_decay_steps == 1000 and short.agent.goal_mode == "single"
+    assert "single" in short.default_run_dir()
+    fixed = train.parse_args(["--scale", "quick", "--train.steps", "1000", "--agent.cosine-decay-steps", "7"])
+    assert fixed.agent.cosine_decay_steps == 7

@@ -1,4 +1,4 @@
-"""Network pieces shared by the agents and the world model."""
+"""Network pieces shared by the agents, the world model and the benchmarks."""
 from __future__ import annotations
 
 from typing import Sequence

@@ -1,0 +1,240 @@
+"""Bad input gets a clear error naming the argument and what was expected (not a deep traceback, NaN or
+silence). Tiny networks; most checks fail before anything is compiled."""
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import tyro
+
+from agents import qrl
+from agents.crl import CRLAgent, CRLConfig
+from agents.ddpg_her import DDPGHERAgent, DDPGHERConfig
+from agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
+from agents.gcbc import GCBCAgent, GCBCConfig
+from agents.qrl import QRLAgent, QRLConfig
+from agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
+from denoised.model import WorldModelConfig
+
+OBS, ACT, B, T = 3, 2, 4, 3
+MODEL = WorldModelConfig(obs_shape=(OBS,), action_dim=ACT, x_belief=4, x_state=2, y_belief=4, y_state=2, hidden=8,
+                         embed_dim=8, mlp_encoder_hidden=(8,), mlp_decoder_hidden=(8,))
+CONFIGS = {
+    "qrl": QRLConfig(obs_dim=OBS, encoder_hidden=(8,), latent_dim=4, projector_hidden=(8,), iqe_components=2,
+                     iqe_dim_per_component=4, dynamics_hidden=(8,), cosine_decay_steps=None,
+                     general_goal=(0.0,) * OBS),
+    "qrl_continuous": QRLContinuousConfig(obs_dim=OBS, action_dim=ACT, encoder_hidden=(8,), latent_dim=4,
+                                          projector_hidden=(8,), iqe_components=2, iqe_dim_per_component=4,
+                                          dynamics_hidden=(8,), actor_hidden=(8,)),
+    "crl": CRLConfig(obs_dim=OBS, action_dim=ACT, hidden=(8,), repr_dim=4, actor_hidden=(8,)),
+    "gcbc": GCBCConfig(obs_dim=OBS, action_dim=ACT, hidden=(8,)),
+    "ddpg_her": DDPGHERConfig(obs_dim=OBS, action_dim=ACT, goal_dims=(0, 1), hidden=(8,), latent_dim=8),
+    "denoised": DenoisedMDPConfig(model=MODEL, actor_hidden=(8,), critic_hidden=(8,), horizon=2),
+}
+CLASSES = {"qrl": QRLAgent, "qrl_continuous": QRLContinuousAgent, "crl": CRLAgent, "gcbc": GCBCAgent,
+           "ddpg_her": DDPGHERAgent, "denoised": DenoisedMDPAgent}
+_agents = {}
+
+
+def agent(name):
+    if name not in _agents:
+        _agents[name] = CLASSES[name].create(CONFIGS[name], 0)
+    return _agents[name]
+
+
+def batch(name, b=B):
+    """A valid batch of ``b`` rows for agent ``name`` (NumPy arrays)."""
+    rng = np.random.default_rng(0)
+    f = lambda *shape: rng.normal(size=shape).astype(np.float32)  # noqa: E731
+    if name == "denoised":
+        return dict(observations=f(b, T, OBS), prev_actions=f(b, T, ACT), rewards=f(b, T))
+    out = dict(observations=f(b, OBS), next_observations=f(b, OBS), goals=f(b, OBS),
+               actions=np.clip(f(b, ACT), -0.9, 0.9), rewards=-np.ones(b, np.float32))
+    if name == "qrl":
+        out["actions"] = rng.integers(-1, 3, b).astype(np.int32)
+    return out
+
+
+# 1 ------------------------------------------------------------------------------------------------------
+def test_qrl_action_ids_out_of_range_are_rejected():
+    config = CONFIGS["qrl"]
+    bad = dict(batch("qrl"), actions=np.array([0, 1, 3, -1], np.int32))  # 3 == num_actions: not an action
+    with pytest.raises(ValueError, match=r"batch\['actions'\] must be action ids in \[-1, num_actions=3\)"):
+        agent("qrl").update(bad)  # eager: the actions are concrete, so their values are checked
+    with pytest.raises(ValueError, match=r"batch\['actions'\].*\[-1, num_actions=3\).*e\.g\. -2"):
+        qrl.validate_batch(dict(batch("qrl"), actions=np.array([0, -2, 1, 2], np.int32)), config)
+    # Under jit the values cannot be read: the whole dataset is checked on the host before training.
+    data = dict(batch("qrl", 10), actions=np.r_[np.arange(-1, 3), 7, np.zeros(5)].astype(np.int64))
+    with pytest.raises(ValueError, match=r"data\['actions'\] must be action ids in \[-1, num_actions=3\)"):
+        qrl.validate_dataset(data, config)
+    with pytest.raises(ValueError, match=r"data\['actions'\]"):
+        agent("qrl").validate_dataset(data)
+    with pytest.raises(ValueError, match=r"data is missing keys \['rewards'\]"):
+        qrl.validate_dataset({k: v for k, v in data.items() if k != "rewards"}, config)
+    qrl.validate_dataset(dict(data, actions=np.r_[np.arange(-1, 3), np.zeros(6)].astype(np.int64)), config)
+    qrl.validate_batch(batch("qrl"), config)  # every id in [-1, 3) is fine
+
+
+# 2 ------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", list(CLASSES))
+def test_empty_batch_is_rejected_even_under_jit(name):
+    empty = batch(name, b=0)
+    key = "rewards" if name == "denoised" else "observations"
+    for update in (CLASSES[name].update, jax.jit(CLASSES[name].update)):  # shapes are static: traced checks fire
+        with pytest.raises(ValueError, match=rf"batch\['{key}'\].*(batch size B = 0|B >= 1)"):
+            update(agent(name), empty)
+
+
+# 3 ------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", list(CLASSES))
+def test_batches_of_python_lists_are_converted(name):
+    lists = {k: v.tolist() for k, v in batch(name, b=2).items()}
+    arrays = {k: np.asarray(v) for k, v in lists.items()}
+    # Traced (no compile): lists work like arrays in update, with the same output shapes.
+    out_lists = jax.eval_shape(CLASSES[name].update, agent(name), lists)
+    out_arrays = jax.eval_shape(CLASSES[name].update, agent(name), arrays)
+    assert jax.tree.structure(out_lists) == jax.tree.structure(out_arrays)
+    assert jax.tree.map(lambda x: x.shape, out_lists) == jax.tree.map(lambda x: x.shape, out_arrays)
+    with pytest.raises(TypeError, match="batch must be a dict of arrays"):
+        CLASSES[name].update(agent(name), list(lists.items()))
+    ragged = dict(lists, observations=[[0.0] * OBS, [0.0]])
+    with pytest.raises(TypeError, match=r"batch\['observations'\] must be an array"):
+        CLASSES[name].update(agent(name), ragged)
+
+
+def test_list_batch_gives_the_same_update_as_arrays():
+    lists = {k: v.tolist() for k, v in batch("gcbc").items()}
+    new_lists, metrics_lists = agent("gcbc").update(lists)
+    new_arrays, metrics_arrays = agent("gcbc").update({k: np.asarray(v, np.float32) for k, v in lists.items()})
+    for a, b in zip(jax.tree.leaves((new_lists, metrics_lists)), jax.tree.leaves((new_arrays, metrics_arrays))):
+        np.testing.assert_array_equal(a, b)
+
+
+# 4 ------------------------------------------------------------------------------------------------------
+def test_denoised_act_latent_batch_must_match_observations():
+    a = agent("denoised")
+    obs, prev = np.zeros((3, OBS), np.float32), np.zeros((3, ACT), np.float32)
+    with pytest.raises(ValueError, match=r"latent batch size must match observations.*\(2, 4\).*\(3, 3\)"):
+        a.act(a.initial_latent(2), obs, prev)
+    with pytest.raises(ValueError, match=r"latent must be a dict with keys"):
+        a.act({"x": jnp.zeros((3, 2))}, obs, prev)
+    with pytest.raises(ValueError, match=r"prev_actions \[N, 2\], got \(3, 3\) and \(2, 2\)"):
+        a.act(a.initial_latent(3), obs, prev[:2])
+
+
+# 5 ------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["qrl", "qrl_continuous", "crl", "gcbc", "ddpg_her", "denoised"])
+def test_act_accepts_an_int_seed_like_a_key(name):
+    a = agent(name)
+    obs = np.random.default_rng(1).normal(size=(2, OBS)).astype(np.float32)
+    if name == "denoised":
+        act = lambda rng: a.act(a.initial_latent(2), obs, np.zeros((2, ACT), np.float32), rng)[0]  # noqa: E731
+    else:
+        act = lambda rng: a.act(obs, obs[::-1], rng)  # noqa: E731
+    np.testing.assert_array_equal(act(0), act(jax.random.PRNGKey(0)))
+    np.testing.assert_array_equal(act(np.int32(5)), act(jax.random.key(5)))  # typed keys work too
+
+
+# 6 ------------------------------------------------------------------------------------------------------
+def _fields(config, pattern):
+    return [f.name for f in dataclasses.fields(config) if pattern(f.name)]
+
+
+@pytest.mark.parametrize("config", list(CONFIGS.values()) + [MODEL], ids=list(CONFIGS) + ["world_model"])
+def test_configs_reject_zero_widths_and_bad_learning_rates(config):
+    owner = type(config).__name__
+    hidden = _fields(config, lambda n: n == "hidden" and isinstance(getattr(config, n), tuple) or n.endswith("_hidden"))
+    rates = _fields(config, lambda n: "learning_rate" in n)
+    assert hidden and (rates or owner == "WorldModelConfig")
+    for name in hidden:
+        for widths in ((0,), (8, 0), (-3,)):
+            with pytest.raises(ValueError, match=rf"{owner}\.{name} must hold layer widths >= 1"):
+                dataclasses.replace(config, **{name: widths})
+    for name in rates:
+        for lr in (0.0, -1e-3, math.nan, math.inf):
+            with pytest.raises(ValueError, match=rf"{owner}\.{name} must be a finite number > 0"):
+                dataclasses.replace(config, **{name: lr})
+
+
+def test_zero_width_from_the_command_line_is_a_clear_error(capsys):
+    @dataclasses.dataclass(frozen=True)
+    class Cli:
+        agent: QRLConfig = QRLConfig()
+
+    with pytest.raises(SystemExit):
+        tyro.cli(Cli, args=["--agent.encoder-hidden", "0"])
+    assert "QRLConfig.encoder_hidden must hold layer widths >= 1" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="WorldModelConfig.conv_width must be >= 1"):
+        dataclasses.replace(MODEL, conv_width=0)
+
+
+# 7 ------------------------------------------------------------------------------------------------------
+def test_fetch_cli_rejects_empty_agents_seeds_and_a_budget_below_the_prefill(capsys, tmp_path):
+    from agents.online import OnlineConfig, train_online
+    from benchmarks import fetch as bf
+
+    with pytest.raises(ValueError, match="--agents must name at least one agent"):
+        bf.Args(agents=())
+    with pytest.raises(ValueError, match="--seeds must list at least one seed"):
+        bf.Args(seeds=())
+    with pytest.raises(ValueError, match="--env-steps must be greater than the 10000 env steps of random prefill"):
+        bf.Args(env_steps=10_000)
+    with pytest.raises(ValueError, match="--batch-size must be >= 1"):
+        bf.Args(batch_size=0)
+    bf.Args(env_steps=10_001)
+    bf.Args(env_steps=100, from_logs=True)  # reports of logged runs do not train
+    with pytest.raises(SystemExit):
+        tyro.cli(bf.Args, args=["--agents"])
+    assert "--agents must name at least one agent" in capsys.readouterr().err
+    # Every user of the online loop: checked before any env is made or episode collected.
+    small = OnlineConfig(env_steps=1_000, prefill_episodes=20, rollouts_per_cycle=10)
+    assert small.prefill_env_steps == 1_000 and OnlineConfig(prefill_episodes=21).prefill_env_steps == 1_500
+    with pytest.raises(ValueError, match=r"OnlineConfig.env_steps=1000 must be greater than the random prefill of "
+                                         r"1000 env steps"):
+        train_online(None, small, tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
+# 8 ------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["tasks", "variants", "methods", "seeds"])
+def test_dmc_cli_rejects_empty_lists(name):
+    pytest.importorskip("dm_control")
+    from benchmarks import dmc as bd
+
+    with pytest.raises(ValueError, match=f"--{name} must list at least one value"):
+        bd.Args(**{name: ()})
+
+
+# 9 ------------------------------------------------------------------------------------------------------
+def test_mountaincar_steps_must_be_positive_and_fit_log_every(monkeypatch, tmp_path):
+    from benchmarks import mountaincar as bench
+    from qrl.train import TrainConfig
+
+    for steps in (0, -100):
+        with pytest.raises(ValueError, match="--steps must be >= 1"):
+            bench.Args(steps=steps)
+    with pytest.raises(ValueError, match="--steps must be at most 500 or a multiple of 500"):
+        bench.Args(steps=1_200)
+    with pytest.raises(ValueError, match="--steps must be at most 1000 or a multiple of 1000"):
+        bench.Args(scale="paper", steps=1_500)
+    with pytest.raises(SystemExit):
+        tyro.cli(bench.Args, args=["--steps", "0"])
+    # Steps below the preset's log_every train as one chunk: run() gets as far as the dataset with a valid
+    # TrainConfig (log_every = steps; checkpoints at the end), without training anything.
+    made = []
+    post_init = TrainConfig.__post_init__
+    monkeypatch.setattr(TrainConfig, "__post_init__", lambda self: (post_init(self), made.append(self))[0])
+
+    class Stop(Exception):
+        pass
+
+    def stop(seed):
+        raise Stop
+
+    monkeypatch.setattr(bench.mc, "generate_dataset", stop)
+    for steps, log_every, checkpoint_every in ((200, 200, 5_000), (300, 300, 300), (1_000, 500, 5_000)):
+        with pytest.raises(Stop):
+            bench.run(bench.Args(steps=steps, out_dir=str(tmp_path)))
+        assert (made[-1].steps, made[-1].log_every, made[-1].checkpoint_every) == (steps, log_every, checkpoint_every)
