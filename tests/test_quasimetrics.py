@@ -28,7 +28,10 @@ def test_iqe_components_equal_brute_force_union_length(round_to):
         x, y = np.round(x / round_to) * round_to, np.round(y / round_to) * round_to
     got = np.asarray(qm.iqe_components(x, y, dim_per_component=8))
     assert got.shape == (64, 4)
-    ref = np.array([[union_length(x[b, 8 * c:8 * c + 8], y[b, 8 * c:8 * c + 8]) for c in range(4)]
+    # float64 reference (float32 scalars would keep union_length in float32): the kernel's float32 sum of <= 16 signed
+    # endpoints errs by <= 8 eps * sum|endpoints| <= 8e-6 here.
+    x64, y64 = np.float64(x), np.float64(y)
+    ref = np.array([[union_length(x64[b, 8 * c:8 * c + 8], y64[b, 8 * c:8 * c + 8]) for c in range(4)]
                     for b in range(64)])
     np.testing.assert_allclose(got, ref, atol=1e-5)
 
@@ -92,7 +95,8 @@ def test_jit_vmap_grad_finite_including_x_equals_y(name):
     x, y = rng.normal(size=(2, 16, 32)).astype(np.float32)
     x_ties = np.round(x)
     batched = jax.jit(jax.vmap(d))(x, y)
-    np.testing.assert_allclose(batched, d(x, y), rtol=1e-6)
+    # Another summation order (32 squares; 64 signed interval endpoints of size ~1-4): eps * k * sum|terms| / d <= 3e-6.
+    np.testing.assert_allclose(batched, d(x, y), rtol=1e-5)
     for a, b in ((x, y), (x, x), (x_ties, np.round(y))):
         ga, gb = jax.jit(jax.grad(lambda a, b: d(a, b).sum(), argnums=(0, 1)))(a, b)
         assert np.isfinite(ga).all() and np.isfinite(gb).all()
@@ -125,13 +129,16 @@ def test_bad_input_is_rejected():
 
 def test_linen_modules():
     head = qm.make_head("iqe", dim_per_component=8, reduction="maxmean")
-    x, y = jnp.ones((5, 32)), jnp.zeros((5, 32))
+    x, y = jax.random.normal(jax.random.PRNGKey(1), (2, 5, 32))  # non-empty intervals: d > 0
     params = head.init(jax.random.PRNGKey(0), x, y)
     assert float(params["params"]["alpha_raw"]) == -1.0
     expected = qm.iqe(x, y, 8, "maxmean", jax.nn.sigmoid(-1.0))
-    np.testing.assert_allclose(head.apply(params, x, y), expected, rtol=1e-6)
+    assert np.all(np.asarray(expected) > 0.1)
+    np.testing.assert_allclose(head.apply(params, x, y), expected, rtol=1e-6)  # same function, same order
+    # The head's alpha is sigmoid(alpha_raw): a wrong alpha would give another mix of max and mean.
+    assert not np.allclose(qm.iqe(x, y, 8, "maxmean", 0.5), expected, rtol=1e-3)
     assert head.is_quasimetric and not head.is_symmetric
     l2 = qm.make_head("l2")
     assert l2.is_symmetric
     assert l2.init(jax.random.PRNGKey(0), x, y) == {}
-    np.testing.assert_allclose(l2.apply({}, x, y), np.sqrt(32.0), rtol=1e-6)
+    np.testing.assert_allclose(l2.apply({}, jnp.ones((5, 32)), jnp.zeros((5, 32))), np.sqrt(32.0), rtol=1e-6)
