@@ -4,7 +4,7 @@
     agent, metrics = jax.jit(CRLAgent.update)(agent, batch)   # observations, actions, goals
     actions = jax.jit(CRLAgent.act)(agent, observations, goals, rng)
 
-Critic: f(s, a) = <phi(s, a), psi(g)> trained by binary NCE (:func:`replearn.objectives.binary_nce`) with
+Critic: f(s, a) = <phi(s, a), psi(g)> trained by binary NCE (:func:`platonic_rl.replearn.objectives.binary_nce`) with
 the other rows' goals as negatives; goals must be future states of the same trajectory (the replay
 buffer's truncated-geometric relabelling), so f estimates the log discounted occupancy ratio. Actor: a
 tanh-Normal policy maximising f(s, pi(s, g), g), with an optional entropy term (used for images in the
@@ -21,10 +21,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from agents.common import as_batch, as_key, check_config, compiled_create
-from agents.policies import TanhNormalPolicy, tanh_normal_sample
-from common.networks import MLP
-from replearn.objectives import binary_nce, info_nce
+from platonic_rl.agents.common import as_batch, as_key, check_config, compiled_create
+from platonic_rl.agents.policies import TanhNormalPolicy, tanh_normal_sample
+from platonic_rl.common.networks import MLP
+from platonic_rl.replearn.objectives import binary_nce, info_nce
 
 Batch = dict[str, jax.Array]
 BATCH_KEYS = ("observations", "actions", "goals")

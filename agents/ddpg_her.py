@@ -7,7 +7,7 @@ y = r + gamma Q'(s', pi'(s', g), g), clipped to [-1 / (1 - gamma), 0]; actor los
 -Q(s, pi(s, g), g) + action_l2 * ||pi(s, g)||^2; target networks by Polyak averaging.
 
 ``critic='mlp'``: Q = MLP(s, a, g). ``critic='mrn'`` or ``'iqe'``: Q = -d(f(s, a), h(g)) with a quasimetric
-head from :mod:`qrl.quasimetrics` on separate (s, a) and goal encoders into a shared latent.
+head from :mod:`platonic_rl.qrl.quasimetrics` on separate (s, a) and goal encoders into a shared latent.
 """
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from agents.common import as_batch, as_key, check_config, compiled_create
-from common.networks import MLP
-from qrl.quasimetrics import make_head
+from platonic_rl.agents.common import as_batch, as_key, check_config, compiled_create
+from platonic_rl.common.networks import MLP
+from platonic_rl.qrl.quasimetrics import make_head
 
 
 @dataclasses.dataclass(frozen=True)

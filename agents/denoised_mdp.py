@@ -7,7 +7,7 @@
     latent = agent.initial_latent(num_envs)
     actions, latent = jax.jit(DenoisedMDPAgent.act)(agent, latent, observations, prev_actions, rng)
 
-One ``update`` = one world-model step on eq. 5.4 (:func:`denoised.losses.model_loss`) and one policy step
+One ``update`` = one world-model step on eq. 5.4 (:func:`platonic_rl.denoised.losses.model_loss`) and one policy step
 in the denoised latent x only (the actor and critics read x's features [h^x, x], never y or z):
 
 * ``policy="imagine"`` (Dreamer's): ``horizon``-step rollouts of the x prior from every posterior state,
@@ -31,12 +31,12 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from agents.common import as_batch, as_key, check_config, compiled_create
-from agents.policies import TanhNormalPolicy, tanh_normal_sample
-from denoised import losses
-from denoised.model import (FactoredRSSM, WorldModelConfig, all_features, features, imagine_x, init_params,
+from platonic_rl.agents.common import as_batch, as_key, check_config, compiled_create
+from platonic_rl.agents.policies import TanhNormalPolicy, tanh_normal_sample
+from platonic_rl.denoised import losses
+from platonic_rl.denoised.model import (FactoredRSSM, WorldModelConfig, all_features, features, imagine_x, init_params,
                             initial_state, observe)
-from qrl.losses import entropy_weight_loss
+from platonic_rl.qrl.losses import entropy_weight_loss
 
 Batch = dict[str, jax.Array]
 

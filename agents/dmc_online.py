@@ -21,10 +21,10 @@ import numpy as np
 import orbax.checkpoint as ocp
 from tqdm import tqdm
 
-from denoised.model import features, observe
-from envs.dmc import EPISODE_STEPS, DMCEnv
-from envs.replay import SequenceBuffer
-from qrl.train import close_online_run, open_online_run
+from platonic_rl.denoised.model import features, observe
+from platonic_rl.envs.dmc import EPISODE_STEPS, DMCEnv
+from platonic_rl.envs.replay import SequenceBuffer
+from platonic_rl.qrl.train import close_online_run, open_online_run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,7 +118,7 @@ def run_episode(env: DMCEnv, agent=None, key=None, noise: float = 0.0, seed: int
 
 
 def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None = None, desc: str = "dmc"):
-    """Algorithm 1 with ``agent`` (a :class:`~agents.denoised_mdp.DenoisedMDPAgent`). Returns ``(agent,
+    """Algorithm 1 with ``agent`` (a :class:`~platonic_rl.agents.denoised_mdp.DenoisedMDPAgent`). Returns ``(agent,
     history)``; ``history`` rows: env_steps, episode, train_return, mean update metrics, eval_return."""
     env = config.make_env()
     capacity = config.buffer_episodes or math.ceil(config.env_steps / EPISODE_STEPS) + 1

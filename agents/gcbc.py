@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from agents.common import as_batch, as_key, check_config, compiled_create
-from agents.policies import TanhNormalPolicy, tanh_normal_log_prob, tanh_normal_sample
+from platonic_rl.agents.common import as_batch, as_key, check_config, compiled_create
+from platonic_rl.agents.policies import TanhNormalPolicy, tanh_normal_log_prob, tanh_normal_sample
 
 
 @dataclasses.dataclass(frozen=True)

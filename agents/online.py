@@ -9,7 +9,7 @@ The gradient steps of a cycle are one jitted ``lax.scan`` (or several, ``updates
 see that field for conv agents on CPU): each step samples the on-device replay buffer
 (goals = future states relabelled with P(k) ~ discount^k, mapped to goal states by zeroing non-goal
 dimensions; rewards -1 per step) and calls ``agent.update``. With ``obs="image"`` the agent sees 64x64
-RGB frames and goal images (:class:`envs.fetch.ImageRenderer`), the buffer stores uint8 frames, and goals
+RGB frames and goal images (:class:`platonic_rl.envs.fetch.ImageRenderer`), the buffer stores uint8 frames, and goals
 are future frames (no dimension masking). Any agent with ``update(batch)`` and
 ``act(obs, goals, rng)`` works. Logs ``metrics.csv``/``metrics.jsonl``; orbax checkpoints hold the agent,
 the replay buffer and the loop's counters and keys, so a resumed run continues exactly.
@@ -28,9 +28,9 @@ import numpy as np
 import orbax.checkpoint as ocp
 from tqdm import tqdm
 
-from envs import fetch
-from envs.replay import EpisodeBuffer
-from qrl.train import close_online_run, open_online_run
+from platonic_rl.envs import fetch
+from platonic_rl.envs.replay import EpisodeBuffer
+from platonic_rl.qrl.train import close_online_run, open_online_run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,7 +140,7 @@ _greedy = jax.jit(lambda agent, observations, goals: agent.act(observations, goa
 
 def eval_seed(env_steps: int) -> int:
     """Seed of the evaluation at ``env_steps``: every agent (and the zero-action reference of
-    :mod:`benchmarks.fetch`) is evaluated on the same initial states and goals at the same step."""
+    :mod:`platonic_rl.benchmarks.fetch`) is evaluated on the same initial states and goals at the same step."""
     return 10_000_000 + int(env_steps)
 
 

@@ -27,7 +27,7 @@ class TanhNormalPolicy(nn.Module):
 
 class GoalConditionedPolicy(nn.Module):
     """pi(a | s, g): a :class:`TanhNormalPolicy` on [s, g]; for images (``image=True``) on the concatenated
-    features of one :class:`~common.networks.AtariConvBackbone` applied to s and to g (C.3.3)."""
+    features of one :class:`~platonic_rl.common.networks.AtariConvBackbone` applied to s and to g (C.3.3)."""
 
     hidden: Sequence[int]
     action_dim: int
@@ -36,7 +36,7 @@ class GoalConditionedPolicy(nn.Module):
     @nn.compact
     def __call__(self, observations: jax.Array, goals: jax.Array) -> tuple[jax.Array, jax.Array]:
         if self.image:
-            from common.networks import AtariConvBackbone
+            from platonic_rl.common.networks import AtariConvBackbone
 
             backbone = AtariConvBackbone()
             observations, goals = backbone(observations), backbone(goals)

@@ -27,11 +27,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from agents.common import as_batch, as_key, check_config, compiled_create
-from common.networks import MLP, AtariConvBackbone
+from platonic_rl.agents.common import as_batch, as_key, check_config, compiled_create
+from platonic_rl.common.networks import MLP, AtariConvBackbone
 
-from qrl import losses
-from qrl.quasimetrics import make_head
+from platonic_rl.qrl import losses
+from platonic_rl.qrl.quasimetrics import make_head
 
 Batch = dict[str, jax.Array]
 BATCH_KEYS = ("observations", "actions", "next_observations", "rewards")

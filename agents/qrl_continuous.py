@@ -8,7 +8,7 @@ Batch: observations [B, D], actions [B, A] in [-1, 1], next_observations [B, D],
 goals [B, D] (goal states, e.g. future states relabelled by the replay buffer). With ``image_shape`` set
 (e.g. ``(64, 64, 3)``), observations, next_observations and goals are uint8 images ``[B, 64, 64, 3]``
 instead: every critic encoder and the actor then start with their own
-:class:`~common.networks.AtariConvBackbone` (C.3.3's image settings: f = backbone-512-128, transition
+:class:`~platonic_rl.common.networks.AtariConvBackbone` (C.3.3's image settings: f = backbone-512-128, transition
 weight 0.1, 125 updates per 10 rollouts -- see ``IMAGE_DEFAULTS``).
 
 * **Critics**: ``num_critics`` (2) independent quasimetric critics, each with its own encoder f_i,
@@ -31,10 +31,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from agents.common import as_batch, as_key, check_config, compiled_create
-from agents.policies import GoalConditionedPolicy, tanh_normal_sample
-from agents.qrl import QuasimetricCritic
-from qrl import losses
+from platonic_rl.agents.common import as_batch, as_key, check_config, compiled_create
+from platonic_rl.agents.policies import GoalConditionedPolicy, tanh_normal_sample
+from platonic_rl.agents.qrl import QuasimetricCritic
+from platonic_rl.qrl import losses
 
 Batch = dict[str, jax.Array]
 BATCH_KEYS = ("observations", "actions", "next_observations", "rewards", "goals")

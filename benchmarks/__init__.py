@@ -1,1 +1,1 @@
-"""Runnable benchmark scripts (``python -m benchmarks.<name>``) that print and save tables and plots."""
+"""Runnable benchmark scripts (``python -m platonic_rl.benchmarks.<name>``) that print and save tables and plots."""

@@ -1,9 +1,9 @@
 """Denoised MDP vs Dreamer on DeepMind Control with noise distractors (state observations; Table 5.1).
 
-    python -m benchmarks.dmc                                   # 3 tasks x 4 variants, CPU preset, 1 seed
-    python -m benchmarks.dmc --tasks cheetah-run --variants noisy_sensor --seeds 0 1 2 --env-steps 50000
+    python -m platonic_rl.benchmarks.dmc                                   # 3 tasks x 4 variants, CPU preset, 1 seed
+    python -m platonic_rl.benchmarks.dmc --tasks cheetah-run --variants noisy_sensor --seeds 0 1 2 --env-steps 50000
 
-Each (task, variant, method, seed) runs Algorithm 1 (:mod:`agents.dmc_online`), then a **denoising
+Each (task, variant, method, seed) runs Algorithm 1 (:mod:`platonic_rl.agents.dmc_online`), then a **denoising
 probe**: episodes of the trained agent are filtered with the posterior, and ridge regressions from the x
 features and from the y features ([belief, state] of each factor; Dreamer has only x) to the true agent
 state (MuJoCo qpos, qvel) and to the distractor state are fitted on ``probe_train`` episodes (the ridge
@@ -29,11 +29,11 @@ from typing import Literal
 import numpy as np
 import tyro
 
-from agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
-from agents.dmc_online import DMCOnlineConfig, latent_probe_data, train_dmc_online
-from denoised.model import WorldModelConfig
-from envs.dmc import TASKS, VARIANTS, DMCEnv
-from replearn.probes import ridge_probe_r2
+from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
+from platonic_rl.agents.dmc_online import DMCOnlineConfig, latent_probe_data, train_dmc_online
+from platonic_rl.denoised.model import WorldModelConfig
+from platonic_rl.envs.dmc import TASKS, VARIANTS, DMCEnv
+from platonic_rl.replearn.probes import ridge_probe_r2
 
 # Table D.5 (backprop via dynamics): beta per task and variant; 1 = no regularisation (noiseless).
 BETAS = {"cheetah-run": dict(noiseless=1.0, distractors=0.125, noisy_sensor=0.25, jitter=0.25),
@@ -153,7 +153,7 @@ def run(args: Args) -> dict:
     table = format_table(args, summary)
     print(table)
     plot(out, args, runs, summary)
-    record = dict(command=" ".join(shlex.quote(a) for a in ["python", "-m", "benchmarks.dmc", *sys.argv[1:]]),
+    record = dict(command=" ".join(shlex.quote(a) for a in ["python", "-m", "platonic_rl.benchmarks.dmc", *sys.argv[1:]]),
                   args=dataclasses.asdict(args), runs=runs, summary=summary, table=table,
                   total_seconds=time.time() - t0)
     (out / "results.json").write_text(json.dumps(record, indent=1))
@@ -209,7 +209,7 @@ def plot(out: Path, args: Args, runs: list[dict], summary: dict) -> dict:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from envs.dmc import EPISODE_STEPS
+    from platonic_rl.envs.dmc import EPISODE_STEPS
 
     fig, axes = plt.subplots(len(args.tasks), len(args.variants), squeeze=False,
                              figsize=(3.4 * len(args.variants), 2.6 * len(args.tasks) + 0.4))

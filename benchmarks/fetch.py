@@ -1,8 +1,8 @@
 """Online goal-conditioned RL on Fetch: QRL vs Contrastive RL, GCBC and DDPG+HER (Figure 4-5).
 
-    python -m benchmarks.fetch --env reach --agents qrl crl ddpg_her --seeds 0 1 2 --env-steps 20000
+    python -m platonic_rl.benchmarks.fetch --env reach --agents qrl crl ddpg_her --seeds 0 1 2 --env-steps 20000
 
-Each (agent, seed) runs the shared online loop (:mod:`agents.online`) with the C.3.3 schedule: 200 random
+Each (agent, seed) runs the shared online loop (:mod:`platonic_rl.agents.online`) with the C.3.3 schedule: 200 random
 prefill episodes, then cycles of 10 rollouts + 500 gradient steps, evaluation of 50 episodes every 2000
 env steps. Saves ``results.json`` (command, configs, per-seed curves), ``curves.png`` (success rate vs env
 steps, mean and min-max over seeds, smoothed by a sliding window of 5 evaluations as in the paper) and
@@ -24,13 +24,13 @@ from typing import Literal
 import numpy as np
 import tyro
 
-from agents.crl import CRLAgent, CRLConfig
-from agents.ddpg_her import DDPGHERAgent, DDPGHERConfig
-from agents.gcbc import GCBCAgent, GCBCConfig
-from agents.online import OnlineConfig, eval_seed, evaluate, train_online
-from agents.qrl_continuous import IMAGE_DEFAULTS, QRLContinuousAgent, QRLContinuousConfig
-from envs import fetch
-from qrl.train import MetricsLog
+from platonic_rl.agents.crl import CRLAgent, CRLConfig
+from platonic_rl.agents.ddpg_her import DDPGHERAgent, DDPGHERConfig
+from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
+from platonic_rl.agents.online import OnlineConfig, eval_seed, evaluate, train_online
+from platonic_rl.agents.qrl_continuous import IMAGE_DEFAULTS, QRLContinuousAgent, QRLContinuousConfig
+from platonic_rl.envs import fetch
+from platonic_rl.qrl.train import MetricsLog
 
 AgentName = Literal["qrl", "crl", "gcbc", "ddpg_her", "ddpg_her_mrn", "ddpg_her_iqe"]
 
@@ -225,7 +225,7 @@ def logged_history(run_dir: Path) -> list[dict]:
 
 
 def _command() -> str:
-    return " ".join(shlex.quote(a) for a in ["python", "-m", "benchmarks.fetch", *sys.argv[1:]])
+    return " ".join(shlex.quote(a) for a in ["python", "-m", "platonic_rl.benchmarks.fetch", *sys.argv[1:]])
 
 
 def _save(out: Path, args: Args, record: dict) -> dict:

@@ -1,8 +1,8 @@
 """Offline QRL on discretised MountainCar: reproduce Table 4.1 and Figure 4-3 (dissertation section 4.3.3).
 
-    python -m benchmarks.mountaincar                      # quick: a few minutes on 2 CPU cores
-    python -m benchmarks.mountaincar --scale cpu          # <= 30 min per method on 2 CPU cores
-    python -m benchmarks.mountaincar --scale paper        # appendix C.3.1 (accelerator-sized)
+    python -m platonic_rl.benchmarks.mountaincar                      # quick: a few minutes on 2 CPU cores
+    python -m platonic_rl.benchmarks.mountaincar --scale cpu          # <= 30 min per method on 2 CPU cores
+    python -m platonic_rl.benchmarks.mountaincar --scale paper        # appendix C.3.1 (accelerator-sized)
 
 Trains QRL single-goal, QRL multi-goal and the symmetric-l2 ablation (multi-goal) on the offline random-
 actor dataset, then runs, from each of the 25,600 discrete start states at once, a 200-step greedy
@@ -30,9 +30,9 @@ import numpy as np
 import scipy.stats
 import tyro
 
-from agents.qrl import QRLAgent, QRLConfig
-from envs import mountaincar as mc
-from qrl.train import mountaincar_presets, train_offline
+from platonic_rl.agents.qrl import QRLAgent, QRLConfig
+from platonic_rl.envs import mountaincar as mc
+from platonic_rl.qrl.train import mountaincar_presets, train_offline
 
 # 9 goal states spread over the state space, as (position bin, velocity bin) on the 160 x 160 grid:
 # positions -0.86 / -0.29 / +0.27 x velocities -0.026 / +0.0004 / +0.027. Each is reachable exactly
@@ -59,7 +59,7 @@ METHODS = ("qrl_single", "qrl_multi", "l2_multi")
 
 
 # Scale-downs of C.3.1 (3x1024 MLPs, latent 256, IQE 16x32, batch 4096, 5e5 steps), shared with the
-# `python -m qrl.train` CLI: quick (a smoke run), cpu (<= 30 min per method on 2 CPU cores), paper (C.3.1).
+# `python -m platonic_rl.qrl.train` CLI: quick (a smoke run), cpu (<= 30 min per method on 2 CPU cores), paper (C.3.1).
 PRESETS = mountaincar_presets()
 COMPARABLE_SCALES = ("cpu", "paper")  # quick is a smoke run: its scores are not comparable to the paper's
 
@@ -337,7 +337,7 @@ def run(args: Args) -> dict:
     print(report)
     plot_values(out / "values.png", goals, learned_values, title_extra=budget)
     record = dict(
-        command=" ".join(shlex.quote(a) for a in ["python", "-m", "benchmarks.mountaincar", *sys.argv[1:]]),
+        command=" ".join(shlex.quote(a) for a in ["python", "-m", "platonic_rl.benchmarks.mountaincar", *sys.argv[1:]]),
         args=dataclasses.asdict(args), train_config=dataclasses.asdict(train_config),
         agent_configs={m: dataclasses.asdict(method_config(m, base)) for m in args.methods},
         dataset=dict(transitions=len(dataset) - dataset.num_goal_entries,

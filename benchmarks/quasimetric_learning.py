@@ -1,10 +1,10 @@
 """Quasimetric learning on random directed graphs: Figure 3-4 and Table 3.2 (dissertation 3.5.5, 3.6.1).
 
-    python -m benchmarks.quasimetric_learning                  # quick: a few minutes on 2 CPU cores
-    python -m benchmarks.quasimetric_learning --scale cpu      # ~40 minutes on 2 CPU cores
-    python -m benchmarks.quasimetric_learning --scale paper    # appendix B.4.2 lengths (accelerators)
+    python -m platonic_rl.benchmarks.quasimetric_learning                  # quick: a few minutes on 2 CPU cores
+    python -m platonic_rl.benchmarks.quasimetric_learning --scale cpu      # ~40 minutes on 2 CPU cores
+    python -m platonic_rl.benchmarks.quasimetric_learning --scale paper    # appendix B.4.2 lengths (accelerators)
 
-Every head of :data:`qrl.quasimetrics.HEADS` family (plus the unconstrained baselines with the triangle
+Every head of :data:`platonic_rl.qrl.quasimetrics.HEADS` family (plus the unconstrained baselines with the triangle
 regulariser) is trained with the same encoder (64-128-128-128-48 ReLU MLP) by MSE on gamma-discounted
 distances (gamma = 0.9; unreachable pairs have target gamma^inf = 0):
 
@@ -39,9 +39,9 @@ import optax
 import tyro
 from tqdm import tqdm
 
-from common.networks import MLP
-from envs import random_graphs as rg
-from qrl import quasimetrics as qm
+from platonic_rl.common.networks import MLP
+from platonic_rl.envs import random_graphs as rg
+from platonic_rl.qrl import quasimetrics as qm
 
 GAMMA = 0.9
 
@@ -483,7 +483,7 @@ def run(args: Args) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     record = dict(
-        command=" ".join(shlex.quote(a) for a in ["python", "-m", "benchmarks.quasimetric_learning",
+        command=" ".join(shlex.quote(a) for a in ["python", "-m", "platonic_rl.benchmarks.quasimetric_learning",
                                                   *sys.argv[1:]]),
         args=dataclasses.asdict(args), scale=dataclasses.asdict(scale),
         methods={m: METHODS[m] for m in args.methods}, gamma=GAMMA, paper_table_3_2=PAPER_TABLE_3_2,

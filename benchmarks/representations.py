@@ -1,7 +1,7 @@
 """Alignment and uniformity vs contrastive learning, and the Platonic convergence claim, in miniature.
 
-    python -m benchmarks.representations                 # ~3 minutes on 2 CPU cores
-    python -m benchmarks.representations --scale cpu     # more steps and seeds
+    python -m platonic_rl.benchmarks.representations                 # ~3 minutes on 2 CPU cores
+    python -m platonic_rl.benchmarks.representations --scale cpu     # more steps and seeds
 
 On scikit-learn's 8x8 digits (shipped inside the package; 1200 train / 597 test images), small MLP
 encoders (64-256-256-32, outputs on the unit sphere) are trained self-supervised on two random
@@ -39,8 +39,8 @@ from sklearn.datasets import load_digits
 from sklearn.linear_model import LogisticRegression
 from tqdm import tqdm
 
-from common.networks import MLP
-from replearn import metrics, objectives
+from platonic_rl.common.networks import MLP
+from platonic_rl.replearn import metrics, objectives
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,7 +185,7 @@ def run(args: Args) -> dict:
 
     summary = summarise(encoders, alignment)
     record = dict(
-        command=" ".join(shlex.quote(a) for a in ["python", "-m", "benchmarks.representations", *sys.argv[1:]]),
+        command=" ".join(shlex.quote(a) for a in ["python", "-m", "platonic_rl.benchmarks.representations", *sys.argv[1:]]),
         args=dataclasses.asdict(args), scale=dataclasses.asdict(scale),
         encoders=[{k: v for k, v in e.items() if k not in ("train", "test", "views")} for e in encoders],
         mutual_knn=dict(names=names, matrix=alignment.tolist(), k=args.k), summary=summary,

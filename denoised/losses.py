@@ -1,13 +1,13 @@
 """Denoised MDP objectives (dissertation eq. 5.4, appendix D.2.1) and the policy-learning losses.
 
-All functions are pure and take arrays; the agent composes them (:mod:`agents.denoised_mdp`).
+All functions are pure and take arrays; the agent composes them (:mod:`platonic_rl.agents.denoised_mdp`).
 """
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 
-from denoised.model import gaussian_kl
+from platonic_rl.denoised.model import gaussian_kl
 
 
 def gaussian_nll(target: jax.Array, mean: jax.Array, event_dims: int) -> jax.Array:

@@ -29,7 +29,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from common.networks import MLP
+from platonic_rl.common.networks import MLP
 
 FACTORS = ("x", "y", "z")
 MIN_STD = 0.1

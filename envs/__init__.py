@@ -1,1 +1,1 @@
-"""Environments and datasets. :mod:`envs.mountaincar` is the JAX discretised MountainCar."""
+"""Environments and datasets. :mod:`platonic_rl.envs.mountaincar` is the JAX discretised MountainCar."""

@@ -25,7 +25,7 @@ import optax
 import scipy.sparse
 import scipy.sparse.csgraph
 
-from replearn.objectives import align_loss, uniform_loss
+from platonic_rl.replearn.objectives import align_loss, uniform_loss
 
 
 @dataclasses.dataclass(frozen=True)

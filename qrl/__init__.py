@@ -1,2 +1,2 @@
-"""Quasimetric RL core: quasimetric heads (:mod:`qrl.quasimetrics`), losses (:mod:`qrl.losses`) and the
-offline training loop (:mod:`qrl.train`)."""
+"""Quasimetric RL core: quasimetric heads (:mod:`platonic_rl.qrl.quasimetrics`), losses (:mod:`platonic_rl.qrl.losses`) and the
+offline training loop (:mod:`platonic_rl.qrl.train`)."""

@@ -7,8 +7,8 @@ The sampling key is part of the checkpoint, so a resumed run reproduces an unint
 
 CLI (QRL on the discretised MountainCar dataset, presets shared with ``benchmarks.mountaincar``)::
 
-    python -m qrl.train --scale quick --agent.goal-mode single      # ~1 min; then scored at the end
-    python -m qrl.train --help                                      # every setting of the cpu preset
+    python -m platonic_rl.qrl.train --scale quick --agent.goal-mode single      # ~1 min; then scored at the end
+    python -m platonic_rl.qrl.train --help                                      # every setting of the cpu preset
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from tqdm.auto import tqdm
 
-from agents.qrl import QRLAgent, QRLConfig
+from platonic_rl.agents.qrl import QRLAgent, QRLConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -323,7 +323,7 @@ def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str
 def _mountaincar_config(width: int, depth: int, latent: int, components: int, dim_per_component: int,
                         steps: int, lr: float) -> QRLConfig:
     """A scale-down of C.3.1 (same objective), observations normalised to about [-1, 1] in the encoder."""
-    from envs import mountaincar as mc
+    from platonic_rl.envs import mountaincar as mc
 
     hidden = (width,) * depth
     return QRLConfig(obs_center=mc.OBS_CENTER, obs_scale=mc.OBS_SCALE, encoder_hidden=hidden, latent_dim=latent,
@@ -342,7 +342,7 @@ def mountaincar_presets() -> dict[str, tuple[QRLConfig, TrainConfig]]:
       lambda lr 0.3, batch 4096, 5e5 steps (accelerator-sized).
 
     Every preset normalises observations (the velocity spans only +-0.07)."""
-    from envs import mountaincar as mc
+    from platonic_rl.envs import mountaincar as mc
 
     paper = QRLConfig(obs_center=mc.OBS_CENTER, obs_scale=mc.OBS_SCALE)
     return {
@@ -384,7 +384,7 @@ def parse_args(argv: list[str] | None = None) -> MountainCarTrainArgs:
     pre.add_argument("--scale", choices=["quick", "cpu", "paper"], default="cpu")
     known, rest = pre.parse_known_args(argv)
     agent, train = mountaincar_presets()[known.scale]
-    args = tyro.cli(MountainCarTrainArgs, args=rest, prog="python -m qrl.train",
+    args = tyro.cli(MountainCarTrainArgs, args=rest, prog="python -m platonic_rl.qrl.train",
                     default=MountainCarTrainArgs(scale=known.scale, train=train, agent=agent))
     if args.agent.cosine_decay_steps == agent.cosine_decay_steps and args.train.steps != train.steps \
             and agent.cosine_decay_steps is not None:
@@ -394,7 +394,7 @@ def parse_args(argv: list[str] | None = None) -> MountainCarTrainArgs:
 
 def evaluate_top_of_hill(agent: QRLAgent) -> dict:
     """Greedy episodes towards the top of the hill from all 25,600 discrete states (Table 4.1's score)."""
-    from envs import mountaincar as mc
+    from platonic_rl.envs import mountaincar as mc
 
     obs = mc.to_observation(mc.all_states())
     goals = jnp.broadcast_to(jnp.asarray(mc.GENERAL_GOAL), obs.shape)
@@ -403,7 +403,7 @@ def evaluate_top_of_hill(agent: QRLAgent) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from envs import mountaincar
+    from platonic_rl.envs import mountaincar
 
     args = parse_args(argv)
     run_dir = args.run_dir or args.default_run_dir()

@@ -1,4 +1,4 @@
-"""Shared representation-learning objectives (:mod:`replearn.objectives`) and metrics.
+"""Shared representation-learning objectives (:mod:`platonic_rl.replearn.objectives`) and metrics.
 
-The QRL objectives live in :mod:`qrl.losses`.
+The QRL objectives live in :mod:`platonic_rl.qrl.losses`.
 """

@@ -10,7 +10,7 @@ Contrastive objectives take a critic matrix ``logits[..., i, j]`` with positives
 from two embedding sets with :func:`pairwise_logits` and an energy: dot, cosine or negative l2).
 
 The QRL objective terms (eq. 4.12 and the transition loss) are objectives in their own right; they are
-defined once in :mod:`qrl.losses` and re-exported here.
+defined once in :mod:`platonic_rl.qrl.losses` and re-exported here.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
-from qrl.losses import (constraint_violation, lagrangian_terms, push_loss, q_cost,  # noqa: F401
+from platonic_rl.qrl.losses import (constraint_violation, lagrangian_terms, push_loss, q_cost,  # noqa: F401
                         softplus_phi, transition_loss)
 
 

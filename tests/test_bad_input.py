@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import tyro
 
-from agents import qrl
-from agents.crl import CRLAgent, CRLConfig
-from agents.ddpg_her import DDPGHERAgent, DDPGHERConfig
-from agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
-from agents.gcbc import GCBCAgent, GCBCConfig
-from agents.qrl import QRLAgent, QRLConfig
-from agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
-from denoised.model import WorldModelConfig
+from platonic_rl.agents import qrl
+from platonic_rl.agents.crl import CRLAgent, CRLConfig
+from platonic_rl.agents.ddpg_her import DDPGHERAgent, DDPGHERConfig
+from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
+from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
+from platonic_rl.agents.qrl import QRLAgent, QRLConfig
+from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
+from platonic_rl.denoised.model import WorldModelConfig
 
 OBS, ACT, B, T = 3, 2, 4, 3
 MODEL = WorldModelConfig(obs_shape=(OBS,), action_dim=ACT, x_belief=4, x_state=2, y_belief=4, y_state=2, hidden=8,
@@ -172,8 +172,8 @@ def test_zero_width_from_the_command_line_is_a_clear_error(capsys):
 
 # 7 ------------------------------------------------------------------------------------------------------
 def test_fetch_cli_rejects_empty_agents_seeds_and_a_budget_below_the_prefill(capsys, tmp_path):
-    from agents.online import OnlineConfig, train_online
-    from benchmarks import fetch as bf
+    from platonic_rl.agents.online import OnlineConfig, train_online
+    from platonic_rl.benchmarks import fetch as bf
 
     with pytest.raises(ValueError, match="--agents must name at least one agent"):
         bf.Args(agents=())
@@ -201,7 +201,7 @@ def test_fetch_cli_rejects_empty_agents_seeds_and_a_budget_below_the_prefill(cap
 @pytest.mark.parametrize("name", ["tasks", "variants", "methods", "seeds"])
 def test_dmc_cli_rejects_empty_lists(name):
     pytest.importorskip("dm_control")
-    from benchmarks import dmc as bd
+    from platonic_rl.benchmarks import dmc as bd
 
     with pytest.raises(ValueError, match=f"--{name} must list at least one value"):
         bd.Args(**{name: ()})
@@ -209,8 +209,8 @@ def test_dmc_cli_rejects_empty_lists(name):
 
 # 9 ------------------------------------------------------------------------------------------------------
 def test_mountaincar_steps_must_be_positive_and_fit_log_every(monkeypatch, tmp_path):
-    from benchmarks import mountaincar as bench
-    from qrl.train import TrainConfig
+    from platonic_rl.benchmarks import mountaincar as bench
+    from platonic_rl.qrl.train import TrainConfig
 
     for steps in (0, -100):
         with pytest.raises(ValueError, match="--steps must be >= 1"):

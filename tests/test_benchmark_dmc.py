@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 pytest.importorskip("dm_control")
-from benchmarks import dmc as bd  # noqa: E402
-from envs.dmc import TASKS, VARIANTS  # noqa: E402
+from platonic_rl.benchmarks import dmc as bd  # noqa: E402
+from platonic_rl.envs.dmc import TASKS, VARIANTS  # noqa: E402
 
 
 def fake_run(task, variant, method, returns, probe):

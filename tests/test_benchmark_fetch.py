@@ -4,7 +4,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from benchmarks import fetch as bf
+from platonic_rl.benchmarks import fetch as bf
 
 
 def test_smoothing_is_a_trailing_window_of_five():
@@ -43,8 +43,8 @@ def test_presets_and_image_agents():
 def test_zero_action_reference_is_the_rate_of_episodes_solved_at_the_start(monkeypatch):
     # FetchPush: a gripper that never moves leaves the object where it starts, so the reference is exactly
     # the fraction of evaluation episodes whose object starts within the 5 cm success threshold.
-    from agents.online import eval_seed
-    from envs import fetch
+    from platonic_rl.agents.online import eval_seed
+    from platonic_rl.envs import fetch
 
     steps = [2000, 4000]
     reference = bf.zero_action_success("push", steps, episodes=20)

@@ -3,8 +3,8 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks import mountaincar as bench
-from envs import mountaincar as mc
+from platonic_rl.benchmarks import mountaincar as bench
+from platonic_rl.envs import mountaincar as mc
 
 
 def test_goals_and_oracles():
@@ -25,7 +25,7 @@ def test_goals_and_oracles():
 def test_benchmark_smoke_run(tmp_path):
     record = bench.run(bench.Args(scale="quick", methods=("qrl_multi",), steps=500, out_dir=str(tmp_path)))
     saved = json.loads((tmp_path / "results.json").read_text())
-    assert saved["command"].startswith("python -m benchmarks.mountaincar")
+    assert saved["command"].startswith("python -m platonic_rl.benchmarks.mountaincar")
     assert saved["train_config"]["steps"] == 500
     summary = record["results"]["qrl_multi"]["summary"]
     assert 0 <= summary["top_of_hill"] <= 100 and np.isfinite(summary["spearman_top_of_hill"])

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from benchmarks import representations as br
+from platonic_rl.benchmarks import representations as br
 
 
 def test_digits_split_is_local_and_seeded():

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agents.crl import CRLAgent, CRLConfig
+from platonic_rl.agents.crl import CRLAgent, CRLConfig
 
 TINY = CRLConfig(obs_dim=3, action_dim=2, hidden=(64,), repr_dim=16, actor_hidden=(32,), critic_learning_rate=3e-3)
 

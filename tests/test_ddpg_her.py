@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agents.ddpg_her import Critic, DDPGHERAgent, DDPGHERConfig, goal_reward
+from platonic_rl.agents.ddpg_her import Critic, DDPGHERAgent, DDPGHERConfig, goal_reward
 
 TINY = DDPGHERConfig(obs_dim=4, action_dim=2, goal_dims=(0, 1), hidden=(32,), latent_dim=64)
 

@@ -6,9 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
-from denoised import losses
-from denoised.model import (WorldModelConfig, all_features, gaussian_kl, imagine_x, init_params, initial_state,
+from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
+from platonic_rl.denoised import losses
+from platonic_rl.denoised.model import (WorldModelConfig, all_features, gaussian_kl, imagine_x, init_params, initial_state,
                             observe, FactoredRSSM)
 
 SMALL = dict(obs_shape=(5,), action_dim=2, x_belief=8, x_state=3, y_belief=6, y_state=2, hidden=16, embed_dim=16,

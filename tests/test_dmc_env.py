@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("dm_control")
-from envs.dmc import DMCEnv, JitterWalk, SmoothSignals  # noqa: E402
+from platonic_rl.envs.dmc import DMCEnv, JitterWalk, SmoothSignals  # noqa: E402
 
 
 def rollout(env, actions, seed):

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 pytest.importorskip("dm_control")
-from agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig  # noqa: E402
-from agents.dmc_online import DMCOnlineConfig, latent_probe_data, train_dmc_online  # noqa: E402
-from denoised.model import WorldModelConfig  # noqa: E402
-from envs.replay import SequenceBuffer  # noqa: E402
+from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig  # noqa: E402
+from platonic_rl.agents.dmc_online import DMCOnlineConfig, latent_probe_data, train_dmc_online  # noqa: E402
+from platonic_rl.denoised.model import WorldModelConfig  # noqa: E402
+from platonic_rl.envs.replay import SequenceBuffer  # noqa: E402
 
 TOY = DMCOnlineConfig(task="reacher-easy", variant="distractors", env_steps=4000, prefill_steps=2000,
                       updates_per_collect=2, action_repeat=10, batch_size=2, chunk=8, eval_every=2000,

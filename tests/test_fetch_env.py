@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("gymnasium_robotics")
-from envs import fetch  # noqa: E402
+from platonic_rl.envs import fetch  # noqa: E402
 
 
 def test_goal_state_layout():

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from agents.gcbc import GCBCAgent, GCBCConfig
-from agents.policies import tanh_normal_log_prob, tanh_normal_sample
+from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
+from platonic_rl.agents.policies import tanh_normal_log_prob, tanh_normal_sample
 
 
 def test_log_prob_of_given_actions_matches_the_sampler():

@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from qrl import losses
+from platonic_rl.qrl import losses
 
 
 def test_softplus_phi_hand_values_and_shape():

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from envs import mountaincar as mc
+from platonic_rl.envs import mountaincar as mc
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,8 @@ import pytest
 SCRIPT = textwrap.dedent("""
     import jax, numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-    from agents.qrl import QRLAgent, QRLConfig
-    from qrl import quasimetrics as qm
+    from platonic_rl.agents.qrl import QRLAgent, QRLConfig
+    from platonic_rl.qrl import quasimetrics as qm
 
     assert jax.device_count() == 8, jax.devices()
     config = QRLConfig(encoder_hidden=(32, 32), latent_dim=16, projector_hidden=(32,), iqe_components=4,
@@ -61,7 +61,7 @@ def test_sharded_update_equals_single_device():
 
 
 def test_create_accepts_python_and_numpy_integer_seeds_and_typed_keys():
-    from agents.qrl import QRLAgent, QRLConfig
+    from platonic_rl.agents.qrl import QRLAgent, QRLConfig
     tiny = QRLConfig(encoder_hidden=(8,), latent_dim=8, projector_hidden=(8,), iqe_components=2,
                      iqe_dim_per_component=4, dynamics_hidden=(8,))
     a, b, c = QRLAgent.create(tiny, 3), QRLAgent.create(tiny, np.int64(3)), QRLAgent.create(tiny, jax.random.key(3))

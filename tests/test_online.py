@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 pytest.importorskip("gymnasium_robotics")
-from agents.crl import CRLAgent, CRLConfig  # noqa: E402
-from agents.gcbc import GCBCAgent, GCBCConfig  # noqa: E402
-from agents.online import OnlineConfig, train_cycle, train_online  # noqa: E402
-from agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig  # noqa: E402
-from envs import fetch  # noqa: E402
-from envs.replay import EpisodeBuffer  # noqa: E402
+from platonic_rl.agents.crl import CRLAgent, CRLConfig  # noqa: E402
+from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig  # noqa: E402
+from platonic_rl.agents.online import OnlineConfig, train_cycle, train_online  # noqa: E402
+from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig  # noqa: E402
+from platonic_rl.envs import fetch  # noqa: E402
+from platonic_rl.envs.replay import EpisodeBuffer  # noqa: E402
 
 TOY = OnlineConfig(task="reach", env_steps=400, prefill_episodes=4, rollouts_per_cycle=2, updates_per_cycle=3,
                    batch_size=16, eval_every=200, eval_episodes=2, checkpoint_every=1, buffer_episodes=16)
@@ -74,7 +74,7 @@ def test_other_agents_run(make):
 
 @pytest.mark.slow  # ~45 s: renders, compiles a conv update; the pieces have fast tests of their own
 def test_image_observations_run_end_to_end(tmp_path):
-    from agents.qrl_continuous import IMAGE_DEFAULTS
+    from platonic_rl.agents.qrl_continuous import IMAGE_DEFAULTS
 
     config = dataclasses.replace(QRL_TINY, **{**IMAGE_DEFAULTS, "encoder_hidden": (8,)})
     loop = dataclasses.replace(TOY, obs="image", env_steps=200, prefill_episodes=2, updates_per_cycle=2,

@@ -36,8 +36,8 @@ def all_text(fig) -> str:
 
 
 def test_mountaincar_values_axes_colour_bars_and_title(tmp_path):
-    from benchmarks import mountaincar as bench
-    from envs import mountaincar as mc
+    from platonic_rl.benchmarks import mountaincar as bench
+    from platonic_rl.envs import mountaincar as mc
 
     states = mc.all_states()  # [25600, 2] (position, velocity), ordered by flat index k_pos * 160 + k_vel
     position = states[:, 0].astype(np.float64)
@@ -87,7 +87,7 @@ def fetch_curves(steps, seeds=(0, 1)):
 
 
 def test_fetch_curves_single_evaluation_is_visible(tmp_path):
-    from benchmarks import fetch as bf
+    from platonic_rl.benchmarks import fetch as bf
 
     args = bf.Args(env="reach", agents=("qrl", "crl"), seeds=(0, 1), env_steps=20_000)
     path = tmp_path / "curves.png"
@@ -104,7 +104,7 @@ def test_fetch_curves_single_evaluation_is_visible(tmp_path):
 
 
 def test_fetch_curves_many_evaluations_keep_the_band(tmp_path):
-    from benchmarks import fetch as bf
+    from platonic_rl.benchmarks import fetch as bf
 
     args = bf.Args(env="push", agents=("qrl", "crl"), seeds=(0, 1, 2), env_steps=20_000)
     steps = range(12_000, 20_001, 2000)
@@ -121,7 +121,7 @@ def test_fetch_curves_many_evaluations_keep_the_band(tmp_path):
 
 def test_dmc_returns_and_probe(tmp_path):
     pytest.importorskip("dm_control")
-    from benchmarks import dmc as bd
+    from platonic_rl.benchmarks import dmc as bd
 
     def fake(task, variant, method, probe):
         return dict(task=task, variant=variant, method=method, seed=0, env_steps=[1000, 2000], train_return=[1.0, 2.0],
@@ -155,8 +155,8 @@ def test_dmc_returns_and_probe(tmp_path):
 def test_quasimetric_learning_plots(tmp_path):
     from matplotlib.ticker import NullFormatter
 
-    from benchmarks import quasimetric_learning as ql
-    from envs import random_graphs as rg
+    from platonic_rl.benchmarks import quasimetric_learning as ql
+    from platonic_rl.envs import random_graphs as rg
 
     rng = np.random.default_rng(0)
     methods = ["iqe-sum", "l2", "mlp"]
@@ -189,7 +189,7 @@ def test_quasimetric_learning_plots(tmp_path):
 
 
 def test_representations_plots(tmp_path):
-    from benchmarks import representations as br
+    from platonic_rl.benchmarks import representations as br
 
     rng = np.random.default_rng(0)
     encoders = [dict(name=f"{family}#{i}", family=family, accuracy=float(rng.uniform(0.5, 1.0)),

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from agents.qrl import QRLAgent, QRLConfig
-from envs import mountaincar as mc
+from platonic_rl.agents.qrl import QRLAgent, QRLConfig
+from platonic_rl.envs import mountaincar as mc
 
 TINY = QRLConfig(encoder_hidden=(32, 32), latent_dim=16, projector_hidden=(32,), iqe_components=4,
                  iqe_dim_per_component=8, dynamics_hidden=(32,), cosine_decay_steps=None,

@@ -9,9 +9,9 @@ import optax
 import pytest
 from scipy import stats
 
-from agents.policies import tanh_normal_sample
-from agents.qrl_continuous import IMAGE_DEFAULTS, QRLContinuousAgent, QRLContinuousConfig
-from qrl import losses
+from platonic_rl.agents.policies import tanh_normal_sample
+from platonic_rl.agents.qrl_continuous import IMAGE_DEFAULTS, QRLContinuousAgent, QRLContinuousConfig
+from platonic_rl.qrl import losses
 
 TINY = QRLContinuousConfig(obs_dim=5, action_dim=2, encoder_hidden=(32,), latent_dim=16, projector_hidden=(32,),
                            iqe_components=4, iqe_dim_per_component=8, dynamics_hidden=(32,), actor_hidden=(32,))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from qrl import quasimetrics as qm
+from platonic_rl.qrl import quasimetrics as qm
 
 DIM = 32
 QUASIMETRIC = [n for n in qm.HEADS if qm.make_head(n).is_quasimetric]

@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from qrl import quasimetrics as qm
+from platonic_rl.qrl import quasimetrics as qm
 
 
 def union_length(starts, ends):

@@ -6,8 +6,8 @@ import jax
 import numpy as np
 import pytest
 
-from benchmarks import quasimetric_learning as ql
-from envs import random_graphs as rg
+from platonic_rl.benchmarks import quasimetric_learning as ql
+from platonic_rl.envs import random_graphs as rg
 
 
 def bfs_distances(adjacency):

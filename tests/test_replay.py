@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from envs.replay import EpisodeBuffer, SequenceBuffer
+from platonic_rl.envs.replay import EpisodeBuffer, SequenceBuffer
 
 T, D, A = 5, 2, 1
 

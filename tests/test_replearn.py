@@ -8,8 +8,8 @@ import pytest
 import scipy.special
 from scipy.stats import ortho_group
 
-from replearn import metrics as rm
-from replearn import objectives as ro
+from platonic_rl.replearn import metrics as rm
+from platonic_rl.replearn import objectives as ro
 
 
 def sphere(rng, n, d):
@@ -102,7 +102,7 @@ def test_objectives_reject_bad_input():
 
 
 def test_qrl_objectives_are_reexported_not_copied():
-    from qrl import losses
+    from platonic_rl.qrl import losses
     assert ro.push_loss is losses.push_loss and ro.transition_loss is losses.transition_loss
 
 
@@ -279,7 +279,7 @@ def test_metrics_reject_bad_input():
 
 
 def test_ridge_probe_r2_reads_out_linear_targets_and_not_noise():
-    from replearn.probes import ridge_probe_r2
+    from platonic_rl.replearn.probes import ridge_probe_r2
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(600, 5))

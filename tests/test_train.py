@@ -5,8 +5,8 @@ import jax
 import numpy as np
 import pytest
 
-from agents.qrl import QRLAgent, QRLConfig
-from qrl.train import TrainConfig, train_offline
+from platonic_rl.agents.qrl import QRLAgent, QRLConfig
+from platonic_rl.qrl.train import TrainConfig, train_offline
 
 TINY = QRLConfig(encoder_hidden=(16,), latent_dim=8, projector_hidden=(16,), iqe_components=2,
                  iqe_dim_per_component=4, dynamics_hidden=(16,), cosine_decay_steps=40)
@@ -105,7 +105,7 @@ def test_resuming_with_other_settings_is_refused_and_changes_nothing(tmp_path):
 
 
 def test_the_cli_presets_name_their_run_directories_and_follow_the_steps():
-    from qrl import train
+    from platonic_rl.qrl import train
 
     quick, cpu = train.parse_args(["--scale", "quick"]), train.parse_args([])
     assert cpu.scale == "cpu" and cpu.agent.encoder_hidden == (256, 256) and cpu.train.steps == 30_000

@@ -1,0 +1,38 @@
+"""Every agent's update computes what it computed when the reference numbers were recorded
+(``tests/fixtures/updates.npz``, written by ``tests/fixtures/update_fixtures.py`` before the agents were
+refactored onto the shared train state): three updates' metrics and the actions afterwards.
+
+On the machine that wrote them the numbers are reproduced bit for bit; elsewhere float32 results can differ
+in the last bits (other CPUs fuse and order sums differently) and Adam's first steps, lr * g / |g|, turn a
+sign flip of a near-zero gradient entry into a full step of that entry, so the comparison allows 1e-4
+relative + 1e-5 absolute: far below what any change of the update (another loss weight, a missed
+stop-gradient, another order of random draws) moves these numbers.
+"""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+import update_fixtures  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def computed():
+    return update_fixtures.compute()
+
+
+def test_every_agent_update_matches_the_recorded_numbers(computed):
+    expected = np.load(update_fixtures.PATH)
+    missing = sorted(set(expected.files) - set(computed))
+    assert not missing, f"quantities no longer computed: {missing[:10]}"
+    differ = []
+    for key in expected.files:
+        want, got = expected[key], computed[key]
+        if want.shape != got.shape or not np.allclose(got, want, rtol=1e-4, atol=1e-5):
+            differ.append(f"{key}: recorded {want.ravel()[:4]}, now {np.ravel(got)[:4]}")
+    assert not differ, "\n".join(differ[:20])
+    assert {k.split("/")[0] for k in expected.files} == {
+        "qrl", "qrl_continuous", "crl_binary_nce", "crl_infonce", "gcbc", "ddpg_her_mlp", "ddpg_her_iqe",
+        "denoised_imagine", "denoised_sac", "dreamer"}
