@@ -1,11 +1,57 @@
-"""Importable agents: immutable pytrees with jitted ``update`` and ``act``."""
+"""Importable agents: immutable pytrees with jitted ``update`` and ``act`` (the contract:
+:mod:`platonic_rl.agents.contract`), and a registry to build them by name::
+
+    from platonic_rl import agents
+    agent = agents.make("crl", seed=0, obs_dim=10, action_dim=4)     # config fields as keywords
+    sorted(agents.REGISTRY)
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
 from platonic_rl.agents.crl import CRLAgent, CRLConfig
 from platonic_rl.agents.ddpg_her import DDPGHERAgent, DDPGHERConfig
 from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
 from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
 from platonic_rl.agents.qrl import QRLAgent, QRLConfig
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
+from platonic_rl.denoised.model import WorldModelConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    agent: type
+    config: Callable[..., Any]  # keyword overrides -> config
+    description: str
+
+
+REGISTRY: dict[str, Entry] = {
+    "qrl": Entry(QRLAgent, QRLConfig, "Quasimetric RL, discrete actions (offline, e.g. MountainCar)"),
+    "qrl_continuous": Entry(QRLContinuousAgent, QRLContinuousConfig,
+                            "Quasimetric RL, continuous actions: two critics, tanh-Normal actor (Fetch)"),
+    "crl": Entry(CRLAgent, CRLConfig, "Contrastive RL (binary NCE or InfoNCE critic)"),
+    "gcbc": Entry(GCBCAgent, GCBCConfig, "goal-conditioned behaviour cloning"),
+    "ddpg_her": Entry(DDPGHERAgent, DDPGHERConfig, "DDPG with hindsight relabelling (MLP, MRN or IQE critic)"),
+    "denoised_mdp": Entry(DenoisedMDPAgent, DenoisedMDPConfig, "Denoised MDP world model + policy in x"),
+    "dreamer": Entry(DenoisedMDPAgent, lambda model=None, **kw: DenoisedMDPConfig.dreamer(model or WorldModelConfig(), **kw),
+                     "Dreamer: the x-only Denoised MDP"),
+}
+
+
+def make_config(name: str, **overrides) -> Any:
+    """The config of agent ``name`` with ``overrides`` (its fields as keywords)."""
+    if name not in REGISTRY:
+        raise KeyError(f"unknown agent {name!r}; known: {sorted(REGISTRY)}")
+    return REGISTRY[name].config(**overrides)
+
+
+def make(name: str, seed: int = 0, **overrides) -> Any:
+    """Agent ``name`` built from its config with ``overrides``, initialised from ``seed``."""
+    config = make_config(name, **overrides)
+    return REGISTRY[name].agent.create(config, seed)
+
 
 __all__ = ["CRLAgent", "CRLConfig", "DDPGHERAgent", "DDPGHERConfig", "DenoisedMDPAgent", "DenoisedMDPConfig",
-           "GCBCAgent", "GCBCConfig", "QRLAgent",
-           "QRLConfig", "QRLContinuousAgent", "QRLContinuousConfig"]
+           "GCBCAgent", "GCBCConfig", "QRLAgent", "QRLConfig", "QRLContinuousAgent", "QRLContinuousConfig",
+           "REGISTRY", "make", "make_config"]

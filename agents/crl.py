@@ -13,7 +13,7 @@ original).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import functools
 
 import flax.linen as nn
 import flax.struct
@@ -22,8 +22,10 @@ import jax.numpy as jnp
 import optax
 
 from platonic_rl.agents.common import as_batch, as_key, check_config, compiled_create
-from platonic_rl.agents.policies import TanhNormalPolicy, tanh_normal_sample
+from platonic_rl.common.losses import sac_actor_loss
 from platonic_rl.common.networks import MLP
+from platonic_rl.common.policies import TanhNormalPolicy, tanh_normal_sample
+from platonic_rl.common.train_state import TrainState
 from platonic_rl.replearn.objectives import binary_nce, info_nce
 
 Batch = dict[str, jax.Array]
@@ -88,10 +90,14 @@ class ContrastiveCritic(nn.Module):
         return jnp.sum(phi * self.g_encoder(goals), -1)
 
 
+@functools.cache  # equal configs, the same optimizer objects (see platonic_rl.common.train_state)
+def _optimizers(c: CRLConfig) -> tuple[optax.GradientTransformation, optax.GradientTransformation]:
+    return optax.adam(c.critic_learning_rate), optax.adam(c.actor_learning_rate)
+
+
 class CRLAgent(flax.struct.PyTreeNode):
-    critic_params: Any
-    actor_params: Any
-    opt_states: dict
+    critic_state: TrainState  # critic_params
+    actor_state: TrainState   # actor_params
     rng: jax.Array
     config: CRLConfig = flax.struct.field(pytree_node=False)
 
@@ -104,13 +110,13 @@ class CRLAgent(flax.struct.PyTreeNode):
         critic_params = ContrastiveCritic(config).init(critic_key, obs, act, obs)
         actor_params = TanhNormalPolicy(config.actor_hidden, config.action_dim).init(
             actor_key, jnp.zeros((1, 2 * config.obs_dim)))
-        critic_tx, actor_tx = cls._optimizers(config)
-        return cls(critic_params=critic_params, actor_params=actor_params, rng=rng, config=config,
-                   opt_states=dict(critic=critic_tx.init(critic_params), actor=actor_tx.init(actor_params)))
+        critic_tx, actor_tx = _optimizers(config)
+        return cls(critic_state=TrainState.create(critic_params, critic_tx),
+                   actor_state=TrainState.create(actor_params, actor_tx), rng=rng, config=config)
 
-    @staticmethod
-    def _optimizers(c: CRLConfig):
-        return optax.adam(c.critic_learning_rate), optax.adam(c.actor_learning_rate)
+    # The parameters, read from their train states.
+    critic_params = property(lambda self: self.critic_state.params)
+    actor_params = property(lambda self: self.actor_state.params)
 
     @property
     def critic(self) -> ContrastiveCritic:
@@ -127,27 +133,26 @@ class CRLAgent(flax.struct.PyTreeNode):
         return loss, dict(critic_loss=loss, categorical_accuracy=correct, logits_positive=jnp.diag(logits).mean())
 
     def actor_loss(self, actor_params, critic_params, batch: Batch, key):
-        """-E[f(s, a, g)] + entropy_weight E[log pi(a | s, g)],  a ~ pi(. | s, g)."""
+        """-E[f(s, a, g)] + entropy_weight E[log pi(a | s, g)],  a ~ pi(. | s, g): SAC's actor loss with the
+        critic f as Q and a fixed entropy weight."""
         obs, goals = batch["observations"], batch["goals"]
         mean, log_std = self.policy.apply(actor_params, jnp.concatenate([obs, goals], -1))
         actions, log_probs = tanh_normal_sample(key, mean, log_std)
         q = self.critic.apply(jax.lax.stop_gradient(critic_params), obs, actions, goals, method="diagonal")
-        loss = jnp.mean(self.config.entropy_weight * log_probs - q)
+        loss = sac_actor_loss(q[None], log_probs, self.config.entropy_weight)
         return loss, dict(actor_loss=loss, actor_q=q.mean())
 
     def update(self, batch: Batch) -> tuple["CRLAgent", dict[str, jax.Array]]:
         """One critic step, then one actor step (pure, jit-able); ``batch`` entries may be arrays or lists."""
         batch = as_batch(batch, BATCH_KEYS)
         validate_batch(batch, self.config)
-        critic_tx, actor_tx = self._optimizers(self.config)
         rng, key = jax.random.split(self.rng)
         c_grads, critic_metrics = jax.grad(self.critic_loss, has_aux=True)(self.critic_params, batch)
-        updates, critic_state = critic_tx.update(c_grads, self.opt_states["critic"])
-        critic_params = optax.apply_updates(self.critic_params, updates)
-        a_grads, actor_metrics = jax.grad(self.actor_loss, has_aux=True)(self.actor_params, critic_params, batch, key)
-        updates, actor_state = actor_tx.update(a_grads, self.opt_states["actor"])
-        agent = self.replace(critic_params=critic_params, actor_params=optax.apply_updates(self.actor_params, updates),
-                             rng=rng, opt_states=dict(critic=critic_state, actor=actor_state))
+        critic_state = self.critic_state.apply_gradients(c_grads)
+        a_grads, actor_metrics = jax.grad(self.actor_loss, has_aux=True)(self.actor_params, critic_state.params,
+                                                                         batch, key)
+        agent = self.replace(critic_state=critic_state, actor_state=self.actor_state.apply_gradients(a_grads),
+                             rng=rng)
         return agent, {**critic_metrics, **actor_metrics}
 
     def act(self, observations: jax.Array, goals: jax.Array, rng: jax.Array | None = None) -> jax.Array:

@@ -12,6 +12,7 @@ head from :mod:`platonic_rl.qrl.quasimetrics` on separate (s, a) and goal encode
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Literal
 
 import flax.linen as nn
@@ -22,6 +23,7 @@ import optax
 
 from platonic_rl.agents.common import as_batch, as_key, check_config, compiled_create
 from platonic_rl.common.networks import MLP
+from platonic_rl.common.train_state import TrainState, polyak_update
 from platonic_rl.qrl.quasimetrics import make_head
 
 
@@ -78,12 +80,16 @@ def goal_reward(next_observations: jax.Array, goals: jax.Array, goal_dims: tuple
     return jnp.where(reached, 0.0, -1.0)
 
 
+@functools.cache  # equal configs, the same optimizer objects (see platonic_rl.common.train_state)
+def _optimizers(c: DDPGHERConfig) -> tuple[optax.GradientTransformation, optax.GradientTransformation]:
+    return optax.adam(c.actor_learning_rate), optax.adam(c.critic_learning_rate)
+
+
 class DDPGHERAgent(flax.struct.PyTreeNode):
-    actor_params: Any
-    critic_params: Any
+    actor_state: TrainState   # actor_params
+    critic_state: TrainState  # critic_params
     target_actor_params: Any
     target_critic_params: Any
-    opt_states: dict
     rng: jax.Array
     config: DDPGHERConfig = flax.struct.field(pytree_node=False)
 
@@ -95,10 +101,14 @@ class DDPGHERAgent(flax.struct.PyTreeNode):
         obs, act = jnp.zeros((1, config.obs_dim)), jnp.zeros((1, config.action_dim))
         actor_params = Actor(config).init(actor_key, obs, obs)
         critic_params = Critic(config).init(critic_key, obs, act, obs)
-        return cls(actor_params=actor_params, critic_params=critic_params, target_actor_params=actor_params,
-                   target_critic_params=critic_params, rng=rng, config=config,
-                   opt_states=dict(actor=optax.adam(config.actor_learning_rate).init(actor_params),
-                                   critic=optax.adam(config.critic_learning_rate).init(critic_params)))
+        actor_tx, critic_tx = _optimizers(config)
+        return cls(actor_state=TrainState.create(actor_params, actor_tx),
+                   critic_state=TrainState.create(critic_params, critic_tx), target_actor_params=actor_params,
+                   target_critic_params=critic_params, rng=rng, config=config)
+
+    # The parameters, read from their train states.
+    actor_params = property(lambda self: self.actor_state.params)
+    critic_params = property(lambda self: self.critic_state.params)
 
     def critic_loss(self, critic_params, batch):
         c = self.config
@@ -138,17 +148,14 @@ class DDPGHERAgent(flax.struct.PyTreeNode):
             if batch[key].shape != shape:
                 raise ValueError(f"batch[{key!r}] must have shape {shape}, got {batch[key].shape}")
         c_grads, critic_metrics = jax.grad(self.critic_loss, has_aux=True)(self.critic_params, batch)
-        updates, critic_state = optax.adam(c.critic_learning_rate).update(c_grads, self.opt_states["critic"])
-        critic_params = optax.apply_updates(self.critic_params, updates)
-        a_grads, actor_metrics = jax.grad(self.actor_loss, has_aux=True)(self.actor_params, critic_params, batch)
-        updates, actor_state = optax.adam(c.actor_learning_rate).update(a_grads, self.opt_states["actor"])
-        actor_params = optax.apply_updates(self.actor_params, updates)
-        polyak = lambda target, online: jax.tree.map(  # noqa: E731
-            lambda t, o: c.polyak * t + (1 - c.polyak) * o, target, online)
-        agent = self.replace(actor_params=actor_params, critic_params=critic_params,
-                             target_actor_params=polyak(self.target_actor_params, actor_params),
-                             target_critic_params=polyak(self.target_critic_params, critic_params),
-                             opt_states=dict(actor=actor_state, critic=critic_state))
+        critic_state = self.critic_state.apply_gradients(c_grads)
+        a_grads, actor_metrics = jax.grad(self.actor_loss, has_aux=True)(self.actor_params, critic_state.params,
+                                                                         batch)
+        actor_state = self.actor_state.apply_gradients(a_grads)
+        tau = 1 - c.polyak  # the target keeps the fraction c.polyak
+        agent = self.replace(actor_state=actor_state, critic_state=critic_state,
+                             target_actor_params=polyak_update(self.target_actor_params, actor_state.params, tau),
+                             target_critic_params=polyak_update(self.target_critic_params, critic_state.params, tau))
         return agent, {**critic_metrics, **actor_metrics}
 
     def act(self, observations, goals, rng=None):

@@ -23,6 +23,7 @@ Adam eps 1e-7, clip 100, alpha 1, 3 free nats on KL_x.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Literal
 
 import flax.linen as nn
@@ -32,11 +33,12 @@ import jax.numpy as jnp
 import optax
 
 from platonic_rl.agents.common import as_batch, as_key, check_config, compiled_create
-from platonic_rl.agents.policies import TanhNormalPolicy, tanh_normal_sample
+from platonic_rl.common import losses as rl_losses
+from platonic_rl.common.policies import TanhNormalPolicy, tanh_normal_sample
+from platonic_rl.common.train_state import TrainState, polyak_update
 from platonic_rl.denoised import losses
 from platonic_rl.denoised.model import (FactoredRSSM, WorldModelConfig, all_features, features, imagine_x, init_params,
-                            initial_state, observe)
-from platonic_rl.qrl.losses import entropy_weight_loss
+                                        initial_state, observe)
 
 Batch = dict[str, jax.Array]
 
@@ -106,7 +108,8 @@ def _adam(lr, c: DenoisedMDPConfig, clip: bool = True):
     return optax.chain(*parts, optax.adam(lr, eps=c.adam_eps))
 
 
-def _optimizers(c: DenoisedMDPConfig) -> dict:
+@functools.cache  # equal configs, the same optimizer objects (see platonic_rl.common.train_state)
+def _optimizers(c: DenoisedMDPConfig) -> dict[str, optax.GradientTransformation]:
     tx = dict(model=_adam(c.model_learning_rate, c))
     if c.policy == "imagine":
         tx.update(actor=_adam(c.actor_learning_rate, c), critic=_adam(c.critic_learning_rate, c))
@@ -134,12 +137,11 @@ def validate_batch(batch: Batch, c: WorldModelConfig) -> None:
 
 
 class DenoisedMDPAgent(flax.struct.PyTreeNode):
-    model_params: Any
-    actor_params: Any
-    critic_params: Any            # value net (imagine) or two stacked Q nets (sac)
-    target_critic_params: Any     # SAC targets (a copy, unused by "imagine")
-    log_entropy_weight: jax.Array
-    opt_states: dict
+    model_state: TrainState            # model_params
+    actor_state: TrainState            # actor_params
+    critic_state: TrainState           # critic_params: value net (imagine) or two stacked Q nets (sac)
+    target_critic_params: Any          # SAC targets (a copy, unused by "imagine")
+    entropy_state: TrainState | None   # SAC's log_entropy_weight (None for "imagine")
     rng: jax.Array
     config: DenoisedMDPConfig = flax.struct.field(pytree_node=False)
 
@@ -158,15 +160,20 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
             critic_params = critic.init(critic_key, feat)
         else:
             critic_params = jax.vmap(lambda k: critic.init(k, feat, action))(jax.random.split(critic_key, 2))
-        log_entropy_weight = jnp.log(jnp.float32(config.sac_entropy_init))
         tx = _optimizers(config)
-        opt_states = dict(model=tx["model"].init(model_params), actor=tx["actor"].init(actor_params),
-                          critic=tx["critic"].init(critic_params))
+        entropy_state = None
         if config.policy == "sac":
-            opt_states["entropy"] = tx["entropy"].init(log_entropy_weight)
-        return cls(model_params=model_params, actor_params=actor_params, critic_params=critic_params,
-                   target_critic_params=critic_params, log_entropy_weight=log_entropy_weight,
-                   opt_states=opt_states, rng=rng, config=config)
+            entropy_state = TrainState.create(jnp.log(jnp.float32(config.sac_entropy_init)), tx["entropy"])
+        return cls(model_state=TrainState.create(model_params, tx["model"]),
+                   actor_state=TrainState.create(actor_params, tx["actor"]),
+                   critic_state=TrainState.create(critic_params, tx["critic"]), target_critic_params=critic_params,
+                   entropy_state=entropy_state, rng=rng, config=config)
+
+    # The parameters, read from their train states.
+    model_params = property(lambda self: self.model_state.params)
+    actor_params = property(lambda self: self.actor_state.params)
+    critic_params = property(lambda self: self.critic_state.params)
+    log_entropy_weight = property(lambda self: self.entropy_state.params)
 
     @property
     def model(self) -> FactoredRSSM:
@@ -236,14 +243,13 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
         q = jax.vmap(lambda p: Critic(c.critic_hidden).apply(p, x, a))(critic_params)
         next_a, next_log_prob = self._policy(self.actor_params, x_next, key)
         next_q = jax.vmap(lambda p: Critic(c.critic_hidden).apply(p, x_next, next_a))(self.target_critic_params)
-        target = losses.sac_critic_target(r, next_q[0], next_q[1], next_log_prob, jnp.exp(self.log_entropy_weight),
-                                          c.discount)
+        target = rl_losses.sac_critic_target(r, next_q, next_log_prob, jnp.exp(self.log_entropy_weight), c.discount)
         return jnp.mean(jnp.square(q - jax.lax.stop_gradient(target)[None])), dict(q=q.mean())
 
     def sac_actor_loss(self, actor_params, critic_params, x, key):
         a, log_prob = self._policy(actor_params, x, key)
         q = jax.vmap(lambda p: Critic(self.config.critic_hidden).apply(p, x, a))(critic_params)
-        return losses.sac_actor_loss(q[0], q[1], log_prob, jnp.exp(self.log_entropy_weight)), log_prob.mean()
+        return rl_losses.sac_actor_loss(q, log_prob, jnp.exp(self.log_entropy_weight)), log_prob.mean()
 
     # ---------------------------------------------------------------------------------- update
     def update(self, batch: Batch) -> tuple["DenoisedMDPAgent", dict]:
@@ -252,15 +258,13 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
         c = self.config
         batch = as_batch(batch, ("observations", "prev_actions", "rewards"))
         validate_batch(batch, c.model)
-        tx = _optimizers(c)
         rng, model_key, policy_key, target_key = jax.random.split(self.rng, 4)
         (_, (states, metrics)), grads = jax.value_and_grad(self.model_loss_fn, has_aux=True)(
             self.model_params, batch, model_key)
-        updates, model_state = tx["model"].update(grads, self.opt_states["model"], self.model_params)
-        model_params = optax.apply_updates(self.model_params, updates)
+        model_state = self.model_state.apply_gradients(grads)
+        model_params = model_state.params
         metrics["model_grad_norm"] = optax.global_norm(grads)
-        opt_states = dict(self.opt_states, model=model_state)
-        new = dict(model_params=model_params)
+        new = dict(model_state=model_state)
         if c.policy == "imagine":
             (actor_grads, critic_grads), info = jax.grad(self.imagine_loss, has_aux=True)(
                 (self.actor_params, self.critic_params), model_params, states, policy_key)
@@ -271,18 +275,16 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
                                                                               target_key)
             actor_grads, log_prob = jax.grad(self.sac_actor_loss, has_aux=True)(
                 self.actor_params, self.critic_params, transitions[0], policy_key)
-            e_grad = jax.grad(entropy_weight_loss)(self.log_entropy_weight, log_prob, -float(c.model.action_dim))
-            updates, opt_states["entropy"] = tx["entropy"].update(e_grad, self.opt_states["entropy"])
-            new["log_entropy_weight"] = optax.apply_updates(self.log_entropy_weight, updates)
-            metrics.update(info, log_prob=log_prob, entropy_weight=jnp.exp(new["log_entropy_weight"]))
-        updates, opt_states["actor"] = tx["actor"].update(actor_grads, self.opt_states["actor"], self.actor_params)
-        new["actor_params"] = optax.apply_updates(self.actor_params, updates)
-        updates, opt_states["critic"] = tx["critic"].update(critic_grads, self.opt_states["critic"], self.critic_params)
-        new["critic_params"] = optax.apply_updates(self.critic_params, updates)
+            e_grad = jax.grad(rl_losses.entropy_weight_loss)(self.log_entropy_weight, log_prob,
+                                                             -float(c.model.action_dim))
+            new["entropy_state"] = self.entropy_state.apply_gradients(e_grad)
+            metrics.update(info, log_prob=log_prob, entropy_weight=jnp.exp(new["entropy_state"].params))
+        new["actor_state"] = self.actor_state.apply_gradients(actor_grads)
+        new["critic_state"] = self.critic_state.apply_gradients(critic_grads)
         if c.policy == "sac":
-            new["target_critic_params"] = optax.incremental_update(new["critic_params"], self.target_critic_params,
-                                                                   c.sac_tau)
-        return self.replace(**new, opt_states=opt_states, rng=rng), metrics
+            new["target_critic_params"] = polyak_update(self.target_critic_params, new["critic_state"].params,
+                                                        c.sac_tau)
+        return self.replace(**new, rng=rng), metrics
 
     # ------------------------------------------------------------------------------- inference
     def initial_latent(self, batch_size: int) -> dict:

@@ -8,7 +8,7 @@ state s_t and a goal g relabelled as a future state of the same trajectory (hind
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import functools
 
 import flax.struct
 import jax
@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import optax
 
 from platonic_rl.agents.common import as_batch, as_key, check_config, compiled_create
-from platonic_rl.agents.policies import TanhNormalPolicy, tanh_normal_log_prob, tanh_normal_sample
+from platonic_rl.common.policies import TanhNormalPolicy, tanh_normal_log_prob, tanh_normal_sample
+from platonic_rl.common.train_state import TrainState
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,9 +34,13 @@ class GCBCConfig:
                 raise ValueError(f"GCBCConfig.{name} must be >= 1, got {getattr(self, name)}")
 
 
+@functools.cache  # equal configs, the same optimizer object (see platonic_rl.common.train_state)
+def _optimizer(config: GCBCConfig) -> optax.GradientTransformation:
+    return optax.adam(config.learning_rate)
+
+
 class GCBCAgent(flax.struct.PyTreeNode):
-    params: Any
-    opt_state: Any
+    policy_state: TrainState  # the policy's parameters (``params``) and their optimizer
     rng: jax.Array
     config: GCBCConfig = flax.struct.field(pytree_node=False)
 
@@ -45,7 +50,9 @@ class GCBCAgent(flax.struct.PyTreeNode):
         rng = as_key(seed)
         rng, key = jax.random.split(rng)
         params = TanhNormalPolicy(config.hidden, config.action_dim).init(key, jnp.zeros((1, 2 * config.obs_dim)))
-        return cls(params=params, opt_state=optax.adam(config.learning_rate).init(params), rng=rng, config=config)
+        return cls(policy_state=TrainState.create(params, _optimizer(config)), rng=rng, config=config)
+
+    params = property(lambda self: self.policy_state.params)  # the policy's, read from its train state
 
     @property
     def policy(self) -> TanhNormalPolicy:
@@ -68,8 +75,7 @@ class GCBCAgent(flax.struct.PyTreeNode):
         if len(shape) >= 2 and shape[0] == 0:
             raise ValueError(f"batch['observations'] has batch size B = 0 (shape {shape}); update needs B >= 1 rows")
         grads, metrics = jax.grad(self.loss, has_aux=True)(self.params, batch)
-        updates, opt_state = optax.adam(self.config.learning_rate).update(grads, self.opt_state)
-        return self.replace(params=optax.apply_updates(self.params, updates), opt_state=opt_state), metrics
+        return self.replace(policy_state=self.policy_state.apply_gradients(grads)), metrics
 
     def act(self, observations, goals, rng=None):
         """A sample of pi(. | s, g) if ``rng`` (a PRNG key or an int seed) is given, else its mode; in [-1, 1]^A."""

@@ -11,13 +11,16 @@ layer starts at zero (C.23). Discrete actions act greedily: argmin_a d_z(T(f(s),
 
 Goals (C.26): with ``goal_mode='multi'`` each row's goal is another row's next state (the batch's next
 states rolled by one), replaced by the general goal with probability ``p_general_goal``; with
-``goal_mode='single'`` it is always the general goal. Continuous-action policy learning will extend
-``act``/``update`` with an actor; the critic below does not depend on the action type beyond
-``_action_features``.
+``goal_mode='single'`` it is always the general goal.
+
+The critic -- :class:`QuasimetricCriticConfig`, :class:`QuasimetricCritic` and its loss
+:func:`quasimetric_critic_loss` -- does not depend on the action type beyond the action features it is
+given (one-hot here), and is shared with :class:`~platonic_rl.agents.qrl_continuous.QRLContinuousAgent`.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Literal
 
 import flax.linen as nn
@@ -29,12 +32,142 @@ import optax
 
 from platonic_rl.agents.common import as_batch, as_key, check_config, compiled_create
 from platonic_rl.common.networks import MLP, AtariConvBackbone
-
+from platonic_rl.common.train_state import TrainState
 from platonic_rl.qrl import losses
 from platonic_rl.qrl.quasimetrics import make_head
 
 Batch = dict[str, jax.Array]
 BATCH_KEYS = ("observations", "actions", "next_observations", "rewards")
+
+
+# ---------------------------------------------------------------------- critic (shared with QRLContinuous)
+
+
+@dataclasses.dataclass(frozen=True)
+class QuasimetricCriticConfig:
+    """One quasimetric critic: its networks, inputs and objective. The agent configs carry these fields flat,
+    with their own defaults, and build this from them (``config.critic_config``)."""
+
+    # Networks (section 4.3.4): encoder f, projector + quasimetric head d_z, residual latent dynamics T.
+    encoder_hidden: tuple[int, ...]
+    latent_dim: int
+    projector_hidden: tuple[int, ...]
+    head: Literal["iqe", "l2"]
+    iqe_components: int
+    iqe_dim_per_component: int
+    iqe_reduction: Literal["sum", "maxmean"]
+    l2_dim: int  # projector output for the l2 head
+    dynamics_hidden: tuple[int, ...]
+    # Objective (eq. 4.12, C.24): phi(x) = -softplus(phi_offset - x, phi_beta); constraint slack epsilon;
+    # initial Lagrange multiplier; weight of the transition loss.
+    phi_offset: float
+    phi_beta: float
+    epsilon: float
+    lagrange_init: float
+    transition_weight: float
+    # Inputs: states (f reads (obs - obs_center) * obs_scale) or, with image_shape set, images.
+    obs_center: tuple[float, ...] | None = None
+    obs_scale: tuple[float, ...] | None = None
+    image_shape: tuple[int, int, int] | None = None
+
+    def __post_init__(self):
+        check_config(self)  # hidden widths >= 1
+        check_critic_fields(self)
+
+    @classmethod
+    def of(cls, config: Any, **given) -> "QuasimetricCriticConfig":
+        """The critic part of an agent ``config``: every field of this class read from ``config`` by name,
+        except those ``given`` here (the ones ``config`` does not have)."""
+        return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if f.name not in given},
+                   **given)
+
+    @property
+    def head_dim(self) -> int:
+        """The projector's output size: IQE components x dimensions per component, or ``l2_dim``."""
+        return self.iqe_components * self.iqe_dim_per_component if self.head == "iqe" else self.l2_dim
+
+
+def check_critic_fields(config: Any) -> None:
+    """The critic fields' checks, for :class:`QuasimetricCriticConfig` and for the agent configs that carry
+    them (so that errors name the class the user built): latent and IQE sizes >= 1, a known head, epsilon and
+    lagrange_init > 0. Raises ``ValueError`` naming ``ConfigClass.field``."""
+    owner = type(config).__name__
+    for name in ("latent_dim", "iqe_components", "iqe_dim_per_component", "l2_dim"):
+        if getattr(config, name) < 1:
+            raise ValueError(f"{owner}.{name} must be >= 1, got {getattr(config, name)}")
+    if config.head not in ("iqe", "l2"):
+        raise ValueError(f"{owner}.head must be 'iqe' or 'l2', got {config.head!r}")
+    if config.epsilon <= 0 or config.lagrange_init <= 0:
+        raise ValueError(f"{owner}.epsilon and lagrange_init must be > 0, got {config.epsilon}, "
+                         f"{config.lagrange_init}")
+
+
+class QuasimetricCritic(nn.Module):
+    """Encoder f, quasimetric d_z (projector + head) and residual latent dynamics T."""
+
+    config: QuasimetricCriticConfig
+
+    def setup(self):
+        c = self.config
+        self.encoder = MLP(c.encoder_hidden, c.latent_dim)
+        self.projector = MLP(c.projector_hidden, c.head_dim)
+        head_kwargs = (dict(dim_per_component=c.iqe_dim_per_component, reduction=c.iqe_reduction)
+                       if c.head == "iqe" else {})
+        self.head = make_head(c.head, **head_kwargs)
+        self.residual = MLP(c.dynamics_hidden, c.latent_dim, zero_init_last=True)
+        self.backbone = AtariConvBackbone() if c.image_shape is not None else None
+
+    def encode(self, obs):
+        c = self.config
+        if self.backbone is not None:  # images: f = MLP(conv features)
+            return self.encoder(self.backbone(obs))
+        if c.obs_center is not None:
+            obs = obs - jnp.asarray(c.obs_center, obs.dtype)
+        if c.obs_scale is not None:
+            obs = obs * jnp.asarray(c.obs_scale, obs.dtype)
+        return self.encoder(obs)
+
+    def distance(self, z1, z2):
+        return self.head(self.projector(z1), self.projector(z2))
+
+    def dynamics(self, z, action_features):
+        """T(z, a) = z + g(z, a)   (C.23)."""
+        return z + self.residual(jnp.concatenate([z, action_features], axis=-1))
+
+    def __call__(self, obs, action_features):  # used once, to initialise every submodule
+        z = self.encode(obs)
+        return self.distance(z, self.dynamics(z, action_features))
+
+
+def quasimetric_critic_loss(config: QuasimetricCriticConfig, params, lagrange_raw: jax.Array,
+                            observations: jax.Array, next_observations: jax.Array, goals: jax.Array,
+                            action_features: jax.Array, rewards: jax.Array, mask: jax.Array | None = None
+                            ) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Eq. 4.12 plus ``transition_weight`` x the transition loss, for one critic; returns (total, metrics).
+
+    Row i pairs the state s_i with the goal g_i (pushed apart) and is the transition (s_i, a_i, s'_i, r_i)
+    (d(s, s') <= -r, and T(f(s), a) fit to f(s')); ``mask`` (default: every row) selects the rows whose
+    transition has an action, for the transition loss."""
+    critic = QuasimetricCritic(config)
+    b = observations.shape[0]
+    z_all = critic.apply(params, jnp.concatenate([observations, next_observations, goals]), method="encode")
+    z, z_next, z_goal = z_all[:b], z_all[b:2 * b], z_all[2 * b:]
+    dist = lambda z1, z2: critic.apply(params, z1, z2, method="distance")  # noqa: E731
+
+    d_goal = dist(z, z_goal)
+    d_transition = dist(z, z_next)
+    push = losses.push_loss(d_goal, lambda d: losses.softplus_phi(d, config.phi_offset, config.phi_beta))
+    violation = losses.constraint_violation(d_transition, rewards)
+    model_term, multiplier_loss, lam = losses.lagrangian_terms(violation, lagrange_raw, config.epsilon)
+
+    z_pred = critic.apply(params, z, action_features, method="dynamics")
+    transition = losses.transition_loss(dist, z_pred, z_next, mask)
+
+    total = push + model_term + config.transition_weight * transition + multiplier_loss
+    metrics = dict(loss=total, push_loss=push, violation=violation, lagrange_multiplier=lam,
+                   transition_loss=transition, mean_goal_distance=d_goal.mean(),
+                   mean_transition_distance=d_transition.mean())
+    return total, metrics
 
 
 # ------------------------------------------------------------------------------------------ config
@@ -75,12 +208,10 @@ class QRLConfig:
 
     def __post_init__(self):
         check_config(self)  # hidden widths >= 1; learning_rate, lagrange_learning_rate finite and > 0
-        for name in ("obs_dim", "num_actions", "latent_dim", "iqe_components", "iqe_dim_per_component",
-                     "l2_dim"):
+        for name in ("obs_dim", "num_actions"):
             if getattr(self, name) < 1:
                 raise ValueError(f"QRLConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.head not in ("iqe", "l2"):
-            raise ValueError(f"QRLConfig.head must be 'iqe' or 'l2', got {self.head!r}")
+        check_critic_fields(self)
         if self.goal_mode not in ("multi", "single"):
             raise ValueError(f"QRLConfig.goal_mode must be 'multi' or 'single', got {self.goal_mode!r}")
         if not 0.0 <= self.p_general_goal <= 1.0:
@@ -96,58 +227,16 @@ class QRLConfig:
             if value is not None and len(value) != self.obs_dim:
                 raise ValueError(f"QRLConfig.{name} must have obs_dim={self.obs_dim} entries, got "
                                  f"{len(value)}")
-        if self.epsilon <= 0 or self.lagrange_init <= 0:
-            raise ValueError(f"QRLConfig.epsilon and lagrange_init must be > 0, got {self.epsilon}, "
-                             f"{self.lagrange_init}")
 
     @property
-    def head_dim(self) -> int:
-        return self.iqe_components * self.iqe_dim_per_component if self.head == "iqe" else self.l2_dim
-
-
-# ---------------------------------------------------------------------------------------- networks
-
-
-class QuasimetricCritic(nn.Module):
-    """Encoder f, quasimetric d_z (projector + head) and residual latent dynamics T."""
-
-    config: QRLConfig
-
-    def setup(self):
-        c = self.config
-        self.encoder = MLP(c.encoder_hidden, c.latent_dim)
-        self.projector = MLP(c.projector_hidden, c.head_dim)
-        head_kwargs = (dict(dim_per_component=c.iqe_dim_per_component, reduction=c.iqe_reduction)
-                       if c.head == "iqe" else {})
-        self.head = make_head(c.head, **head_kwargs)
-        self.residual = MLP(c.dynamics_hidden, c.latent_dim, zero_init_last=True)
-        self.backbone = AtariConvBackbone() if getattr(c, "image_shape", None) is not None else None
-
-    def encode(self, obs):
-        c = self.config
-        if self.backbone is not None:  # images: f = MLP(conv features)
-            return self.encoder(self.backbone(obs))
-        if c.obs_center is not None:
-            obs = obs - jnp.asarray(c.obs_center, obs.dtype)
-        if c.obs_scale is not None:
-            obs = obs * jnp.asarray(c.obs_scale, obs.dtype)
-        return self.encoder(obs)
-
-    def distance(self, z1, z2):
-        return self.head(self.projector(z1), self.projector(z2))
-
-    def dynamics(self, z, action_features):
-        """T(z, a) = z + g(z, a)   (C.23)."""
-        return z + self.residual(jnp.concatenate([z, action_features], axis=-1))
-
-    def __call__(self, obs, action_features):  # used once, to initialise every submodule
-        z = self.encode(obs)
-        return self.distance(z, self.dynamics(z, action_features))
+    def critic_config(self) -> QuasimetricCriticConfig:
+        return QuasimetricCriticConfig.of(self, image_shape=None)  # state observations only
 
 
 # ------------------------------------------------------------------------------------------- agent
 
 
+@functools.cache  # equal configs, the same optimizer objects (see platonic_rl.common.train_state)
 def _optimizers(config: QRLConfig) -> tuple[optax.GradientTransformation, optax.GradientTransformation]:
     lr = config.learning_rate
     if config.cosine_decay_steps is not None:
@@ -203,10 +292,8 @@ def _check_arrays(batch, config: QRLConfig, name: str) -> None:
 
 
 class QRLAgent(flax.struct.PyTreeNode):
-    params: Any  # QuasimetricCritic parameters
-    lagrange_raw: jax.Array  # lambda = softplus(lagrange_raw)
-    opt_state: Any
-    lagrange_opt_state: Any
+    critic_state: TrainState    # QuasimetricCritic parameters (``params``) and their optimizer
+    lagrange_state: TrainState  # ``lagrange_raw``, lambda = softplus(lagrange_raw), and its optimizer
     rng: jax.Array
     config: QRLConfig = flax.struct.field(pytree_node=False)
 
@@ -216,16 +303,20 @@ class QRLAgent(flax.struct.PyTreeNode):
     def create(cls, config: QRLConfig, seed: int | jax.Array = 0) -> "QRLAgent":
         rng = as_key(seed)
         rng, init_key = jax.random.split(rng)
-        params = QuasimetricCritic(config).init(
+        params = QuasimetricCritic(config.critic_config).init(
             init_key, jnp.zeros((1, config.obs_dim)), jnp.zeros((1, config.num_actions)))
         lagrange_raw = jnp.log(jnp.expm1(jnp.float32(config.lagrange_init)))  # softplus^-1
         tx, lagrange_tx = _optimizers(config)
-        return cls(params=params, lagrange_raw=lagrange_raw, opt_state=tx.init(params),
-                   lagrange_opt_state=lagrange_tx.init(lagrange_raw), rng=rng, config=config)
+        return cls(critic_state=TrainState.create(params, tx),
+                   lagrange_state=TrainState.create(lagrange_raw, lagrange_tx), rng=rng, config=config)
+
+    # The parameters, read from their train states.
+    params = property(lambda self: self.critic_state.params)
+    lagrange_raw = property(lambda self: self.lagrange_state.params)
 
     @property
     def critic(self) -> QuasimetricCritic:
-        return QuasimetricCritic(self.config)
+        return QuasimetricCritic(self.config.critic_config)
 
     @property
     def lagrange_multiplier(self) -> jax.Array:
@@ -247,31 +338,13 @@ class QRLAgent(flax.struct.PyTreeNode):
         return goals
 
     def loss(self, params, lagrange_raw, batch: Batch, goals: jax.Array):
-        """Eq. 4.12 plus the weighted transition loss; returns (total, metrics)."""
-        c = self.config
-        critic = self.critic
-        obs, actions, next_obs, rewards = (batch[k] for k in BATCH_KEYS)
-        b = obs.shape[0]
-        z_all = critic.apply(params, jnp.concatenate([obs, next_obs, goals]), method="encode")
-        z, z_next, z_goal = z_all[:b], z_all[b:2 * b], z_all[2 * b:]
-        dist = lambda z1, z2: critic.apply(params, z1, z2, method="distance")  # noqa: E731
-
-        d_goal = dist(z, z_goal)
-        d_transition = dist(z, z_next)
-        push = losses.push_loss(d_goal, lambda d: losses.softplus_phi(d, c.phi_offset, c.phi_beta))
-        violation = losses.constraint_violation(d_transition, rewards)
-        model_term, multiplier_loss, lam = losses.lagrangian_terms(violation, lagrange_raw, c.epsilon)
-
-        has_action = actions >= 0
-        z_pred = critic.apply(params, z, self._action_features(jnp.maximum(actions, 0)),
-                              method="dynamics")
-        transition = losses.transition_loss(dist, z_pred, z_next, has_action)
-
-        total = push + model_term + c.transition_weight * transition + multiplier_loss
-        metrics = dict(loss=total, push_loss=push, violation=violation, lagrange_multiplier=lam,
-                       transition_loss=transition, mean_goal_distance=d_goal.mean(),
-                       mean_transition_distance=d_transition.mean())
-        return total, metrics
+        """Eq. 4.12 plus the weighted transition loss (:func:`quasimetric_critic_loss`); rows with action -1
+        (goal entries) have no transition to fit. Returns (total, metrics)."""
+        actions = batch["actions"]
+        return quasimetric_critic_loss(self.config.critic_config, params, lagrange_raw, batch["observations"],
+                                       batch["next_observations"], goals,
+                                       self._action_features(jnp.maximum(actions, 0)), batch["rewards"],
+                                       mask=actions >= 0)
 
     # ---------------------------------------------------------------------------------- update
     def update(self, batch: Batch) -> tuple["QRLAgent", dict[str, jax.Array]]:
@@ -283,13 +356,9 @@ class QRLAgent(flax.struct.PyTreeNode):
         goals = self.sample_goals(goal_key, batch["next_observations"])
         grads, metrics = jax.grad(self.loss, argnums=(0, 1), has_aux=True)(
             self.params, self.lagrange_raw, batch, goals)
-        tx, lagrange_tx = _optimizers(self.config)
-        updates, opt_state = tx.update(grads[0], self.opt_state, self.params)
-        lagrange_updates, lagrange_opt_state = lagrange_tx.update(grads[1], self.lagrange_opt_state)
         metrics["grad_norm"] = optax.global_norm(grads[0])
-        agent = self.replace(params=optax.apply_updates(self.params, updates),
-                             lagrange_raw=optax.apply_updates(self.lagrange_raw, lagrange_updates),
-                             opt_state=opt_state, lagrange_opt_state=lagrange_opt_state, rng=rng)
+        agent = self.replace(critic_state=self.critic_state.apply_gradients(grads[0]),
+                             lagrange_state=self.lagrange_state.apply_gradients(grads[1]), rng=rng)
         return agent, metrics
 
     def validate_dataset(self, data: dict) -> None:

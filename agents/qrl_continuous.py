@@ -14,7 +14,9 @@ weight 0.1, 125 updates per 10 rollouts -- see ``IMAGE_DEFAULTS``).
 * **Critics**: ``num_critics`` (2) independent quasimetric critics, each with its own encoder f_i,
   projector + IQE head d_i, residual latent dynamics T_i and Lagrange multiplier lambda_i, trained with the
   QRL objective (eq. 4.12) with phi(x) = -softplus(15 - x, beta=0.1) (C.3.3) over random (s, g) pairs --
-  the batch's goals rolled by one -- plus ``transition_weight`` x the transition loss.
+  the batch's goals rolled by one -- plus ``transition_weight`` x the transition loss: the discrete
+  agent's critic and loss (:class:`~platonic_rl.agents.qrl.QuasimetricCritic`,
+  :func:`~platonic_rl.agents.qrl.quasimetric_critic_loss`) with the actions as action features.
 * **Actor**: a tanh-Normal policy pi(a | s, g) minimising max_i d_i(T_i(f_i(s), a), f_i(g)) + alpha log pi,
   with the entropy weight alpha adapted towards the target entropy -|A| (Haarnoja et al. 2018), plus an
   optional behaviour-cloning term for offline data.
@@ -24,7 +26,8 @@ Defaults are the state-based Fetch settings of C.3.3.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+import functools
+from typing import Literal
 
 import flax.struct
 import jax
@@ -32,8 +35,11 @@ import jax.numpy as jnp
 import optax
 
 from platonic_rl.agents.common import as_batch, as_key, check_config, compiled_create
-from platonic_rl.agents.policies import GoalConditionedPolicy, tanh_normal_sample
-from platonic_rl.agents.qrl import QuasimetricCritic
+from platonic_rl.agents.qrl import (QuasimetricCritic, QuasimetricCriticConfig, check_critic_fields,
+                                    quasimetric_critic_loss)
+from platonic_rl.common.losses import entropy_weight_loss
+from platonic_rl.common.policies import GoalConditionedPolicy, tanh_normal_sample
+from platonic_rl.common.train_state import TrainState
 from platonic_rl.qrl import losses
 
 Batch = dict[str, jax.Array]
@@ -76,22 +82,21 @@ class QRLContinuousConfig:
 
     def __post_init__(self):
         check_config(self)  # hidden widths >= 1; every *_learning_rate finite and > 0
-        for name in ("obs_dim", "action_dim", "latent_dim", "iqe_components", "iqe_dim_per_component",
-                     "l2_dim", "num_critics"):
+        for name in ("obs_dim", "action_dim", "num_critics"):
             if getattr(self, name) < 1:
                 raise ValueError(f"QRLContinuousConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.head not in ("iqe", "l2"):
-            raise ValueError(f"QRLContinuousConfig.head must be 'iqe' or 'l2', got {self.head!r}")
-        if self.entropy_init <= 0 or self.epsilon <= 0 or self.lagrange_init <= 0:
-            raise ValueError("QRLContinuousConfig.entropy_init, epsilon and lagrange_init must be > 0")
+        check_critic_fields(self)
+        if self.entropy_init <= 0:
+            raise ValueError(f"QRLContinuousConfig.entropy_init must be > 0, got {self.entropy_init}")
 
     @property
     def obs_shape(self) -> tuple[int, ...]:
         return tuple(self.image_shape) if self.image_shape is not None else (self.obs_dim,)
 
     @property
-    def head_dim(self) -> int:
-        return self.iqe_components * self.iqe_dim_per_component if self.head == "iqe" else self.l2_dim
+    def critic_config(self) -> QuasimetricCriticConfig:
+        """Each critic's config (the critics differ only in their initialisation)."""
+        return QuasimetricCriticConfig.of(self)
 
     @property
     def entropy_target(self) -> float:
@@ -120,17 +125,17 @@ def validate_batch(batch: Batch, config: QRLContinuousConfig) -> None:
             raise ValueError(f"batch[{key!r}] must have shape {shape}, got {batch[key].shape}")
 
 
-def _optimizers(c: QRLContinuousConfig):
+@functools.cache  # equal configs, the same optimizer objects (see platonic_rl.common.train_state)
+def _optimizers(c: QRLContinuousConfig) -> dict[str, optax.GradientTransformation]:
     return dict(critic=optax.adam(c.critic_learning_rate), lagrange=optax.adam(c.lagrange_learning_rate),
                 actor=optax.adam(c.actor_learning_rate), entropy=optax.adam(c.entropy_learning_rate))
 
 
 class QRLContinuousAgent(flax.struct.PyTreeNode):
-    critic_params: Any     # stacked over critics: every leaf has a leading [num_critics] axis
-    lagrange_raw: jax.Array  # [num_critics]
-    actor_params: Any
-    log_entropy_weight: jax.Array
-    opt_states: dict
+    critic_state: TrainState    # critic_params, stacked over critics: every leaf has a leading [num_critics] axis
+    lagrange_state: TrainState  # lagrange_raw [num_critics]
+    actor_state: TrainState     # actor_params
+    entropy_state: TrainState   # log_entropy_weight
     rng: jax.Array
     config: QRLContinuousConfig = flax.struct.field(pytree_node=False)
 
@@ -140,20 +145,26 @@ class QRLContinuousAgent(flax.struct.PyTreeNode):
         rng = as_key(seed)
         rng, critic_key, actor_key = jax.random.split(rng, 3)
         obs, act = jnp.zeros((1, *config.obs_shape)), jnp.zeros((1, config.action_dim))
-        critic_params = jax.vmap(lambda k: QuasimetricCritic(config).init(k, obs, act))(
+        critic_params = jax.vmap(lambda k: QuasimetricCritic(config.critic_config).init(k, obs, act))(
             jax.random.split(critic_key, config.num_critics))
         actor_params = cls.policy_module(config).init(actor_key, obs, obs)
         lagrange_raw = jnp.full((config.num_critics,), jnp.log(jnp.expm1(config.lagrange_init)), jnp.float32)
         log_entropy_weight = jnp.log(jnp.float32(config.entropy_init))
         tx = _optimizers(config)
-        opt_states = dict(critic=tx["critic"].init(critic_params), lagrange=tx["lagrange"].init(lagrange_raw),
-                          actor=tx["actor"].init(actor_params), entropy=tx["entropy"].init(log_entropy_weight))
-        return cls(critic_params=critic_params, lagrange_raw=lagrange_raw, actor_params=actor_params,
-                   log_entropy_weight=log_entropy_weight, opt_states=opt_states, rng=rng, config=config)
+        return cls(critic_state=TrainState.create(critic_params, tx["critic"]),
+                   lagrange_state=TrainState.create(lagrange_raw, tx["lagrange"]),
+                   actor_state=TrainState.create(actor_params, tx["actor"]),
+                   entropy_state=TrainState.create(log_entropy_weight, tx["entropy"]), rng=rng, config=config)
+
+    # The parameters, read from their train states.
+    critic_params = property(lambda self: self.critic_state.params)
+    lagrange_raw = property(lambda self: self.lagrange_state.params)
+    actor_params = property(lambda self: self.actor_state.params)
+    log_entropy_weight = property(lambda self: self.entropy_state.params)
 
     @property
     def critic(self) -> QuasimetricCritic:
-        return QuasimetricCritic(self.config)
+        return QuasimetricCritic(self.config.critic_config)
 
     @property
     def policy(self) -> GoalConditionedPolicy:
@@ -165,23 +176,11 @@ class QRLContinuousAgent(flax.struct.PyTreeNode):
 
     # ---------------------------------------------------------------------------------- losses
     def critic_loss(self, params, lagrange_raw, batch: Batch):
-        """One critic: eq. 4.12 with random goals (the batch's goals rolled by one) + transition loss."""
-        c, critic = self.config, self.critic
-        obs, next_obs = batch["observations"], batch["next_observations"]
-        goals = jnp.roll(batch["goals"], 1, axis=0)
-        b = obs.shape[0]
-        z_all = critic.apply(params, jnp.concatenate([obs, next_obs, goals]), method="encode")
-        z, z_next, z_goal = z_all[:b], z_all[b:2 * b], z_all[2 * b:]
-        dist = lambda z1, z2: critic.apply(params, z1, z2, method="distance")  # noqa: E731
-        d_goal = dist(z, z_goal)
-        push = losses.push_loss(d_goal, lambda d: losses.softplus_phi(d, c.phi_offset, c.phi_beta))
-        violation = losses.constraint_violation(dist(z, z_next), batch["rewards"])
-        model_term, multiplier_loss, lam = losses.lagrangian_terms(violation, lagrange_raw, c.epsilon)
-        z_pred = critic.apply(params, z, batch["actions"], method="dynamics")
-        transition = losses.transition_loss(dist, z_pred, z_next)
-        total = push + model_term + c.transition_weight * transition + multiplier_loss
-        return total, dict(push_loss=push, violation=violation, lagrange_multiplier=lam,
-                           transition_loss=transition, mean_goal_distance=d_goal.mean())
+        """One critic: eq. 4.12 with random goals (the batch's goals rolled by one) + transition loss
+        (:func:`~platonic_rl.agents.qrl.quasimetric_critic_loss`)."""
+        return quasimetric_critic_loss(self.config.critic_config, params, lagrange_raw, batch["observations"],
+                                       batch["next_observations"], jnp.roll(batch["goals"], 1, axis=0),
+                                       batch["actions"], batch["rewards"])
 
     def goal_distances_after(self, critic_params, observations, actions, goals) -> jax.Array:
         """d_i(T_i(f_i(s), a), f_i(g)) for every critic: ``[num_critics, ...]``."""
@@ -211,7 +210,6 @@ class QRLContinuousAgent(flax.struct.PyTreeNode):
         the entropy weight. Pure and jit-able; ``batch`` entries may be arrays or nested lists."""
         batch = as_batch(batch, BATCH_KEYS)
         validate_batch(batch, self.config)
-        tx = _optimizers(self.config)
         rng, actor_key = jax.random.split(self.rng)
 
         def critics_total(params, lagrange_raw):
@@ -220,28 +218,22 @@ class QRLContinuousAgent(flax.struct.PyTreeNode):
 
         (c_grads, l_grads), critic_metrics = jax.grad(critics_total, argnums=(0, 1), has_aux=True)(
             self.critic_params, self.lagrange_raw)
-        updates, critic_state = tx["critic"].update(c_grads, self.opt_states["critic"], self.critic_params)
-        critic_params = optax.apply_updates(self.critic_params, updates)
-        updates, lagrange_state = tx["lagrange"].update(l_grads, self.opt_states["lagrange"])
-        lagrange_raw = optax.apply_updates(self.lagrange_raw, updates)
+        critic_state = self.critic_state.apply_gradients(c_grads)
+        lagrange_state = self.lagrange_state.apply_gradients(l_grads)
 
         a_grads, actor_metrics = jax.grad(self.actor_loss_fn, has_aux=True)(
-            self.actor_params, critic_params, batch, actor_key)
-        updates, actor_state = tx["actor"].update(a_grads, self.opt_states["actor"], self.actor_params)
-        actor_params = optax.apply_updates(self.actor_params, updates)
+            self.actor_params, critic_state.params, batch, actor_key)
+        actor_state = self.actor_state.apply_gradients(a_grads)
 
-        e_grad = jax.grad(losses.entropy_weight_loss)(self.log_entropy_weight, actor_metrics["log_prob"],
-                                                      self.config.entropy_target)
-        updates, entropy_state = tx["entropy"].update(e_grad, self.opt_states["entropy"])
-        log_entropy_weight = optax.apply_updates(self.log_entropy_weight, updates)
+        e_grad = jax.grad(entropy_weight_loss)(self.log_entropy_weight, actor_metrics["log_prob"],
+                                               self.config.entropy_target)
+        entropy_state = self.entropy_state.apply_gradients(e_grad)
 
         metrics = {f"critic{i}/{k}": v[i] for k, v in critic_metrics.items() for i in range(self.config.num_critics)}
-        metrics.update(actor_metrics, entropy_weight=jnp.exp(log_entropy_weight),
+        metrics.update(actor_metrics, entropy_weight=jnp.exp(entropy_state.params),
                        critic_grad_norm=optax.global_norm(c_grads), actor_grad_norm=optax.global_norm(a_grads))
-        agent = self.replace(critic_params=critic_params, lagrange_raw=lagrange_raw, actor_params=actor_params,
-                             log_entropy_weight=log_entropy_weight, rng=rng,
-                             opt_states=dict(critic=critic_state, lagrange=lagrange_state, actor=actor_state,
-                                             entropy=entropy_state))
+        agent = self.replace(critic_state=critic_state, lagrange_state=lagrange_state, actor_state=actor_state,
+                             entropy_state=entropy_state, rng=rng)
         return agent, metrics
 
     # ------------------------------------------------------------------------------ inference

@@ -3,7 +3,7 @@
     python -m platonic_rl.benchmarks.dmc                                   # 3 tasks x 4 variants, CPU preset, 1 seed
     python -m platonic_rl.benchmarks.dmc --tasks cheetah-run --variants noisy_sensor --seeds 0 1 2 --env-steps 50000
 
-Each (task, variant, method, seed) runs Algorithm 1 (:mod:`platonic_rl.agents.dmc_online`), then a **denoising
+Each (task, variant, method, seed) runs Algorithm 1 (:mod:`platonic_rl.training.world_model`), then a **denoising
 probe**: episodes of the trained agent are filtered with the posterior, and ridge regressions from the x
 features and from the y features ([belief, state] of each factor; Dreamer has only x) to the true agent
 state (MuJoCo qpos, qvel) and to the distractor state are fitted on ``probe_train`` episodes (the ridge
@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shlex
-import sys
 import time
 from pathlib import Path
 from typing import Literal
@@ -30,7 +28,8 @@ import numpy as np
 import tyro
 
 from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
-from platonic_rl.agents.dmc_online import DMCOnlineConfig, latent_probe_data, train_dmc_online
+from platonic_rl.benchmarks import report
+from platonic_rl.training.world_model import DMCOnlineConfig, latent_probe_data, train_dmc_online
 from platonic_rl.denoised.model import WorldModelConfig
 from platonic_rl.envs.dmc import TASKS, VARIANTS, DMCEnv
 from platonic_rl.replearn.probes import ridge_probe_r2
@@ -66,6 +65,8 @@ class Args:
     """Env (control) steps per run, 5000 of them random prefill; 100 updates per 1000 after that."""
     preset: Literal["cpu", "paper"] = "cpu"
     policy: Literal["imagine", "sac"] = "imagine"
+    overwrite: bool = False
+    """Clear each run directory first (rerunning otherwise resumes, or refuses other settings)."""
     free_nats: float = 3.0
     """Free nats on Denoised MDP's KL_x (Dreamer keeps its own 3)."""
     kl_split: bool = False
@@ -133,7 +134,7 @@ def run(args: Args) -> dict:
                     p = PRESETS[args.preset]
                     loop = DMCOnlineConfig(task=task, variant=variant, env_steps=args.env_steps, seed=seed,
                                            batch_size=p["batch_size"], chunk=p["chunk"],
-                                           eval_every=max(args.env_steps // 5, 1000))
+                                           eval_every=max(args.env_steps // 5, 1000), overwrite=args.overwrite)
                     agent = make_agent(method, task, variant, obs_dim, action_dim, args.preset, args.policy, seed,
                                        args.free_nats, args.kl_split)
                     start = time.time()
@@ -150,15 +151,10 @@ def run(args: Args) -> dict:
                     print(f"{task} {variant} {method} seed {seed}: final eval return {runs[-1]['eval_return'][-1]:.1f}"
                           f", probe {json.dumps({k: round(v, 3) for k, v in runs[-1]['probe'].items()})}", flush=True)
     summary = summarise(runs)
-    table = format_table(args, summary)
-    print(table)
-    plot(out, args, runs, summary)
-    record = dict(command=" ".join(shlex.quote(a) for a in ["python", "-m", "platonic_rl.benchmarks.dmc", *sys.argv[1:]]),
-                  args=dataclasses.asdict(args), runs=runs, summary=summary, table=table,
-                  total_seconds=time.time() - t0)
-    (out / "results.json").write_text(json.dumps(record, indent=1))
-    print(f"saved {out / 'results.json'}, {out / 'returns.png'} and {out / 'probe.png'}")
-    return record
+    plots = {"returns.png": lambda path: plot_returns(path, args, runs),
+             "probe.png": lambda path: plot_probe(path, args, summary)}
+    return report.save_run(out, "platonic_rl.benchmarks.dmc", args, dict(runs=runs, summary=summary),
+                           table=format_table(args, summary), plots=plots, total_seconds=time.time() - t0)
 
 
 def final_return(run: dict, last: int = 2) -> float:
@@ -204,7 +200,13 @@ def _budget(args: Args) -> str:
 
 
 def plot(out: Path, args: Args, runs: list[dict], summary: dict) -> dict:
-    """``returns.png`` and ``probe.png``; returns the (closed) Figures by name."""
+    """``returns.png`` and ``probe.png`` in ``out``; returns the (closed) Figures by name."""
+    return {"returns": plot_returns(Path(out) / "returns.png", args, runs),
+            "probe": plot_probe(Path(out) / "probe.png", args, summary)}
+
+
+def plot_returns(path: Path, args: Args, runs: list[dict]):
+    """Episode return vs env steps, one panel per (task, variant); returns the (closed) Figure."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -234,9 +236,17 @@ def plot(out: Path, args: Args, runs: list[dict], summary: dict) -> dict:
     fig.suptitle("Episode return (faint lines: exploration episodes; dots: deterministic evaluation)\n"
                  + _budget(args), fontsize=9)
     fig.tight_layout()
-    fig.savefig(out / "returns.png", dpi=100)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
-    figures = {"returns": fig}
+    return fig
+
+
+def plot_probe(path: Path, args: Args, summary: dict):
+    """Held-out R^2 of each probe read-out per noise variant (mean over tasks and seeds); returns the (closed)
+    Figure."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
     readouts = [("denoised", "x->agent_state"), ("denoised", "x->distractor_state"), ("denoised", "y->agent_state"),
                 ("denoised", "y->distractor_state"), ("dreamer", "x->agent_state"), ("dreamer", "x->distractor_state")]
@@ -264,10 +274,9 @@ def plot(out: Path, args: Args, runs: list[dict], summary: dict) -> dict:
     ax.axhline(0, color="k", lw=0.5)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="latent -> target", title_fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "probe.png", dpi=100)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
-    figures["probe"] = fig
-    return figures
+    return fig
 
 
 def main():

@@ -2,7 +2,7 @@
 
     python -m platonic_rl.benchmarks.fetch --env reach --agents qrl crl ddpg_her --seeds 0 1 2 --env-steps 20000
 
-Each (agent, seed) runs the shared online loop (:mod:`platonic_rl.agents.online`) with the C.3.3 schedule: 200 random
+Each (agent, seed) runs the shared online loop (:mod:`platonic_rl.training.goal_online`) with the C.3.3 schedule: 200 random
 prefill episodes, then cycles of 10 rollouts + 500 gradient steps, evaluation of 50 episodes every 2000
 env steps. Saves ``results.json`` (command, configs, per-seed curves), ``curves.png`` (success rate vs env
 steps, mean and min-max over seeds, smoothed by a sliding window of 5 evaluations as in the paper) and
@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shlex
-import sys
 import time
 from pathlib import Path
 from typing import Literal
@@ -27,10 +25,12 @@ import tyro
 from platonic_rl.agents.crl import CRLAgent, CRLConfig
 from platonic_rl.agents.ddpg_her import DDPGHERAgent, DDPGHERConfig
 from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
-from platonic_rl.agents.online import OnlineConfig, eval_seed, evaluate, train_online
+from platonic_rl.training.goal_online import OnlineConfig, evaluate, train_online
+from platonic_rl.training.schedule import eval_seed
 from platonic_rl.agents.qrl_continuous import IMAGE_DEFAULTS, QRLContinuousAgent, QRLContinuousConfig
+from platonic_rl.benchmarks import report
 from platonic_rl.envs import fetch
-from platonic_rl.qrl.train import MetricsLog
+from platonic_rl.training.run import MetricsLog
 
 AgentName = Literal["qrl", "crl", "gcbc", "ddpg_her", "ddpg_her_mrn", "ddpg_her_iqe"]
 
@@ -95,6 +95,8 @@ class Args:
     add_reference_to: str | None = None
     """Instead of training: add the zero-action reference curve to the results.json in this directory (a run
     saved before the reference existed) and redraw its plot."""
+    overwrite: bool = False
+    """Clear each (agent, seed) run directory first (rerunning otherwise resumes, or refuses other settings)."""
     from_logs: bool = False
     """Instead of training: the table and plot of the evaluations already logged in ``out_dir``'s run
     directories (a run in progress or stopped early; every seed cut to the evaluations all seeds have)."""
@@ -135,10 +137,10 @@ def zero_action_success(task: str, env_steps: list[int], episodes: int = 50) -> 
     runs share it (same simulator, same seeds)."""
     if episodes < 1:
         raise ValueError(f"zero_action_success: episodes must be >= 1, got {episodes}")
-    env = fetch.make_vector_env(task, min(episodes, 10))
+    env = fetch.adapter(fetch.make_vector_env(task, min(episodes, 10)), task)
     still = lambda o, g: np.zeros((len(o), fetch.ACTION_DIM), np.float32)  # noqa: E731
     try:
-        return [evaluate(still, env, task, episodes, seed=eval_seed(step)) for step in env_steps]
+        return [evaluate(still, env, episodes, seed=eval_seed(step)) for step in env_steps]
     finally:
         env.close()
 
@@ -181,7 +183,7 @@ def run(args: Args) -> dict:
             cls, agent_cfg, overrides = agent_config(name, args.env, args.qrl_preset, args.obs)
             config = OnlineConfig(task=args.env, obs=args.obs, env_steps=args.env_steps, seed=seed,
                                   updates_per_cycle=updates, updates_per_call=args.updates_per_call,
-                                  batch_size=args.batch_size, **overrides)
+                                  batch_size=args.batch_size, overwrite=args.overwrite, **overrides)
             configs[name] = dict(agent=dataclasses.asdict(agent_cfg), loop=dataclasses.asdict(config))
             start, run_dir = time.time(), out / f"{name}_seed{seed}"
             if args.from_logs:
@@ -205,11 +207,9 @@ def run(args: Args) -> dict:
         smoothed = np.mean([smooth(r["success"]) for r in runs], axis=0)
         summary[name] = dict(final_success=float(smoothed[-1]), env_steps=runs[0]["env_steps"],
                              smoothed_mean=smoothed.tolist())
-    record = dict(command=_command(), args=dataclasses.asdict(args), configs=configs, curves=curves,
-                  summary=summary)
-    add_reference(record, args.env)
-    record.update(table=format_table(args, summary), total_seconds=time.time() - t0)
-    return _save(out, args, record)
+    record = add_reference(dict(configs=configs, curves=curves, summary=summary), args.env)
+    return report.save_run(out, "platonic_rl.benchmarks.fetch", args, record, table=format_table(args, summary),
+                           plots=_curves_plot(args, record), total_seconds=time.time() - t0)
 
 
 def logged_history(run_dir: Path) -> list[dict]:
@@ -224,16 +224,9 @@ def logged_history(run_dir: Path) -> list[dict]:
     return rows
 
 
-def _command() -> str:
-    return " ".join(shlex.quote(a) for a in ["python", "-m", "platonic_rl.benchmarks.fetch", *sys.argv[1:]])
-
-
-def _save(out: Path, args: Args, record: dict) -> dict:
-    print(record["table"])
-    plot_curves(out / "curves.png", args, record["curves"], record["summary"].get("zero_action"))
-    (out / "results.json").write_text(json.dumps(record, indent=1))
-    print(f"saved {out / 'results.json'} and {out / 'curves.png'}")
-    return record
+def _curves_plot(args: Args, record: dict) -> dict:
+    """``curves.png`` of a results record, for :func:`report.save_run`."""
+    return {"curves.png": lambda path: plot_curves(path, args, record["curves"], record["summary"].get("zero_action"))}
 
 
 def add_reference_to(directory: str) -> dict:
@@ -245,8 +238,9 @@ def add_reference_to(directory: str) -> dict:
     known = {f.name for f in dataclasses.fields(Args)}
     args = Args(**{k: tuple(v) if isinstance(v, list) else v for k, v in record["args"].items() if k in known})
     add_reference(record, args.env)
-    record.update(table=format_table(args, record["summary"]), reference_command=_command())
-    return _save(path.parent, args, record)
+    return report.resave_run(path.parent, "platonic_rl.benchmarks.fetch", record,
+                             table=format_table(args, record["summary"]), plots=_curves_plot(args, record),
+                             command_key="reference_command")
 
 
 def format_table(args: Args, summary: dict) -> str:

@@ -16,10 +16,7 @@ learned values as 160 x 160 images, like Figure 4-3) and per-method training met
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import shlex
-import sys
 import time
 from pathlib import Path
 from typing import Literal
@@ -31,8 +28,9 @@ import scipy.stats
 import tyro
 
 from platonic_rl.agents.qrl import QRLAgent, QRLConfig
+from platonic_rl.benchmarks import report
 from platonic_rl.envs import mountaincar as mc
-from platonic_rl.qrl.train import mountaincar_presets, train_offline
+from platonic_rl.training.offline import mountaincar_presets, train_offline
 
 # 9 goal states spread over the state space, as (position bin, velocity bin) on the 160 x 160 grid:
 # positions -0.86 / -0.29 / +0.27 x velocities -0.026 / +0.0004 / +0.027. Each is reachable exactly
@@ -59,7 +57,7 @@ METHODS = ("qrl_single", "qrl_multi", "l2_multi")
 
 
 # Scale-downs of C.3.1 (3x1024 MLPs, latent 256, IQE 16x32, batch 4096, 5e5 steps), shared with the
-# `python -m platonic_rl.qrl.train` CLI: quick (a smoke run), cpu (<= 30 min per method on 2 CPU cores), paper (C.3.1).
+# `python -m platonic_rl.training.offline` CLI: quick (a smoke run), cpu (<= 30 min per method on 2 CPU cores), paper (C.3.1).
 PRESETS = mountaincar_presets()
 COMPARABLE_SCALES = ("cpu", "paper")  # quick is a smoke run: its scores are not comparable to the paper's
 
@@ -77,6 +75,8 @@ class Args:
     out_dir: str | None = None
     """Default: results/mountaincar/<scale>-seed<seed> (with --steps: <scale>-<steps>steps-seed<seed>)."""
     resume: bool = True
+    overwrite: bool = False
+    """Clear each method's run directory first (a fresh run into a used directory is refused otherwise)."""
     """Resume each method from its latest checkpoint in out_dir if one exists (a run directory holding a
     run with other settings is refused, naming the settings that differ)."""
 
@@ -290,6 +290,7 @@ def run(args: Args) -> dict:
     if checkpoint_every % log_every:
         checkpoint_every = steps
     train_config = dataclasses.replace(train_config, steps=steps, seed=args.seed, resume=args.resume,
+                                       overwrite=args.overwrite,
                                        log_every=log_every, checkpoint_every=checkpoint_every,
                                        updates_per_call=math.gcd(train_config.updates_per_call, log_every))
     base = dataclasses.replace(base, cosine_decay_steps=steps if base.cosine_decay_steps else None)
@@ -333,20 +334,15 @@ def run(args: Args) -> dict:
     else:
         note = (f"Scale {args.scale!r} ran ({budget[len(args.scale) + 8:]}): a smoke run, NOT comparable to the "
                 "paper's numbers; only --scale cpu or paper are.")
-    report = format_table(results) + "\n" + note
-    print(report)
-    plot_values(out / "values.png", goals, learned_values, title_extra=budget)
     record = dict(
-        command=" ".join(shlex.quote(a) for a in ["python", "-m", "platonic_rl.benchmarks.mountaincar", *sys.argv[1:]]),
-        args=dataclasses.asdict(args), train_config=dataclasses.asdict(train_config),
+        train_config=dataclasses.asdict(train_config),
         agent_configs={m: dataclasses.asdict(method_config(m, base)) for m in args.methods},
         dataset=dict(transitions=len(dataset) - dataset.num_goal_entries,
                      goal_entries=dataset.num_goal_entries, episodes=dataset.num_episodes),
-        goal_bins=GOAL_BINS, paper_table_4_1=PAPER, results=results, train_seconds=timings,
-        total_seconds=time.time() - t0, jax_devices=[str(d) for d in jax.devices()], table=report)
-    (out / "results.json").write_text(json.dumps(record, indent=1))
-    print(f"saved {out / 'results.json'} and {out / 'values.png'}")
-    return record
+        goal_bins=GOAL_BINS, paper_table_4_1=PAPER, results=results, train_seconds=timings)
+    plots = {"values.png": lambda path: plot_values(path, goals, learned_values, title_extra=budget)}
+    return report.save_run(out, "platonic_rl.benchmarks.mountaincar", args, record,
+                           table=format_table(results) + "\n" + note, plots=plots, total_seconds=time.time() - t0)
 
 
 def main():

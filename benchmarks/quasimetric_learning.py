@@ -23,10 +23,7 @@ Saves ``results.json`` (with the exact command and config), ``mse_vs_train_size.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import shlex
-import sys
 import time
 from pathlib import Path
 from typing import Literal
@@ -39,6 +36,7 @@ import optax
 import tyro
 from tqdm import tqdm
 
+from platonic_rl.benchmarks import report
 from platonic_rl.common.networks import MLP
 from platonic_rl.envs import random_graphs as rg
 from platonic_rl.qrl import quasimetrics as qm
@@ -482,29 +480,22 @@ def run(args: Args) -> dict:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    record = dict(
-        command=" ".join(shlex.quote(a) for a in ["python", "-m", "platonic_rl.benchmarks.quasimetric_learning",
-                                                  *sys.argv[1:]]),
-        args=dataclasses.asdict(args), scale=dataclasses.asdict(scale),
-        methods={m: METHODS[m] for m in args.methods}, gamma=GAMMA, paper_table_3_2=PAPER_TABLE_3_2,
-        device=str(jax.devices()[0]))
+    record = dict(scale=dataclasses.asdict(scale), methods={m: METHODS[m] for m in args.methods}, gamma=GAMMA,
+                  paper_table_3_2=PAPER_TABLE_3_2, device=str(jax.devices()[0]))
+    plots = {}
     if "graphs" in args.parts:
         record["graphs"] = graph_experiment(args, scale, args.methods)
-        plot_graphs(out / "mse_vs_train_size.png", record["graphs"],
-                    title_extra=f"scale {args.scale}: {scale.steps:,} steps x batch {scale.batch} per run")
+        budget = f"scale {args.scale}: {scale.steps:,} steps x batch {scale.batch} per run"
+        plots["mse_vs_train_size.png"] = lambda path: plot_graphs(path, record["graphs"], title_extra=budget)
     if "large" in args.parts:
         record["large"] = large_graph_experiment(args, scale, args.methods)
-        plot_large(out / "large_graph.png", record["large"],
-                   title_extra=f"scale {args.scale}: {scale.large_steps:,} steps x batch {scale.large_batch}")
+        large_budget = f"scale {args.scale}: {scale.large_steps:,} steps x batch {scale.large_batch}"
+        plots["large_graph.png"] = lambda path: plot_large(path, record["large"], title_extra=large_budget)
     if "throughput" in args.parts:
         record["throughput"] = {m: throughput(m, scale.throughput_batch, scale.throughput_latent)
                                 for m in tqdm(args.methods, desc="throughput", unit="head")}
-    record["total_seconds"] = time.time() - t0
-    record["table"] = format_report(record)
-    print(record["table"])
-    (out / "results.json").write_text(json.dumps(record, indent=1, default=float))
-    print(f"saved {out / 'results.json'} and plots in {out}")
-    return record
+    return report.save_run(out, "platonic_rl.benchmarks.quasimetric_learning", args, record,
+                           table=format_report(record), plots=plots, total_seconds=time.time() - t0)
 
 
 def main():

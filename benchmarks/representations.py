@@ -21,9 +21,6 @@ Saves ``results.json`` (with the command and config), ``align_uniform.png`` and 
 from __future__ import annotations
 
 import dataclasses
-import json
-import shlex
-import sys
 import time
 from pathlib import Path
 from typing import Literal
@@ -39,6 +36,7 @@ from sklearn.datasets import load_digits
 from sklearn.linear_model import LogisticRegression
 from tqdm import tqdm
 
+from platonic_rl.benchmarks import report
 from platonic_rl.common.networks import MLP
 from platonic_rl.replearn import metrics, objectives
 
@@ -185,19 +183,14 @@ def run(args: Args) -> dict:
 
     summary = summarise(encoders, alignment)
     record = dict(
-        command=" ".join(shlex.quote(a) for a in ["python", "-m", "platonic_rl.benchmarks.representations", *sys.argv[1:]]),
-        args=dataclasses.asdict(args), scale=dataclasses.asdict(scale),
+        scale=dataclasses.asdict(scale),
         encoders=[{k: v for k, v in e.items() if k not in ("train", "test", "views")} for e in encoders],
-        mutual_knn=dict(names=names, matrix=alignment.tolist(), k=args.k), summary=summary,
-        total_seconds=time.time() - t0)
-    record["table"] = format_table(record)
-    print(record["table"])
+        mutual_knn=dict(names=names, matrix=alignment.tolist(), k=args.k), summary=summary)
     extra = f"scale {args.scale}: {scale.steps:,} steps x batch {scale.batch}, {scale.seeds} seed(s) per setting"
-    plot_align_uniform(out / "align_uniform.png", encoders, title_extra=extra)
-    plot_alignment(out / "alignment.png", encoders, alignment, title_extra=extra, k=args.k)
-    (out / "results.json").write_text(json.dumps(record, indent=1))
-    print(f"saved {out / 'results.json'}, {out / 'align_uniform.png'} and {out / 'alignment.png'}")
-    return record
+    plots = {"align_uniform.png": lambda path: plot_align_uniform(path, encoders, title_extra=extra),
+             "alignment.png": lambda path: plot_alignment(path, encoders, alignment, title_extra=extra, k=args.k)}
+    return report.save_run(out, "platonic_rl.benchmarks.representations", args, record, table=format_table(record),
+                           plots=plots, total_seconds=time.time() - t0)
 
 
 def summarise(encoders, alignment) -> dict:

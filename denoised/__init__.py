@@ -6,5 +6,5 @@
   imagination actor/value losses and latent-SAC losses.
 
 The agent that composes them is :class:`platonic_rl.agents.denoised_mdp.DenoisedMDPAgent` (Dreamer = its x-only
-configuration); the online loop of Algorithm 1 is :mod:`platonic_rl.agents.dmc_online`.
+configuration); the online loop of Algorithm 1 is :mod:`platonic_rl.training.world_model`.
 """

@@ -1,4 +1,5 @@
-"""Denoised MDP objectives (dissertation eq. 5.4, appendix D.2.1) and the policy-learning losses.
+"""Denoised MDP objectives (dissertation eq. 5.4, appendix D.2.1) and Dreamer's policy-learning losses (latent
+SAC's are shared: :mod:`platonic_rl.common.losses`).
 
 All functions are pure and take arrays; the agent composes them (:mod:`platonic_rl.agents.denoised_mdp`).
 """
@@ -73,13 +74,3 @@ def value_loss(values: jax.Array, returns: jax.Array, discount: float = 0.99) ->
     weights = discount ** jnp.arange(returns.shape[0], dtype=returns.dtype)
     return jnp.mean(weights[:, None] * 0.5 * jnp.square(values - jax.lax.stop_gradient(returns)))
 
-
-def sac_critic_target(rewards, next_q1, next_q2, next_log_probs, alpha, discount: float = 0.99) -> jax.Array:
-    """r + gamma (min(Q1', Q2')(x', a') - alpha log pi(a' | x')) with a' ~ pi(. | x') and *its* log-prob
-    (the official Denoised MDP code used the current action's log-prob here; that is a bug)."""
-    return rewards + discount * (jnp.minimum(next_q1, next_q2) - alpha * next_log_probs)
-
-
-def sac_actor_loss(q1, q2, log_probs, alpha) -> jax.Array:
-    """E[alpha log pi(a | x) - min(Q1, Q2)(x, a)], a ~ pi(. | x) reparametrised."""
-    return jnp.mean(alpha * log_probs - jnp.minimum(q1, q2))

@@ -23,6 +23,8 @@ from typing import Callable
 
 import numpy as np
 
+from platonic_rl.envs.goal_env import GoalEnvAdapter
+
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 EPISODE_LENGTH = 50
@@ -158,30 +160,12 @@ class ImageRenderer:
 
 def rollout(env, task: str, policy: Callable[[np.ndarray, np.ndarray], np.ndarray], seed: int | None,
             renderer: ImageRenderer | None = None) -> dict[str, np.ndarray]:
-    """Run one 50-step episode in every sub-env of ``env`` with ``policy(obs, goals) -> actions [N, 4]``.
+    """One 50-step episode in every sub-env of ``env`` (:func:`make_vector_env`) with ``policy(obs, goals) ->
+    actions [N, 4]``: :meth:`~platonic_rl.envs.goal_env.GoalEnvAdapter.rollout` with the task's goal
+    dimensions (states [N, D] and goal states, or with a ``renderer`` 64x64 frames and goal images)."""
+    return adapter(env, task).rollout(policy, seed, renderer)
 
-    State observations (no ``renderer``): the policy sees states [N, D] and goal states [N, D]. With a
-    ``renderer`` it sees frames [N, 64, 64, 3] and goal images instead. Returns observations [N, 51, D],
-    actions [N, 50, 4], goals [N, D] (goal states), success [N] (reached at any step), final_success [N],
-    and with a renderer also images [N, 51, 64, 64, 3] and goal_images [N, 64, 64, 3] (uint8).
-    """
-    obs, _ = env.reset(seed=seed)
-    goals = goal_state(task, obs["desired_goal"])
-    observations, actions, successes = [obs["observation"].astype(np.float32)], [], []
-    images = [renderer.observe()] if renderer else None
-    goal_images = renderer.goal_images() if renderer else None
-    for _ in range(EPISODE_LENGTH):
-        inputs = (images[-1], goal_images) if renderer else (observations[-1], goals)
-        action = np.clip(np.asarray(policy(*inputs), np.float32), -1.0, 1.0)
-        obs, _, _, _, info = env.step(action)
-        observations.append(obs["observation"].astype(np.float32))
-        if renderer:
-            images.append(renderer.observe())
-        actions.append(action)
-        successes.append(np.asarray(info["is_success"], bool))
-    successes = np.stack(successes, 1)
-    out = dict(observations=np.stack(observations, 1), actions=np.stack(actions, 1), goals=goals,
-               success=successes.any(1), final_success=successes[:, -1])
-    if renderer:
-        out.update(images=np.stack(images, 1), goal_images=goal_images)
-    return out
+
+def adapter(env, task: str) -> GoalEnvAdapter:
+    """``env`` (a Fetch vector env of ``task``) as a :class:`~platonic_rl.envs.goal_env.GoalEnvAdapter`."""
+    return GoalEnvAdapter(env, _task(task).goal_dims, EPISODE_LENGTH)

@@ -189,3 +189,54 @@ class SequenceBuffer(_EpisodeRing, struct.PyTreeNode):
         return dict(observations=self.observations[episode[:, None], steps],
                     prev_actions=self.prev_actions[episode[:, None], steps],
                     rewards=self.rewards[episode[:, None], steps], episode=episode, start=start)
+
+
+# ------------------------------------------------------------------------------------------ samplers
+# What a training loop hands to ``training.updates.update_steps``: a pytree holding the data, whose
+# ``sample(key)`` returns one batch in the keys the agents read. Goal relabelling, goal masking and the
+# rewards of goal-conditioned batches are decided here, and only here.
+
+
+class DatasetSampler(struct.PyTreeNode):
+    """Rows drawn uniformly with replacement from a dict of arrays with a common leading dimension (an
+    offline dataset); the batch holds every key of ``data``."""
+
+    data: dict
+    batch_size: int = struct.field(pytree_node=False)
+
+    def sample(self, key: jax.Array) -> dict[str, jax.Array]:
+        n = jax.tree_util.tree_leaves(self.data)[0].shape[0]
+        rows = jax.random.randint(key, (self.batch_size,), 0, n)
+        return jax.tree_util.tree_map(lambda x: x[rows], self.data)
+
+
+class GoalSampler(struct.PyTreeNode):
+    """Goal-conditioned batches from an :class:`EpisodeBuffer`: observations, actions, next_observations,
+    goals (future states with P(k) ~ discount^k with probability ``p_future``, else random stored states;
+    multiplied by ``goal_mask`` where given, which zeroes the dimensions a goal does not specify) and
+    rewards (-1 per step: every transition costs one step until the goal)."""
+
+    buffer: EpisodeBuffer
+    goal_mask: jax.Array | None
+    batch_size: int = struct.field(pytree_node=False)
+    p_future: float = struct.field(pytree_node=False, default=1.0)
+    discount: float = struct.field(pytree_node=False, default=0.99)
+
+    def sample(self, key: jax.Array) -> dict[str, jax.Array]:
+        s = self.buffer.sample(key, self.batch_size, self.p_future, self.discount)
+        goals = s["goals"] if self.goal_mask is None else s["goals"] * self.goal_mask
+        return dict(observations=s["observations"], actions=s["actions"], next_observations=s["next_observations"],
+                    goals=goals, rewards=-jnp.ones(self.batch_size, jnp.float32))
+
+
+class SequenceSampler(struct.PyTreeNode):
+    """World-model batches from a :class:`SequenceBuffer`: ``batch_size`` chunks of ``chunk`` steps of
+    observations, prev_actions and rewards."""
+
+    buffer: SequenceBuffer
+    batch_size: int = struct.field(pytree_node=False)
+    chunk: int = struct.field(pytree_node=False)
+
+    def sample(self, key: jax.Array) -> dict[str, jax.Array]:
+        s = self.buffer.sample(key, self.batch_size, self.chunk)
+        return dict(observations=s["observations"], prev_actions=s["prev_actions"], rewards=s["rewards"])

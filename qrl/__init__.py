@@ -1,2 +1,3 @@
-"""Quasimetric RL core: quasimetric heads (:mod:`platonic_rl.qrl.quasimetrics`), losses (:mod:`platonic_rl.qrl.losses`) and the
-offline training loop (:mod:`platonic_rl.qrl.train`)."""
+"""Quasimetric RL core: quasimetric heads (:mod:`platonic_rl.qrl.quasimetrics`) and the QRL objective's terms
+(:mod:`platonic_rl.qrl.losses`). The agents are in :mod:`platonic_rl.agents`, their training loops in
+:mod:`platonic_rl.training`."""

@@ -85,9 +85,3 @@ def actor_loss(distances: jax.Array, log_probs: jax.Array, entropy_weight: jax.A
     """
     return jnp.mean(jnp.max(distances, axis=0) + jax.lax.stop_gradient(entropy_weight) * log_probs)
 
-
-def entropy_weight_loss(log_entropy_weight: jax.Array, log_probs: jax.Array, target_entropy: float
-                        ) -> jax.Array:
-    """-log(alpha) (E[log pi] + H_target), minimised in log(alpha) (Haarnoja et al. 2018): alpha grows
-    while the policy's entropy -E[log pi] is below the target and shrinks while it is above."""
-    return -log_entropy_weight * (jnp.mean(jax.lax.stop_gradient(log_probs)) + target_entropy)

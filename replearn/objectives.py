@@ -9,8 +9,7 @@ Alignment and uniformity (Wang & Isola 2020; dissertation chapter 2), for featur
 Contrastive objectives take a critic matrix ``logits[..., i, j]`` with positives on the diagonal (build one
 from two embedding sets with :func:`pairwise_logits` and an energy: dot, cosine or negative l2).
 
-The QRL objective terms (eq. 4.12 and the transition loss) are objectives in their own right; they are
-defined once in :mod:`platonic_rl.qrl.losses` and re-exported here.
+The QRL objective terms (eq. 4.12 and the transition loss) live in :mod:`platonic_rl.qrl.losses`.
 """
 from __future__ import annotations
 
@@ -19,8 +18,6 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
-from platonic_rl.qrl.losses import (constraint_violation, lagrangian_terms, push_loss, q_cost,  # noqa: F401
-                        softplus_phi, transition_loss)
 
 
 def _check_features(name: str, x: jax.Array) -> jax.Array:

@@ -172,7 +172,7 @@ def test_zero_width_from_the_command_line_is_a_clear_error(capsys):
 
 # 7 ------------------------------------------------------------------------------------------------------
 def test_fetch_cli_rejects_empty_agents_seeds_and_a_budget_below_the_prefill(capsys, tmp_path):
-    from platonic_rl.agents.online import OnlineConfig, train_online
+    from platonic_rl.training.goal_online import OnlineConfig, train_online
     from platonic_rl.benchmarks import fetch as bf
 
     with pytest.raises(ValueError, match="--agents must name at least one agent"):
@@ -210,7 +210,7 @@ def test_dmc_cli_rejects_empty_lists(name):
 # 9 ------------------------------------------------------------------------------------------------------
 def test_mountaincar_steps_must_be_positive_and_fit_log_every(monkeypatch, tmp_path):
     from platonic_rl.benchmarks import mountaincar as bench
-    from platonic_rl.qrl.train import TrainConfig
+    from platonic_rl.training.offline import TrainConfig
 
     for steps in (0, -100):
         with pytest.raises(ValueError, match="--steps must be >= 1"):

@@ -43,7 +43,7 @@ def test_presets_and_image_agents():
 def test_zero_action_reference_is_the_rate_of_episodes_solved_at_the_start(monkeypatch):
     # FetchPush: a gripper that never moves leaves the object where it starts, so the reference is exactly
     # the fraction of evaluation episodes whose object starts within the 5 cm success threshold.
-    from platonic_rl.agents.online import eval_seed
+    from platonic_rl.training.schedule import eval_seed
     from platonic_rl.envs import fetch
 
     steps = [2000, 4000]

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
+from platonic_rl.common.losses import sac_actor_loss, sac_critic_target
 from platonic_rl.denoised import losses
 from platonic_rl.denoised.model import (WorldModelConfig, all_features, gaussian_kl, imagine_x, init_params, initial_state,
                             observe, FactoredRSSM)
@@ -141,9 +142,13 @@ def test_lambda_returns_match_a_python_reference():
 
 
 def test_sac_target_uses_the_next_actions_log_prob():
-    target = losses.sac_critic_target(jnp.array([1.0]), jnp.array([2.0]), jnp.array([3.0]), jnp.array([-4.0]),
-                                      alpha=0.5, discount=0.9)
+    # Twin target critics stacked [2, B]: the smaller one, 2, is bootstrapped.
+    target = sac_critic_target(jnp.array([1.0]), jnp.array([[2.0], [3.0]]), jnp.array([-4.0]), alpha=0.5,
+                               discount=0.9)
     np.testing.assert_allclose(target, 1.0 + 0.9 * (2.0 + 0.5 * 4.0))
+    # The actor's loss takes the pessimistic critic too: mean(0.5 * [-1, 1] - min([[1, 5], [3, 2]])) = -1.5.
+    loss = sac_actor_loss(jnp.array([[1.0, 5.0], [3.0, 2.0]]), jnp.array([-1.0, 1.0]), 0.5)
+    assert float(loss) == pytest.approx(-1.5)
 
 
 def test_imagination_rolls_the_x_prior_only():

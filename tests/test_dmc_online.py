@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("dm_control")
 from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig  # noqa: E402
-from platonic_rl.agents.dmc_online import DMCOnlineConfig, latent_probe_data, train_dmc_online  # noqa: E402
+from platonic_rl.training.world_model import DMCOnlineConfig, latent_probe_data, train_dmc_online  # noqa: E402
 from platonic_rl.denoised.model import WorldModelConfig  # noqa: E402
 from platonic_rl.envs.replay import SequenceBuffer  # noqa: E402
 

@@ -6,7 +6,7 @@ import pytest
 from scipy import stats
 
 from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
-from platonic_rl.agents.policies import tanh_normal_log_prob, tanh_normal_sample
+from platonic_rl.common.policies import tanh_normal_log_prob, tanh_normal_sample
 
 
 def test_log_prob_of_given_actions_matches_the_sampler():

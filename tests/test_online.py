@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("gymnasium_robotics")
 from platonic_rl.agents.crl import CRLAgent, CRLConfig  # noqa: E402
 from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig  # noqa: E402
-from platonic_rl.agents.online import OnlineConfig, train_cycle, train_online  # noqa: E402
+from platonic_rl.training.goal_online import OnlineConfig, train_cycle, train_online  # noqa: E402
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig  # noqa: E402
 from platonic_rl.envs import fetch  # noqa: E402
 from platonic_rl.envs.replay import EpisodeBuffer  # noqa: E402

@@ -108,7 +108,7 @@ def test_fetch_curves_many_evaluations_keep_the_band(tmp_path):
 
     args = bf.Args(env="push", agents=("qrl", "crl"), seeds=(0, 1, 2), env_steps=20_000)
     steps = range(12_000, 20_001, 2000)
-    fig = bf.plot_curves(tmp_path / "curves.png", args, fetch_curves(steps, seeds=(0, 1, 2)))  # positional, as _save
+    fig = bf.plot_curves(tmp_path / "curves.png", args, fetch_curves(steps, seeds=(0, 1, 2)))  # positional, as run() calls it
     (ax,) = fig.axes
     assert len(ax.collections) >= 2  # a min-max band per agent
     assert all(has_marker(line) for line in ax.get_lines())

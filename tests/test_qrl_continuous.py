@@ -9,8 +9,10 @@ import optax
 import pytest
 from scipy import stats
 
-from platonic_rl.agents.policies import tanh_normal_sample
 from platonic_rl.agents.qrl_continuous import IMAGE_DEFAULTS, QRLContinuousAgent, QRLContinuousConfig
+from platonic_rl.common.losses import entropy_weight_loss
+from platonic_rl.common.policies import tanh_normal_sample
+from platonic_rl.common.train_state import TrainState
 from platonic_rl.qrl import losses
 
 TINY = QRLContinuousConfig(obs_dim=5, action_dim=2, encoder_hidden=(32,), latent_dim=16, projector_hidden=(32,),
@@ -43,7 +45,7 @@ def test_actor_loss_takes_the_pessimistic_critic():
 
 
 def test_entropy_weight_moves_towards_the_target():
-    grad = jax.grad(losses.entropy_weight_loss)
+    grad = jax.grad(entropy_weight_loss)
     # Entropy -E[log pi] = -1 below the target 2: alpha must grow (negative gradient on log alpha).
     assert float(grad(jnp.float32(0.0), jnp.array([1.0]), 2.0)) < 0
     assert float(grad(jnp.float32(0.0), jnp.array([-5.0]), 2.0)) > 0
@@ -84,12 +86,10 @@ def test_actor_learns_to_move_towards_the_goal_under_a_known_critic():
     goals = rng.uniform(-1, 1, (256, 2)).astype(np.float32)
     b = dict(observations=obs, goals=goals, actions=np.zeros((256, 2), np.float32))
     grad = jax.jit(jax.grad(lambda p, key: agent.actor_loss_fn(p, None, b, key)[0]))
-    tx = optax.adam(3e-3)
-    params, state = agent.actor_params, tx.init(agent.actor_params)
+    actor = TrainState.create(agent.actor_params, optax.adam(3e-3))
     for i in range(300):
-        updates, state = tx.update(grad(params, jax.random.PRNGKey(i)), state)
-        params = optax.apply_updates(params, updates)
-    actions = np.asarray(agent.replace(actor_params=params).act(obs, goals))
+        actor = actor.apply_gradients(grad(actor.params, jax.random.PRNGKey(i)))
+    actions = np.asarray(agent.replace(actor_state=actor).act(obs, goals))
     direction = goals - obs
     cosine = np.sum(actions * direction, 1) / (np.linalg.norm(actions, axis=1) * np.linalg.norm(direction, axis=1))
     assert np.median(cosine) > 0.9
@@ -111,7 +111,21 @@ def test_bad_batches_and_configs():
         agent.update({k: v for k, v in batch().items() if k != "goals"})
     with pytest.raises(ValueError, match="num_critics"):
         QRLContinuousConfig(num_critics=0)
+    with pytest.raises(ValueError, match=r"QRLContinuousConfig\.iqe_components must be >= 1"):
+        dataclasses.replace(TINY, iqe_components=0)  # the shared critic checks name the config built
     assert math.isclose(TINY.entropy_target, -2.0)
+
+
+def test_the_critic_config_is_the_discrete_agents():
+    """Both QRL agents build one critic type from their flat fields: equal fields, equal critic configs."""
+    from platonic_rl.agents.qrl import QRLConfig, QuasimetricCriticConfig
+
+    critic = TINY.critic_config
+    assert isinstance(critic, QuasimetricCriticConfig) and critic.head_dim == 4 * 8 and critic.image_shape is None
+    fields = {f.name: getattr(critic, f.name) for f in dataclasses.fields(critic) if f.name != "image_shape"}
+    assert QRLConfig(**fields).critic_config == critic
+    images = dataclasses.replace(TINY, **IMAGE_DEFAULTS).critic_config
+    assert images.image_shape == (64, 64, 3) and images.transition_weight == 0.1
 
 
 @pytest.mark.slow  # ~25 s (a conv update compile); the Fetch env and buffer image paths have fast tests

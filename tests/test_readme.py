@@ -33,7 +33,7 @@ COMMANDS = [argv for argv in readme_commands() if argv[2] not in ("pip", "pytest
 def test_the_readme_has_the_blocks_and_commands_we_expect():
     assert len(PYTHON_BLOCKS) >= 4
     modules = {argv[2] for argv in COMMANDS}
-    assert {"platonic_rl.qrl.train", "platonic_rl.benchmarks.mountaincar", "platonic_rl.benchmarks.fetch",
+    assert {"platonic_rl.training.offline", "platonic_rl.benchmarks.mountaincar", "platonic_rl.benchmarks.fetch",
             "platonic_rl.benchmarks.dmc"} <= modules
     # The two set-up commands are there as written.
     assert "python3 -m pip install -e . && python3 -m platonic_rl.benchmarks.mountaincar" in TEXT

@@ -101,11 +101,6 @@ def test_objectives_reject_bad_input():
         ro.align_loss(jnp.ones((3, 2)), jnp.ones((4, 2)))
 
 
-def test_qrl_objectives_are_reexported_not_copied():
-    from platonic_rl.qrl import losses
-    assert ro.push_loss is losses.push_loss and ro.transition_loss is losses.transition_loss
-
-
 # --- metrics ------------------------------------------------------------------------------------------
 
 def test_knn_indices_match_brute_force_argsort_with_chunking_and_ties():

@@ -1,30 +1,33 @@
 """The online loop of Algorithm 1 (Denoised MDP / Dreamer) on DeepMind Control, and the latent probe data.
 
 Schedule (Dreamer's, used by Denoised MDP): prefill ``prefill_steps`` env steps with uniformly random
-actions, then repeat: ``updates_per_collect`` gradient steps (one jitted ``lax.scan`` over sampled
-``batch_size`` x ``chunk`` sequences) and one exploration episode (the agent's action + N(0, noise^2),
+actions, then repeat: ``updates_per_collect`` gradient steps (one
+:func:`~platonic_rl.training.updates.update_steps` call on a :class:`~platonic_rl.envs.replay.SequenceSampler`
+of ``batch_size`` x ``chunk`` sequences) and one exploration episode (the agent's action + N(0, noise^2),
 clipped), i.e. 100 updates every 1000 env steps. Env steps are control steps: one episode is 1000 of
 them (500 agent steps at action repeat 2). A deterministic evaluation episode runs every ``eval_every``
-env steps. Orbax checkpoints hold the agent, the sequence buffer and the loop's counters and key; every
+env steps. The run directory (:class:`~platonic_rl.training.run.RunDirectory`) holds the settings, the
+metrics and orbax checkpoints of the agent, the sequence buffer and the loop's counters and key; every
 episode resets the env with a seed derived from its index, so a resumed run continues exactly.
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import orbax.checkpoint as ocp
 from tqdm import tqdm
 
+from platonic_rl.agents.contract import check_agent
 from platonic_rl.denoised.model import features, observe
 from platonic_rl.envs.dmc import EPISODE_STEPS, DMCEnv
-from platonic_rl.envs.replay import SequenceBuffer
-from platonic_rl.qrl.train import close_online_run, open_online_run
+from platonic_rl.envs.replay import SequenceBuffer, SequenceSampler
+from platonic_rl.training.run import RunDirectory
+from platonic_rl.training.schedule import EvaluationSchedule, checkpoint_due, episode_seed, eval_seed
+from platonic_rl.training.updates import check_finite, update_steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +46,7 @@ class DMCOnlineConfig:
     seed: int = 0
     checkpoint_every: int = 5          # episodes; 0 disables
     resume: bool = True
+    overwrite: bool = False            # clear run_dir first (a fresh run into a used directory is refused)
     buffer_episodes: int | None = None  # replay capacity; None: every episode the budget collects (a run
                                         # resumed with a larger env_steps gets its buffer enlarged)
 
@@ -61,16 +65,13 @@ class DMCOnlineConfig:
         return DMCEnv(self.task, self.variant, self.seed, self.action_repeat, self.num_distractors)
 
 
-@functools.partial(jax.jit, static_argnames=("updates", "batch_size", "chunk"))
-def train_chunk(agent, buffer: SequenceBuffer, key, updates: int, batch_size: int, chunk: int):
-    """``updates`` gradient steps on sampled sequence chunks (one compiled call); mean metrics."""
-    def step(agent, key):
-        batch = buffer.sample(key, batch_size, chunk)
-        return agent.update(dict(observations=batch["observations"], prev_actions=batch["prev_actions"],
-                                 rewards=batch["rewards"]))
-
-    agent, metrics = jax.lax.scan(step, agent, jax.random.split(key, updates))
-    return agent, jax.tree.map(jnp.mean, metrics)
+def train_chunk(agent, buffer: SequenceBuffer, key, updates: int, batch_size: int, chunk: int, first_step: int = 1):
+    """``updates`` gradient steps on sampled sequence chunks (one compiled call); mean metrics. Raises
+    NonFiniteError (naming the update, counted from ``first_step``) if anything became NaN or infinite."""
+    agent, metrics, finite = update_steps(agent, SequenceSampler(buffer, batch_size, chunk),
+                                          jax.random.split(key, updates))
+    check_finite(finite, first_step)
+    return agent, metrics
 
 
 @jax.jit
@@ -120,16 +121,24 @@ def run_episode(env: DMCEnv, agent=None, key=None, noise: float = 0.0, seed: int
 def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None = None, desc: str = "dmc"):
     """Algorithm 1 with ``agent`` (a :class:`~platonic_rl.agents.denoised_mdp.DenoisedMDPAgent`). Returns ``(agent,
     history)``; ``history`` rows: env_steps, episode, train_return, mean update metrics, eval_return."""
+    check_agent(agent, recurrent=True)
     env = config.make_env()
     capacity = config.buffer_episodes or math.ceil(config.env_steps / EPISODE_STEPS) + 1
     buffer = SequenceBuffer.create(capacity, config.episode_length + 1, env.observation_space.shape,
                                    env.action_space.shape[0])
     state = dict(agent=agent, buffer=buffer, key=jax.random.PRNGKey(config.seed), env_steps=jnp.int32(0),
                  episode=jnp.int32(0))
-    manager, log, state = open_online_run(run_dir, state, config.resume)
-    history = list(log.rows) if log else []
+    run = None
+    if run_dir is not None:
+        loop = {k: v for k, v in dataclasses.asdict(config).items()
+                if k not in ("resume", "overwrite", "checkpoint_every", "buffer_episodes")}
+        settings = dict(agent=type(agent).__name__, agent_config=dataclasses.asdict(agent.config), loop=loop)
+        run = RunDirectory.open(run_dir, settings, resume=config.resume, overwrite=config.overwrite,
+                                resumable=("loop.env_steps",), step_key="env_steps")
+        state = run.restore(state, resize_buffer=True)
+    history = run.rows if run else []
     bar = tqdm(total=config.env_steps, initial=int(state["env_steps"]), desc=desc, unit="step")
-    next_eval = (int(state["env_steps"]) // config.eval_every + 1) * config.eval_every
+    evaluations = EvaluationSchedule(config.eval_every, int(state["env_steps"]))
 
     def store(episode):
         state["buffer"] = state["buffer"].add(jnp.asarray(episode["observations"]),
@@ -140,33 +149,33 @@ def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None 
 
     while int(state["env_steps"]) < config.env_steps:
         index = int(state["episode"])
-        episode_seed = config.seed * 1_000_003 + index
+        seed = episode_seed(config.seed, index)
         row = {}
         if int(state["env_steps"]) < config.prefill_steps:
-            episode = run_episode(env, seed=episode_seed)
+            episode = run_episode(env, seed=seed)
         else:
             key, train_key, act_key = jax.random.split(state["key"], 3)
+            first = (index - config.prefill_steps // EPISODE_STEPS) * config.updates_per_collect + 1
             state["agent"], metrics = train_chunk(state["agent"], state["buffer"], train_key,
-                                                  config.updates_per_collect, config.batch_size, config.chunk)
+                                                  config.updates_per_collect, config.batch_size, config.chunk, first)
             state["key"] = key
             row.update({k: float(v) for k, v in metrics.items()})
-            episode = run_episode(env, state["agent"], act_key, config.exploration_noise, seed=episode_seed)
+            episode = run_episode(env, state["agent"], act_key, config.exploration_noise, seed=seed)
         store(episode)
         row = {"env_steps": int(state["env_steps"]), "episode": index + 1, "train_return": episode["episode_return"],
                **row}
-        if int(state["env_steps"]) >= next_eval or int(state["env_steps"]) >= config.env_steps:
-            evaluation = run_episode(env, state["agent"], seed=10_000_000 + index, greedy=True)
+        if evaluations.due(int(state["env_steps"]), final=int(state["env_steps"]) >= config.env_steps):
+            evaluation = run_episode(env, state["agent"], seed=eval_seed(index), greedy=True)
             row["eval_return"] = evaluation["episode_return"]
-            next_eval += config.eval_every
             bar.set_postfix(eval_return=f"{row['eval_return']:.0f}")
+        if run:
+            row = run.log(row)  # + row_seconds
         history.append(row)
-        if log:
-            log.append(row)
-            if manager and config.checkpoint_every and ((index + 1) % config.checkpoint_every == 0
-                                                         or int(state["env_steps"]) >= config.env_steps):
-                manager.save(int(state["env_steps"]), args=ocp.args.StandardSave(state))
+        if run and checkpoint_due(index + 1, config.checkpoint_every, int(state["env_steps"]) >= config.env_steps):
+            run.save(int(state["env_steps"]), state)
     bar.close()
-    close_online_run(manager, log)
+    if run:
+        run.close()
     return state["agent"], history
 
 

@@ -1,20 +1,23 @@
-"""Offline training loop: jitted chunks of updates, progress bar, JSONL/CSV metrics, orbax checkpoints,
-exact resume.
+"""The offline loop: a dataset -> compiled calls of updates, metrics, checkpoints, exact resume.
 
-Works with any agent exposing ``update(batch) -> (agent, metrics)``: a chunk of ``log_every`` updates,
-each on a batch sampled uniformly (with replacement) from ``data``, runs as one compiled ``lax.scan``.
-The sampling key is part of the checkpoint, so a resumed run reproduces an uninterrupted one exactly.
+    agent, history = train_offline(agent, data, TrainConfig(steps=20_000, batch_size=1024), run_dir="runs/x")
+
+``data`` is a dict of arrays with a common leading dimension holding the keys the agent's ``update`` reads
+(goal-conditioned agents: ``observations``, ``actions``, ``next_observations``, ``rewards`` and, for the
+continuous agents, ``goals``); :func:`load_dataset` reads one from an ``.npz`` file. Each update draws
+``batch_size`` rows uniformly with replacement (:class:`~platonic_rl.envs.replay.DatasetSampler`); the calls
+are :func:`~platonic_rl.training.updates.update_steps`, and the run directory is
+:class:`~platonic_rl.training.run.RunDirectory`. The sampler's key is part of the checkpoint, so a resumed run
+reproduces an uninterrupted one exactly.
 
 CLI (QRL on the discretised MountainCar dataset, presets shared with ``benchmarks.mountaincar``)::
 
-    python -m platonic_rl.qrl.train --scale quick --agent.goal-mode single      # ~1 min; then scored at the end
-    python -m platonic_rl.qrl.train --help                                      # every setting of the cpu preset
+    python -m platonic_rl.training.offline --scale quick --agent.goal-mode single   # ~1 min; scored at the end
+    python -m platonic_rl.training.offline --help                                  # every setting of the cpu preset
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
-import functools
 import hashlib
 import json
 import os
@@ -26,10 +29,14 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
-import orbax.checkpoint as ocp
 from tqdm.auto import tqdm
 
+from platonic_rl.agents.contract import check_agent
 from platonic_rl.agents.qrl import QRLAgent, QRLConfig
+from platonic_rl.envs.replay import DatasetSampler
+from platonic_rl.training.run import RunDirectory
+from platonic_rl.training.schedule import checkpoint_due
+from platonic_rl.training.updates import chain_keys, check_finite, update_steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,8 +55,12 @@ class TrainConfig:
     """Must be a multiple of log_every. 0 disables checkpoints."""
     keep_checkpoints: int = 2
     resume: bool = True
-    """Continue from the latest checkpoint in run_dir/checkpoints if there is one."""
+    """Continue from the latest checkpoint in run_dir if there is one (refused if the run's settings differ)."""
+    overwrite: bool = False
+    """Clear run_dir first (a fresh run into a directory that holds one is refused otherwise)."""
     progress: bool = True
+    tensorboard: bool = False
+    """Also write TensorBoard event files to run_dir/tensorboard (needs the tensorboard extra)."""
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "log_every", "updates_per_call", "keep_checkpoints"):
@@ -78,127 +89,10 @@ def _check_data(data: dict[str, Any]) -> int:
     return n
 
 
-@functools.partial(jax.jit, static_argnames=("batch_size", "length"))
-def _train_chunk(agent, key, data, batch_size: int, length: int):
-    n = jax.tree_util.tree_leaves(data)[0].shape[0]
-
-    def body(carry, _):
-        agent, key = carry
-        key, sample_key = jax.random.split(key)
-        idx = jax.random.randint(sample_key, (batch_size,), 0, n)
-        agent, metrics = agent.update(jax.tree_util.tree_map(lambda x: x[idx], data))
-        return (agent, key), metrics
-
-    (agent, key), metrics = jax.lax.scan(body, (agent, key), None, length=length)
-    return agent, key, jax.tree_util.tree_map(jnp.mean, metrics)
-
-
-class MetricsLog:
-    """metrics.jsonl (one row per log point) + metrics.csv written from it; on resume, rows after the
-    restored ``resume_step`` (by ``row[step_key]``) are dropped so nothing is logged twice."""
-
-    def __init__(self, run_dir: Path, resume_step: int, step_key: str = "step"):
-        self.jsonl, self.csv = run_dir / "metrics.jsonl", run_dir / "metrics.csv"
-        rows = self.read(run_dir) if resume_step and self.jsonl.exists() else []
-        self.rows = [r for r in rows if r[step_key] <= resume_step]
-        self._flush()
-
-    @staticmethod
-    def read(run_dir: Path) -> list[dict]:
-        """The rows logged in ``run_dir/metrics.jsonl`` (e.g. by a run still in progress)."""
-        path = Path(run_dir) / "metrics.jsonl"
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-    def append(self, row: dict):
-        self.rows.append(row)
-        with self.jsonl.open("a") as f:
-            f.write(json.dumps(row) + "\n")
-
-    def _flush(self):
-        self.jsonl.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
-
-    def write_csv(self):
-        if not self.rows:
-            return
-        keys = list(dict.fromkeys(k for r in self.rows for k in r))
-        with self.csv.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=keys)
-            writer.writeheader()
-            writer.writerows(self.rows)
-
-
-def checkpoint_manager(run_dir: Path, keep: int) -> ocp.CheckpointManager:
-    """Synchronous orbax manager for ``run_dir/checkpoints`` keeping the ``keep`` latest steps."""
-    options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False)
-    return ocp.CheckpointManager((run_dir / "checkpoints").absolute(), options=options,
-                                 item_handlers=ocp.StandardCheckpointHandler())  # also reads shapes (metadata)
-
-
-def restore_checkpoint(manager: ocp.CheckpointManager, target: Any, step: int | None = None):
-    """Restore ``target``'s structure from ``step`` (default latest); clear error if unusable."""
-    step = manager.latest_step() if step is None else step
-    if step is None:
-        raise FileNotFoundError(f"no checkpoint found in {manager.directory}")
-    abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, target)
-    try:
-        return step, manager.restore(step, args=ocp.args.StandardRestore(abstract))
-    except Exception as e:  # orbax raises many types for missing/corrupt/mismatched files
-        raise RuntimeError(
-            f"checkpoint at step {step} in {manager.directory} is corrupt or was written by another agent "
-            f"config ({type(e).__name__}: {str(e)[:300]}). If this directory belongs to another run, use another "
-            f"run directory; if the checkpoint is damaged, delete the folder {manager.directory / str(step)} to "
-            "resume from the previous checkpoint.") from e
-
-
-def open_online_run(run_dir, state: dict, resume: bool, step_key: str = "env_steps"):
-    """For the online loops: (checkpoint manager, metrics log, state) of ``run_dir`` (all None but the state
-    without a run dir); with ``resume`` and a checkpoint, ``state`` is restored from the latest one.
-
-    A replay buffer (``state["buffer"]``, with ``resized``) saved with a different capacity -- the run is
-    resumed with a larger ``env_steps`` budget, which sizes the buffer -- is restored at its saved size and
-    then resized to this state's (keeping every episode, or a clear error if they no longer fit)."""
-    if run_dir is None:
-        return None, None, state
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    manager = checkpoint_manager(run_dir, keep=2)
-    if resume and manager.latest_step() is not None:
-        buffer = state.get("buffer")
-        saved = _saved_capacity(manager) if buffer is not None else None
-        if saved is None or saved == buffer.capacity:
-            _, state = restore_checkpoint(manager, state)
-        else:
-            _, state = restore_checkpoint(manager, {**state, "buffer": buffer.resized(saved)})
-            try:
-                state["buffer"] = state["buffer"].resized(buffer.capacity)
-            except ValueError as e:
-                raise ValueError(f"cannot resume {run_dir}: its replay buffer does not fit this config's "
-                                 f"capacity of {buffer.capacity} episodes ({e}); use a larger budget or "
-                                 "buffer_episodes") from e
-    return manager, MetricsLog(run_dir, int(state[step_key]), step_key=step_key), state
-
-
-def _saved_capacity(manager: ocp.CheckpointManager) -> int | None:
-    """Episode capacity of the replay buffer in the latest checkpoint (None if its metadata is unreadable:
-    the restore then reports the problem)."""
-    try:
-        return int(manager.item_metadata(manager.latest_step())["buffer"]["observations"].shape[0])
-    except Exception:  # noqa: BLE001 -- missing/corrupt metadata: let restore_checkpoint explain
-        return None
-
-
-def close_online_run(manager, log) -> None:
-    """Write the CSV log and wait for pending checkpoint writes."""
-    if log:
-        log.write_csv()
-    if manager:
-        manager.wait_until_finished()
-        manager.close()
-
-
 # TrainConfig fields that may differ when a run is continued: the budget (a run can be extended) and
 # settings that change neither the updates nor the metrics rows.
-RESUMABLE_SETTINGS = ("steps", "resume", "progress", "updates_per_call", "checkpoint_every", "keep_checkpoints")
+RESUMABLE_SETTINGS = ("steps", "resume", "overwrite", "progress", "updates_per_call", "checkpoint_every",
+                      "keep_checkpoints", "tensorboard")
 
 
 def data_fingerprint(data: dict[str, Any]) -> dict[str, dict]:
@@ -214,36 +108,31 @@ def data_fingerprint(data: dict[str, Any]) -> dict[str, dict]:
 def run_settings(agent, config: TrainConfig, data: dict[str, Any]) -> dict:
     """What defines an offline run (all but RESUMABLE_SETTINGS), as it is stored in ``config.json``."""
     agent_config = getattr(agent, "config", None)
-    record = dict(agent=type(agent).__name__,
-                  agent_config=dataclasses.asdict(agent_config) if dataclasses.is_dataclass(agent_config) else None,
-                  train_config={k: v for k, v in dataclasses.asdict(config).items() if k not in RESUMABLE_SETTINGS},
-                  data=data_fingerprint(data))
-    return json.loads(json.dumps(record, default=str))  # tuples -> lists, as read back from the file
+    return dict(agent=type(agent).__name__,
+                agent_config=dataclasses.asdict(agent_config) if dataclasses.is_dataclass(agent_config) else None,
+                train_config={k: v for k, v in dataclasses.asdict(config).items() if k not in RESUMABLE_SETTINGS},
+                data=data_fingerprint(data))
 
 
-def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(tree, dict):
-        return {k: v for key, sub in tree.items() for k, v in _flatten(sub, f"{prefix}{key}.").items()}
-    return {prefix[:-1]: tree}
+DATASET_KEYS = ("observations", "actions", "next_observations", "rewards")
 
 
-def check_run_settings(run_dir: Path, settings: dict) -> None:
-    """Compare ``settings`` with those stored in ``run_dir/config.json``; refuse to continue a run with other
-    settings (listing the fields that differ). Writes the file if the directory has none."""
-    path = run_dir / "config.json"
-    if not path.exists():
-        path.write_text(json.dumps(dict(command=" ".join(sys.argv), **settings), indent=1))
-        return
-    saved = json.loads(path.read_text())
-    saved.pop("command", None)
-    old, new = _flatten(saved), _flatten(settings)
-    differ = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
-    if differ:
-        lines = "\n".join(f"  {k}: saved {old.get(k)!r}, now {new.get(k)!r}" for k in differ[:20])
-        more = f"\n  ... and {len(differ) - 20} more" if len(differ) > 20 else ""
-        raise ValueError(f"{run_dir} holds a run with other settings; continuing it would mix two runs. "
-                         f"Differences:\n{lines}{more}\nUse another run directory (the benchmark and CLI defaults "
-                         f"name it after the scale and seed), or delete {run_dir} to start this one afresh.")
+def load_dataset(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """An offline dataset from an ``.npz`` file: arrays with a common leading dimension N, at least
+    ``observations [N, D]``, ``actions [N]`` (int ids; -1 = no action) or ``[N, A]`` (in [-1, 1]),
+    ``next_observations [N, D]`` and ``rewards [N]`` (-1 per step for goal reaching); ``goals [N, D]`` for
+    the goal-conditioned continuous agents; any other key is kept and passed on."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"load_dataset: no file {path}")
+    with np.load(path) as archive:
+        data = {key: archive[key] for key in archive.files}
+    missing = [k for k in DATASET_KEYS if k not in data]
+    if missing:
+        raise ValueError(f"load_dataset: {path} lacks the keys {missing} (has {sorted(data)}); an offline dataset "
+                         f"needs {list(DATASET_KEYS)}")
+    _check_data(data)
+    return data
 
 
 def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str | os.PathLike | None = None,
@@ -252,37 +141,38 @@ def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str
 
     ``data``: a dict of arrays sharing their leading dimension, holding the keys the agent's ``update``
     reads (QRL: ``observations``, ``actions``, ``next_observations``, ``rewards``); each update samples
-    ``batch_size`` rows uniformly with replacement.
+    ``batch_size`` rows uniformly with replacement. The agent must follow
+    :class:`~platonic_rl.agents.contract.Agent` (checked first, before anything compiles).
 
-    With ``run_dir``: the run's settings go to ``config.json`` (agent config, train config, a fingerprint
-    of the data), metrics to ``metrics.jsonl``/``metrics.csv`` and checkpoints of ``{agent, sampler key}``
-    to ``checkpoints/`` every ``checkpoint_every`` steps (and at the end); with ``config.resume`` the
-    latest checkpoint is restored first, after checking that the stored settings are the same (only
-    ``RESUMABLE_SETTINGS``, e.g. a larger ``steps``, may change).
+    With ``run_dir``: a :class:`~platonic_rl.training.run.RunDirectory` holding the run's settings (agent
+    config, train config, a fingerprint of the data), its metrics and checkpoints of ``{agent, sampler key}``
+    every ``checkpoint_every`` steps (and at the end). With ``config.resume`` the latest checkpoint is restored
+    first, if the stored settings are the same (only ``RESUMABLE_SETTINGS``, e.g. a larger ``steps``, may
+    change); a fresh run into a directory holding one needs ``config.overwrite``. A NaN or an infinity in
+    any metric or in the agent's state stops the run (:class:`~platonic_rl.training.updates.NonFiniteError`)
+    before it is checkpointed.
     """
+    check_agent(agent)
     _check_data(data)
     if hasattr(agent, "validate_dataset"):
         agent.validate_dataset(data)
     state = {"agent": agent, "sampler_key": jax.random.PRNGKey(config.seed)}
-    step, manager, log = 0, None, None
+    run = None
     if run_dir is not None:
-        run_dir = Path(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        if config.resume:
-            check_run_settings(run_dir, run_settings(agent, config, data))
-        else:
-            (run_dir / "config.json").write_text(json.dumps(
-                dict(command=" ".join(sys.argv), **run_settings(agent, config, data)), indent=1))
-        if config.checkpoint_every:
-            manager = checkpoint_manager(run_dir, config.keep_checkpoints)
-            if config.resume and manager.latest_step() is not None:
-                step, state = restore_checkpoint(manager, state)
-                if step > config.steps:
-                    raise ValueError(f"checkpoint step {step} in {run_dir} is beyond steps={config.steps}")
-        log = MetricsLog(run_dir, step)
-    history = list(log.rows) if log else []
+        run = RunDirectory.open(run_dir, run_settings(agent, config, data), resume=config.resume,
+                                overwrite=config.overwrite, resumable=("train_config.steps",),
+                                keep=config.keep_checkpoints, tensorboard=config.tensorboard)
+        state = run.restore(state) if config.checkpoint_every else state
+        if run.metrics is None:
+            run.open_metrics(0)
+        step = run.latest_step if config.checkpoint_every and run.latest_step is not None else 0
+        if step > config.steps:
+            raise ValueError(f"checkpoint step {step} in {run_dir} is beyond steps={config.steps}")
+    else:
+        step = 0
+    history = run.rows if run else []
     agent, key = state["agent"], state["sampler_key"]
-    data = jax.tree_util.tree_map(jnp.asarray, data)
+    sampler = DatasetSampler(jax.tree_util.tree_map(jnp.asarray, data), config.batch_size)
     calls_per_row = config.log_every // config.updates_per_call
 
     start = time.time()
@@ -292,28 +182,26 @@ def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str
             bar.set_postfix_str("compiling")
         while step < config.steps:
             sums = None
-            for _ in range(calls_per_row):
-                agent, key, metrics = _train_chunk(agent, key, data, config.batch_size, config.updates_per_call)
+            for call in range(calls_per_row):
+                key, keys = chain_keys(key, config.updates_per_call)
+                agent, metrics, finite = update_steps(agent, sampler, keys)
+                check_finite(finite, first_step=step + call * config.updates_per_call + 1)
                 sums = metrics if sums is None else jax.tree_util.tree_map(jnp.add, sums, metrics)
-                key.block_until_ready()  # the bar shows finished updates, not dispatched ones
                 if bar.n == step:
                     bar.set_postfix_str("")  # compiled
                 bar.update(config.updates_per_call)
             step += config.log_every
             row = {"step": step, **{k: float(v) / calls_per_row for k, v in sums.items()},
                    "wall_time": time.time() - start}
+            if run:
+                row = run.log(row)  # + row_seconds
             history.append(row)
-            if log:
-                log.append(row)
             bar.set_postfix({k: f"{row[k]:.3g}" for k in ("loss", "violation", "lagrange_multiplier")
                              if k in row})
-            if manager and (step % config.checkpoint_every == 0 or step == config.steps):
-                manager.save(step, args=ocp.args.StandardSave({"agent": agent, "sampler_key": key}))
-    if manager:
-        manager.wait_until_finished()
-        manager.close()
-    if log:
-        log.write_csv()
+            if run and checkpoint_due(step, config.checkpoint_every, step == config.steps):
+                run.save(step, {"agent": agent, "sampler_key": key})
+    if run:
+        run.close()
     return agent, history
 
 
@@ -384,7 +272,7 @@ def parse_args(argv: list[str] | None = None) -> MountainCarTrainArgs:
     pre.add_argument("--scale", choices=["quick", "cpu", "paper"], default="cpu")
     known, rest = pre.parse_known_args(argv)
     agent, train = mountaincar_presets()[known.scale]
-    args = tyro.cli(MountainCarTrainArgs, args=rest, prog="python -m platonic_rl.qrl.train",
+    args = tyro.cli(MountainCarTrainArgs, args=rest, prog="python -m platonic_rl.training.offline",
                     default=MountainCarTrainArgs(scale=known.scale, train=train, agent=agent))
     if args.agent.cosine_decay_steps == agent.cosine_decay_steps and args.train.steps != train.steps \
             and agent.cosine_decay_steps is not None:

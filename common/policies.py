@@ -1,4 +1,5 @@
-"""Policies shared by the continuous-control agents."""
+"""Tanh-Normal policies shared by the continuous-control agents: the networks, reparametrised samples and
+log-densities of given actions."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -6,6 +7,8 @@ from typing import Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
+from platonic_rl.common.networks import AtariConvBackbone
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -36,8 +39,6 @@ class GoalConditionedPolicy(nn.Module):
     @nn.compact
     def __call__(self, observations: jax.Array, goals: jax.Array) -> tuple[jax.Array, jax.Array]:
         if self.image:
-            from platonic_rl.common.networks import AtariConvBackbone
-
             backbone = AtariConvBackbone()
             observations, goals = backbone(observations), backbone(goals)
         return TanhNormalPolicy(self.hidden, self.action_dim)(jnp.concatenate([observations, goals], -1))

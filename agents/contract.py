@@ -1,0 +1,50 @@
+"""What a training loop needs from an agent, written down and checked once when the loop starts.
+
+An agent is an immutable pytree (``flax.struct.PyTreeNode``) with
+
+* ``config``: a frozen dataclass (hashable: it is static under jit);
+* ``update(batch) -> (agent, metrics)``: one gradient step on a dict of arrays, pure and jit-able;
+* ``act(...)``: actions from observations, pure and jit-able. Goal-conditioned agents (QRL, CRL, GCBC,
+  DDPG+HER): ``act(observations, goals, rng=None) -> actions`` (a sample with ``rng`` -- a key or an int
+  seed -- else the deterministic action). Recurrent world-model agents (Denoised MDP, Dreamer) also have
+  ``initial_latent(batch_size)`` and act as ``act(latent, observations, prev_actions, rng=None) ->
+  (actions, latent)``: the loop carries the filter's latent from step to step.
+
+Which batch keys ``update`` reads is the agent's ``BATCH_KEYS`` (module-level in each agent file).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Agent(Protocol):
+    config: Any
+
+    def update(self, batch: dict) -> tuple["Agent", dict]: ...
+
+    def act(self, *args, **kwargs) -> Any: ...
+
+
+@runtime_checkable
+class RecurrentAgent(Agent, Protocol):
+    def initial_latent(self, batch_size: int) -> Any: ...
+
+
+def check_agent(agent: Any, recurrent: bool = False) -> None:
+    """Raise ``TypeError`` naming what ``agent`` lacks of the contract (before any compilation)."""
+    name = type(agent).__name__
+    required = ["update", "act"] + (["initial_latent"] if recurrent else [])
+    missing = [m for m in required if not callable(getattr(agent, m, None))]
+    if missing:
+        raise TypeError(f"{name} is not an agent a training loop can use: it has no callable {missing} "
+                        f"(needs {required}; see platonic_rl.agents.contract)")
+    config = getattr(agent, "config", None)
+    if config is None or not dataclasses.is_dataclass(config):
+        raise TypeError(f"{name}.config must be a frozen dataclass (the agent's static configuration), got "
+                        f"{type(config).__name__}")
+    try:
+        hash(config)
+    except TypeError:
+        raise TypeError(f"{name}.config must be hashable (frozen, tuples not lists): it is static under jit") from None

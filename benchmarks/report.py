@@ -1,0 +1,83 @@
+"""How every benchmark ends a run: ``results.json`` with the exact command and config, the plots, the printed table.
+
+    record = report.save_run(out, "platonic_rl.benchmarks.mountaincar", args, dict(results=...), table,
+                             plots={"values.png": lambda path: plot_values(path, ...)}, total_seconds=...)
+
+``results.json`` holds ``command`` (the shell command that reruns the run), ``args`` (the CLI arguments,
+``dataclasses.asdict``), the benchmark's own record, ``table`` (the printed text), ``jax_backend`` and
+``jax_devices``, and ``total_seconds`` when given. :func:`resave_run` rewrites an earlier run's record (e.g. with
+a reference curve added later) and keeps what describes that run: its command, args, devices and seconds.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+RUN_KEYS = ("command", "args", "table", "jax_backend", "jax_devices", "total_seconds")
+"""The keys :func:`save_run` writes itself; a benchmark's record must not hold them."""
+
+
+def command(module_name: str, argv: Sequence[str] | None = None) -> str:
+    """``python -m <module_name> <argv>`` with every argument shell-quoted; ``argv`` defaults to this process's
+    arguments (``sys.argv[1:]``), so that the string reruns the current command."""
+    argv = sys.argv[1:] if argv is None else argv
+    return " ".join(shlex.quote(str(a)) for a in ["python", "-m", module_name, *argv])
+
+
+def save_run(out_dir: str | Path, module_name: str, args, record: Mapping[str, Any], table: str,
+             plots: Mapping[str, Callable[[Path], Any]] | None = None, total_seconds: float | None = None) -> dict:
+    """Save a finished run in ``out_dir``: print ``table``, write ``results.json`` (the command, ``args`` as a
+    dict, ``record``, the table, the JAX backend and devices, ``total_seconds`` if given), then draw each plot
+    -- ``plots`` maps a file name in ``out_dir`` to a function called with its path -- and print the files saved.
+    Returns the record as saved (a new dict; ``record`` is not changed)."""
+    import jax
+
+    clash = sorted(set(record) & set(RUN_KEYS))
+    if clash:
+        raise ValueError(f"save_run: the record must not hold {clash}; save_run writes them itself")
+    saved = dict(command=command(module_name), args=dataclasses.asdict(args), **record, table=table,
+                 jax_backend=jax.default_backend(), jax_devices=[str(d) for d in jax.devices()])
+    if total_seconds is not None:
+        saved["total_seconds"] = total_seconds
+    return _write(Path(out_dir), saved, plots)
+
+
+def resave_run(out_dir: str | Path, module_name: str, record: Mapping[str, Any], table: str,
+               plots: Mapping[str, Callable[[Path], Any]] | None = None,
+               command_key: str = "reference_command") -> dict:
+    """Like :func:`save_run` for a record loaded from an earlier run's ``results.json`` and updated: it keeps its
+    command, args, devices and seconds (they describe the run), gets the new ``table`` and this process's
+    command under ``command_key``, and the plots are redrawn. Returns the record as saved."""
+    if command_key in RUN_KEYS:
+        raise ValueError(f"resave_run: command_key {command_key!r} would overwrite the run's own {command_key!r}")
+    saved = {**record, "table": table, command_key: command(module_name)}
+    return _write(Path(out_dir), saved, plots)
+
+
+def _write(out: Path, saved: dict, plots: Mapping[str, Callable[[Path], Any]] | None) -> dict:
+    print(saved["table"])
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "results.json"]
+    # results.json first: a plot that fails must not lose the results of a long run.
+    paths[0].write_text(json.dumps(saved, indent=1, default=_plain))
+    for name, draw in (plots or {}).items():
+        draw(out / name)
+        paths.append(out / name)
+    print("saved " + ", ".join(str(p) for p in paths))
+    return saved
+
+
+def _plain(value):
+    """NumPy and JAX scalars and arrays as Python numbers and lists, other numbers as floats (``json.dumps``'s
+    ``default``)."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"results.json: {type(value).__name__} is not JSON serialisable: {value!r}") from None

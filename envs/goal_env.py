@@ -1,0 +1,122 @@
+"""Any gymnasium goal env as batches of goal *states*, for the goal-conditioned agents and their online loop.
+
+A gymnasium goal env (as gymnasium-robotics defines them: Fetch, PointMaze, ...) returns dict observations
+``{"observation": s, "achieved_goal": ag, "desired_goal": dg}`` and ``info["is_success"]``. The agents here
+read states and goal states of one shape: the goal state of a goal ``dg`` is an observation vector whose
+*goal dimensions* (those of ``observation`` that ``achieved_goal`` copies) hold ``dg`` and all others zero
+(dissertation C.3.3). :class:`GoalEnvAdapter` finds those dimensions itself (by matching ``achieved_goal``
+against ``observation`` over a few random steps) or takes them given, and runs batched, seeded episodes
+of the env's fixed length.
+
+    adapter = GoalEnvAdapter(gymnasium.make_vec("PointMaze_UMaze-v3", num_envs=4))
+    out = adapter.rollout(policy, seed=0)     # policy(states [N, D], goal states [N, D]) -> actions [N, A]
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+
+def find_goal_dims(env, steps: int = 20, seed: int = 0) -> tuple[int, ...]:
+    """The dimensions of ``observation`` that ``achieved_goal`` copies, in ``achieved_goal``'s order, found by
+    comparing both, in every sub-env of the vector ``env``, over ``steps`` random steps (the env is reset
+    first and left mid-episode: reset it before use). Raises ``ValueError`` if a goal dimension is not a copy
+    of exactly one observation dimension (pass ``goal_dims`` to the adapter then)."""
+    obs, _ = env.reset(seed=seed)
+    env.action_space.seed(seed)
+    observations, achieved = [obs["observation"]], [obs["achieved_goal"]]
+    for _ in range(steps):
+        obs, *_ = env.step(env.action_space.sample())
+        observations.append(obs["observation"])
+        achieved.append(obs["achieved_goal"])
+    observations = np.concatenate(observations).astype(np.float64)
+    achieved = np.concatenate(achieved).astype(np.float64)
+    dims = []
+    for j in range(achieved.shape[1]):
+        matches = [i for i in range(observations.shape[1]) if np.allclose(observations[:, i], achieved[:, j])]
+        if len(matches) != 1:
+            raise ValueError(f"find_goal_dims: achieved_goal[{j}] matches observation dimensions {matches} over "
+                             f"{steps} random steps (needs exactly one); pass goal_dims explicitly")
+        dims.append(matches[0])
+    return tuple(dims)
+
+
+class GoalEnvAdapter:
+    """A gymnasium *vector* goal env (e.g. ``gymnasium.make_vec(id, num_envs=n)``) seen through goal states.
+
+    ``goal_dims``: where the goal sits in the observation vector (found by :func:`find_goal_dims` if None).
+    ``episode_length``: steps per episode (default: the env spec's ``max_episode_steps``); every episode runs
+    exactly that many steps, so the env must not terminate early. Success of an episode =
+    ``info["is_success"]`` at any step.
+    """
+
+    def __init__(self, env, goal_dims: tuple[int, ...] | None = None, episode_length: int | None = None):
+        self.env = env
+        space = getattr(env, "single_observation_space", None)
+        keys = ("observation", "achieved_goal", "desired_goal")
+        if space is None or not hasattr(space, "spaces") or any(k not in space.spaces for k in keys):
+            raise ValueError(f"GoalEnvAdapter: env must be a gymnasium vector env of goal envs (dict observations "
+                             f"with keys {list(keys)}), got {type(env).__name__} with observation space {space}")
+        self.num_envs = int(env.num_envs)
+        self.obs_dim = int(space["observation"].shape[0])
+        self.action_dim = int(env.single_action_space.shape[0])
+        self.goal_dims = tuple(goal_dims) if goal_dims is not None else find_goal_dims(env)
+        if len(self.goal_dims) != space["desired_goal"].shape[0] or not all(0 <= d < self.obs_dim for d in self.goal_dims):
+            raise ValueError(f"GoalEnvAdapter: goal_dims {self.goal_dims} must name {space['desired_goal'].shape[0]} "
+                             f"observation dimensions in [0, {self.obs_dim})")
+        if episode_length is None:
+            spec = getattr(env, "spec", None)
+            episode_length = getattr(spec, "max_episode_steps", None) if spec is not None else None
+        if not episode_length or episode_length < 1:
+            raise ValueError("GoalEnvAdapter: episode_length is not known from the env's spec; pass it")
+        self.episode_length = int(episode_length)
+
+    @property
+    def goal_mask(self) -> np.ndarray:
+        """``[obs_dim]``: 1 on the goal dimensions, 0 elsewhere (a state times the mask is the goal it achieves)."""
+        mask = np.zeros(self.obs_dim, np.float32)
+        mask[list(self.goal_dims)] = 1.0
+        return mask
+
+    def goal_states(self, goals: np.ndarray) -> np.ndarray:
+        """Goal states ``[..., obs_dim]`` of goals ``[..., len(goal_dims)]``."""
+        goals = np.asarray(goals, np.float32)
+        out = np.zeros(goals.shape[:-1] + (self.obs_dim,), np.float32)
+        out[..., list(self.goal_dims)] = goals
+        return out
+
+    def rollout(self, policy: Callable[[np.ndarray, np.ndarray], np.ndarray], seed: int | None,
+                renderer=None) -> dict[str, np.ndarray]:
+        """One episode in every sub-env with ``policy(observations, goals) -> actions [N, A]`` (clipped to
+        [-1, 1]). States: the policy sees states [N, D] and goal states [N, D]; with a ``renderer``
+        (``observe() -> frames``, ``goal_images() -> frames``) it sees frames and goal frames instead.
+        Returns observations [N, T + 1, D], actions [N, T, A], goals [N, D], success [N] (at any step),
+        final_success [N], and with a renderer images [N, T + 1, ...] and goal_images [N, ...]."""
+        obs, _ = self.env.reset(seed=seed)
+        goals = self.goal_states(obs["desired_goal"])
+        observations, actions, successes = [obs["observation"].astype(np.float32)], [], []
+        images = [renderer.observe()] if renderer else None
+        goal_images = renderer.goal_images() if renderer else None
+        for _ in range(self.episode_length):
+            inputs = (images[-1], goal_images) if renderer else (observations[-1], goals)
+            action = np.clip(np.asarray(policy(*inputs), np.float32), -1.0, 1.0)
+            obs, _, terminated, _, info = self.env.step(action)
+            if np.any(terminated) and len(actions) < self.episode_length - 1:
+                raise ValueError(f"GoalEnvAdapter: an episode terminated after {len(actions) + 1} of "
+                                 f"{self.episode_length} steps; episodes must run their full length (use the env's "
+                                 "continuing mode, or a shorter episode_length)")
+            observations.append(obs["observation"].astype(np.float32))
+            if renderer:
+                images.append(renderer.observe())
+            actions.append(action)
+            successes.append(np.asarray(info["is_success"], bool))
+        successes = np.stack(successes, 1)
+        out = dict(observations=np.stack(observations, 1), actions=np.stack(actions, 1), goals=goals,
+                   success=successes.any(1), final_success=successes[:, -1])
+        if renderer:
+            out.update(images=np.stack(images, 1), goal_images=goal_images)
+        return out
+
+    def close(self) -> None:
+        self.env.close()

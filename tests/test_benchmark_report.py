@@ -1,0 +1,75 @@
+"""benchmarks/report.py: the command string, results.json, the plots and what is printed."""
+import dataclasses
+import json
+import shlex
+
+import numpy as np
+import pytest
+
+from platonic_rl.benchmarks import report
+
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+    out_dir: str = "results/x"
+    seeds: tuple[int, ...] = (0, 1)
+
+
+def test_command_quotes_arguments_and_defaults_to_this_process(monkeypatch):
+    cmd = report.command("platonic_rl.benchmarks.fetch", ["--out-dir", "my runs/a b", "--seeds", "0", "1", "x'y"])
+    assert cmd.startswith("python -m platonic_rl.benchmarks.fetch --out-dir ")
+    assert shlex.split(cmd) == ["python", "-m", "platonic_rl.benchmarks.fetch", "--out-dir", "my runs/a b",
+                                "--seeds", "0", "1", "x'y"]
+    monkeypatch.setattr("sys.argv", ["/usr/bin/platonic-rl-fetch", "--env", "push"])
+    assert report.command("platonic_rl.benchmarks.fetch") == "python -m platonic_rl.benchmarks.fetch --env push"
+
+
+def test_save_run_writes_results_plots_and_prints(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("sys.argv", ["prog", "--out-dir", str(tmp_path / "run 1")])
+    drawn = []
+
+    def draw(path):
+        drawn.append(path)
+        path.write_bytes(b"png")
+
+    record = dict(results={"a": np.float32(0.5), "curve": np.arange(3)}, gamma=0.9)
+    saved = report.save_run(tmp_path / "run 1", "platonic_rl.benchmarks.x", Args(), record, "the table",
+                            plots={"one.png": draw, "two.png": draw}, total_seconds=12.5)
+    out = tmp_path / "run 1"
+    assert drawn == [out / "one.png", out / "two.png"] and (out / "two.png").read_bytes() == b"png"
+    on_disk = json.loads((out / "results.json").read_text())
+    assert shlex.split(on_disk["command"]) == ["python", "-m", "platonic_rl.benchmarks.x", "--out-dir", str(out)]
+    assert on_disk["args"] == {"out_dir": "results/x", "seeds": [0, 1]}
+    assert on_disk["table"] == "the table" and on_disk["total_seconds"] == 12.5 and on_disk["gamma"] == 0.9
+    assert on_disk["results"] == {"a": 0.5, "curve": [0, 1, 2]}  # NumPy values as plain numbers and lists
+    assert on_disk["jax_backend"] and on_disk["jax_devices"] and isinstance(on_disk["jax_devices"][0], str)
+    assert saved.keys() == on_disk.keys() and saved["command"] == on_disk["command"]
+    assert "results" in record and "command" not in record  # the caller's record is not changed
+    printed = capsys.readouterr().out
+    assert printed.startswith("the table\n")
+    assert f"saved {out / 'results.json'}, {out / 'one.png'}, {out / 'two.png'}" in printed
+
+    # Without plots or seconds: just results.json, and no total_seconds key.
+    saved = report.save_run(tmp_path / "bare", "platonic_rl.benchmarks.x", Args(), {}, "t")
+    assert "total_seconds" not in saved and sorted(p.name for p in (tmp_path / "bare").iterdir()) == ["results.json"]
+    with pytest.raises(ValueError, match="must not hold"):
+        report.save_run(tmp_path, "platonic_rl.benchmarks.x", Args(), dict(table="mine"), "t")
+
+
+def test_resave_run_keeps_the_runs_command_args_and_seconds(tmp_path, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["prog", "--first"])
+    report.save_run(tmp_path, "platonic_rl.benchmarks.x", Args(), dict(summary={"a": 1}), "old table",
+                    total_seconds=3.0)
+    first = json.loads((tmp_path / "results.json").read_text())
+    monkeypatch.setattr("sys.argv", ["prog", "--add-reference-to", str(tmp_path)])
+    record = json.loads((tmp_path / "results.json").read_text())
+    record["summary"]["reference"] = 0.1
+    report.resave_run(tmp_path, "platonic_rl.benchmarks.x", record, "new table",
+                      plots={"p.png": lambda path: path.write_text("x")})
+    again = json.loads((tmp_path / "results.json").read_text())
+    assert again["command"] == first["command"] and again["args"] == first["args"]
+    assert again["total_seconds"] == 3.0 and again["jax_devices"] == first["jax_devices"]
+    assert again["reference_command"].endswith(f"--add-reference-to {tmp_path}") and again["table"] == "new table"
+    assert again["summary"] == {"a": 1, "reference": 0.1} and (tmp_path / "p.png").is_file()
+    with pytest.raises(ValueError, match="overwrite"):
+        report.resave_run(tmp_path, "platonic_rl.benchmarks.x", record, "t", command_key="command")

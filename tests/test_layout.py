@@ -1,0 +1,68 @@
+"""The rooms of the suite and their import arrows, read with ``ast`` (nothing is imported or run).
+
+Rooms, lowest first: ``common`` (building blocks) < the algorithm cores ``qrl``, ``denoised``, ``replearn`` and
+``envs`` < ``agents`` < ``training`` < ``benchmarks``. No module imports a room above its own, and nothing
+-- code, tests or the README's code -- imports the suite by its folder names (``import agents``): always as
+``platonic_rl.<package>``, so that a user's own ``agents`` or ``envs`` can neither shadow nor be shadowed.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RANK = {"common": 0, "qrl": 1, "denoised": 1, "replearn": 1, "envs": 1, "agents": 2, "training": 3, "benchmarks": 4}
+
+
+def imported_modules(source: str) -> list[tuple[int, str]]:
+    """(line, module) of every import statement, including those inside functions."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.append((node.lineno, node.module))
+    return out
+
+
+def suite_room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "platonic_rl" and len(parts) > 1 else None
+
+
+def python_files() -> list[Path]:
+    return [p for room in RANK for p in sorted((ROOT / room).glob("*.py"))]
+
+
+def test_no_module_imports_a_room_above_its_own():
+    upward = []
+    for path in python_files():
+        room = path.parent.name
+        for line, module in imported_modules(path.read_text()):
+            target = suite_room(module)
+            if target is not None and RANK.get(target, 99) > RANK[room]:
+                upward.append(f"{path.relative_to(ROOT)}:{line} ({room}) imports {module} ({target})")
+    assert not upward, "imports that run upward:\n" + "\n".join(upward)
+
+
+def test_the_cores_never_import_agents_or_training():
+    for path in python_files():
+        if path.parent.name in ("qrl", "denoised", "replearn", "envs", "common"):
+            targets = {suite_room(m) for _, m in imported_modules(path.read_text())}
+            assert not targets & {"agents", "training", "benchmarks"}, path
+
+
+def test_nothing_imports_the_suite_by_its_folder_names():
+    readme_code = "\n".join(re.findall(r"^```python\n(.*?)^```", (ROOT / "README.md").read_text(), re.S | re.M))
+    sources = {str(p.relative_to(ROOT)): p.read_text() for p in python_files() + sorted((ROOT / "tests").rglob("*.py"))}
+    sources["README.md"] = readme_code
+    bare = [f"{name}:{line} imports {module}" for name, source in sources.items()
+            for line, module in imported_modules(source) if module.split(".")[0] in RANK]
+    assert not bare, "import these as platonic_rl.<package>:\n" + "\n".join(bare)
+
+
+def test_the_checker_sees_an_upward_import():
+    source = "import jax\nfrom platonic_rl.training.run import RunDirectory\ndef f():\n    import platonic_rl.agents\n"
+    rooms = [suite_room(m) for _, m in imported_modules(source)]
+    assert rooms == [None, "training", "agents"]

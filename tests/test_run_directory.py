@@ -1,0 +1,178 @@
+"""The run directory every loop writes: rows agree across JSONL/CSV/TensorBoard, misuse is refused, damage is
+reported briefly, a NaN stops the run at its step, and a killed run still resumes exactly."""
+import csv
+import dataclasses
+import json
+import struct
+
+import jax
+import numpy as np
+import pytest
+
+from platonic_rl.agents.qrl import QRLAgent, QRLConfig
+from platonic_rl.training.offline import TrainConfig, train_offline
+from platonic_rl.training.run import MetricsLog, RunDirectory, RunDirectoryError
+from platonic_rl.training.updates import NonFiniteError, check_finite
+
+TINY = QRLConfig(encoder_hidden=(16,), latent_dim=8, projector_hidden=(16,), iqe_components=2,
+                 iqe_dim_per_component=4, dynamics_hidden=(16,), cosine_decay_steps=40)
+CONFIG = TrainConfig(steps=40, batch_size=32, log_every=10, checkpoint_every=20, progress=False)
+
+
+def data(n=500):
+    rng = np.random.default_rng(0)
+    return dict(observations=rng.normal(size=(n, 3)).astype(np.float32),
+                actions=rng.integers(-1, 3, n).astype(np.int32),
+                next_observations=rng.normal(size=(n, 3)).astype(np.float32),
+                rewards=-np.ones(n, np.float32))
+
+
+def tensorboard_scalars(directory) -> dict[str, dict[int, float]]:
+    """Scalars of every event file below ``directory`` (TFRecord framing: length, crc, Event proto, crc)."""
+    from tensorboardX.proto import event_pb2
+
+    out = {}
+    for path in sorted(directory.rglob("events.out.tfevents.*")):
+        raw = path.read_bytes()
+        offset = 0
+        while offset < len(raw):
+            (length,) = struct.unpack("<Q", raw[offset:offset + 8])
+            event = event_pb2.Event.FromString(raw[offset + 12:offset + 12 + length])
+            offset += 12 + length + 4
+            for value in event.summary.value:
+                out.setdefault(value.tag, {})[event.step] = value.simple_value
+    return out
+
+
+def test_rows_agree_across_jsonl_csv_and_tensorboard_and_csv_grows_with_the_log(tmp_path):
+    run = RunDirectory.open(tmp_path / "run", dict(lr=0.1), tensorboard=True)
+    run.open_metrics(0)
+    for step in (1, 2, 3):
+        row = {"step": step, "loss": 1.0 / step}
+        if step == 2:
+            row["eval"] = 0.5  # a column that appears later
+        run.log(row)
+        assert len((tmp_path / "run" / "metrics.csv").read_text().splitlines()) == step + 1  # header + rows
+    run.close()
+    rows = MetricsLog.read(tmp_path / "run")
+    with (tmp_path / "run" / "metrics.csv").open() as f:
+        table = list(csv.DictReader(f))
+    assert [r["loss"] for r in rows] == pytest.approx([1.0, 0.5, 1 / 3])
+    assert [float(r["loss"]) for r in table] == pytest.approx([r["loss"] for r in rows])
+    assert [r["eval"] for r in table] == ["", "0.5", ""]
+    board = tensorboard_scalars(tmp_path / "run" / "tensorboard")
+    assert board["loss"] == pytest.approx({1: 1.0, 2: 0.5, 3: 1 / 3})
+    assert set(board["row_seconds"]) == {1, 2, 3}
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["settings"] == {"lr": 0.1}
+
+
+def test_other_settings_are_refused_listing_them_and_nothing_changes(tmp_path):
+    RunDirectory.open(tmp_path, dict(agent=dict(lr=0.1, width=8), steps=10), resumable=("steps",)).close()
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with pytest.raises(RunDirectoryError, match=r"(?s)agent\.lr: saved 0\.1, now 0\.2.*agent\.width: saved 8, now 16"):
+        RunDirectory.open(tmp_path, dict(agent=dict(lr=0.2, width=16), steps=10), resumable=("steps",))
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    RunDirectory.open(tmp_path, dict(agent=dict(lr=0.1, width=8), steps=20), resumable=("steps",)).close()  # budget
+
+
+def test_a_fresh_run_into_a_used_directory_is_refused_unless_overwritten(tmp_path):
+    run_dir = tmp_path / "run"
+    train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=20), run_dir)
+    with pytest.raises(RunDirectoryError, match="already holds a run; pass overwrite"):
+        train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, resume=False), run_dir)
+    (run_dir / "stray.txt").write_text("from the old run")
+    _, history = train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, resume=False, overwrite=True,
+                                                                                     seed=5), run_dir)
+    assert not (run_dir / "stray.txt").exists()  # cleared first
+    assert [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()] == [10, 20, 30, 40]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["20", "40"]
+    assert json.loads((run_dir / "config.json").read_text())["settings"]["train_config"]["seed"] == 5
+
+
+def test_a_nan_row_stops_the_run_at_its_step_and_keeps_the_last_good_checkpoint(tmp_path):
+    poisoned = data()
+    poisoned["observations"][123, 1] = np.nan
+    config = dataclasses.replace(CONFIG, steps=400, log_every=10, checkpoint_every=10)
+    with pytest.raises(NonFiniteError, match=r"non-finite values at update (\d+): .*agent_state") as error:
+        train_offline(QRLAgent.create(TINY, 0), poisoned, config, tmp_path)
+    import re
+
+    step = int(re.search(r"update (\d+)", str(error.value)).group(1))
+    assert 1 <= step <= 400
+    saved = sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir())
+    assert all(s < step for s in saved)  # nothing from the damaged state was saved
+    # The reported step is the first update whose batch holds row 123: replay the sampler's draws.
+    from platonic_rl.training.updates import chain_keys
+
+    key, draws = jax.random.PRNGKey(config.seed), []
+    key, keys = chain_keys(key, 400)
+    for k in keys:
+        draws.append(123 in np.asarray(jax.random.randint(k, (config.batch_size,), 0, 500)))
+    assert step == draws.index(True) + 1
+
+
+def test_check_finite_names_the_first_bad_update_and_quantities():
+    finite = {"loss": np.array([True, True, False, False]), "agent_state": np.array([True, False, False, False])}
+    with pytest.raises(NonFiniteError, match=r"update 11: agent_state \("):
+        check_finite(finite, first_step=10)
+    check_finite({"loss": np.ones(3, bool)}, first_step=1)
+
+
+def test_a_corrupt_checkpoint_gives_one_short_message_and_deleting_it_resumes_exactly(tmp_path):
+    full, _ = train_offline(QRLAgent.create(TINY, 0), data(), CONFIG, tmp_path / "full")
+    cut = tmp_path / "cut"
+    train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=40, checkpoint_every=20), cut)
+    for f in (cut / "checkpoints" / "40").rglob("*"):
+        if f.is_file():
+            f.write_bytes(b"garbage")
+    with pytest.raises(RunDirectoryError) as error:
+        train_offline(QRLAgent.create(TINY, 0), data(), CONFIG, cut)
+    message = str(error.value)
+    assert str(cut / "checkpoints" / "40") in message and "previous checkpoint (step 20)" in message
+    assert len(message) < 600 and error.value.__cause__ is None and error.value.__suppress_context__
+    import shutil
+
+    shutil.rmtree(cut / "checkpoints" / "40")
+    resumed, history = train_offline(QRLAgent.create(TINY, 0), data(), CONFIG, cut)
+    for a, b in zip(jax.tree.leaves(full), jax.tree.leaves(resumed)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert [r["step"] for r in history] == [10, 20, 30, 40]
+
+
+def test_a_damaged_last_metrics_line_is_dropped_and_a_lost_log_is_reported(tmp_path):
+    train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=20), tmp_path)
+    jsonl = tmp_path / "metrics.jsonl"
+    jsonl.write_text(jsonl.read_text() + '{"step": 30, "loss": 1.')  # killed mid-write
+    with pytest.warns(UserWarning, match="damaged last line"):
+        _, history = train_offline(QRLAgent.create(TINY, 0), data(), CONFIG, tmp_path)
+    assert [r["step"] for r in history] == [10, 20, 30, 40]
+    jsonl.write_text("")  # a log emptied by accident
+    with pytest.warns(UserWarning, match="holds no rows up to the checkpoint's step 40"):
+        train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=50), tmp_path)
+    lines = jsonl.read_text().splitlines()
+    with pytest.raises(RunDirectoryError, match="line 1 is damaged"):
+        jsonl.write_text("{oops\n" + "\n".join(lines) + "\n")
+        MetricsLog.read(tmp_path)
+
+
+def test_missing_tensorboardx_gives_a_clear_message(tmp_path, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_tensorboardx(name, *args, **kwargs):
+        if name.startswith("tensorboardX"):
+            raise ImportError("no tensorboardX")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_tensorboardx)
+    run = RunDirectory.open(tmp_path, {}, tensorboard=True)
+    with pytest.raises(ImportError, match=r"platonic-rl\[tensorboard\]"):
+        run.open_metrics(0)
+
+
+def test_overwrite_clears_even_with_resume_on(tmp_path):
+    RunDirectory.open(tmp_path, {"a": 1}).close()
+    (tmp_path / "old.txt").write_text("x")
+    RunDirectory.open(tmp_path, {"a": 2}, resume=True, overwrite=True).close()  # no settings clash: cleared first
+    assert not (tmp_path / "old.txt").exists()

@@ -1,0 +1,264 @@
+"""A run directory, written and read by every training loop.
+
+    run = RunDirectory.open(path, settings, resume=True, resumable=("steps",))
+    state = run.restore(state)                      # the latest checkpoint, if any (exact resume)
+    run.log(row)                                    # metrics.jsonl + metrics.csv (+ TensorBoard), appended
+    run.save(step, state)                           # an orbax checkpoint
+    run.close()
+
+Layout: ``config.json`` (the exact command, the run's settings), ``metrics.jsonl`` and ``metrics.csv`` (one
+row per logged step, both appended as rows are logged), ``tensorboard/`` (event files, with
+``tensorboard=True``; needs the ``tensorboard`` extra: ``pip install "platonic-rl[tensorboard]"``) and
+``checkpoints/<step>/`` (orbax, synchronous, the ``keep`` latest).
+
+A directory refuses to be misused:
+
+* resuming with other settings is refused, listing the fields that differ (only those named in
+  ``resumable``, e.g. the budget, may change), and nothing in the directory is touched;
+* a fresh run (``resume=False``) into a directory that holds a run is refused unless ``overwrite=True``,
+  which clears the directory first, so checkpoints and metrics of two runs never mix;
+* a corrupt checkpoint gives one short message naming its step folder and the fallback (delete the folder
+  and the run resumes from the previous checkpoint);
+* a damaged last line of ``metrics.jsonl`` (a run killed while writing it) is dropped with a warning, and a
+  metrics file that lost rows a checkpoint says were logged is reported, not silently continued.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import shutil
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Iterable
+
+import jax
+import orbax.checkpoint as ocp
+
+
+class RunDirectoryError(ValueError):
+    """A run directory that cannot be used as asked (other settings, not empty, corrupt checkpoint)."""
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(tree, dict):
+        return {k: v for key, sub in tree.items() for k, v in _flatten(sub, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: tree}
+
+
+def as_json(value: Any) -> Any:
+    """``value`` as it reads back from JSON (tuples become lists; unknown objects their ``str``)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+class MetricsLog:
+    """``metrics.jsonl`` and ``metrics.csv``: rows appended as they are logged. On opening, rows after
+    ``resume_step`` (by ``row[step_key]``: a run killed after logging but before checkpointing) are dropped,
+    so that the resumed run logs them again once."""
+
+    def __init__(self, directory: Path, resume_step: int, step_key: str = "step"):
+        self.jsonl, self.csv = directory / "metrics.jsonl", directory / "metrics.csv"
+        self.step_key = step_key
+        rows = self.read(directory) if self.jsonl.exists() else []
+        self.rows = [r for r in rows if r.get(step_key, 0) <= resume_step]
+        if resume_step and not self.rows:
+            warnings.warn(f"{self.jsonl} holds no rows up to the checkpoint's step {resume_step}: the rows logged "
+                          "before it were lost; the run continues from the checkpoint and logs the new rows only",
+                          stacklevel=3)
+        self._fields: list[str] = []
+        self._rewrite()
+
+    @staticmethod
+    def read(directory: str | Path) -> list[dict]:
+        """The rows of ``directory/metrics.jsonl`` (e.g. of a run in progress). A damaged last line -- a run
+        killed while writing it -- is dropped with a warning; a damaged line elsewhere is an error."""
+        path = Path(directory) / "metrics.jsonl"
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        rows = []
+        for i, line in enumerate(lines):
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                if i == len(lines) - 1:
+                    warnings.warn(f"{path}: dropped a damaged last line ({error}); a run killed while writing it "
+                                  "leaves one", stacklevel=2)
+                    break
+                raise RunDirectoryError(f"{path}, line {i + 1} is damaged ({error}); only the last line of a "
+                                        "killed run can be, so the file was edited or corrupted") from None
+        return rows
+
+    def append(self, row: dict) -> None:
+        self.rows.append(row)
+        with self.jsonl.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        new_fields = [k for k in row if k not in self._fields]
+        if new_fields:  # a new column (e.g. the first evaluation): rewrite the CSV with the wider header
+            self._rewrite()
+        else:
+            with self.csv.open("a", newline="") as f:
+                csv.DictWriter(f, fieldnames=self._fields).writerow(row)
+
+    def _rewrite(self) -> None:
+        self.jsonl.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
+        self._fields = list(dict.fromkeys(k for r in self.rows for k in r))
+        with self.csv.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=self._fields)
+            writer.writeheader()
+            writer.writerows(self.rows)
+
+
+class _TensorBoard:
+    def __init__(self, directory: Path, purge_step: int):
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError:
+            raise ImportError("TensorBoard logging needs tensorboardX: pip install \"platonic-rl[tensorboard]\" "
+                              "(or tensorboardX), or leave tensorboard off") from None
+        # purge_step drops events a killed run wrote after its last checkpoint, as the JSONL log does.
+        self.writer = SummaryWriter(str(directory), purge_step=purge_step or None)
+
+    def add(self, row: dict, step: int) -> None:
+        for key, value in row.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                self.writer.add_scalar(key, value, step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class RunDirectory:
+    """See the module docstring. Build with :meth:`open`."""
+
+    def __init__(self, path: Path, keep: int, step_key: str, tensorboard: bool):
+        self.path, self.step_key, self.tensorboard = path, step_key, tensorboard
+        self.manager = ocp.CheckpointManager(
+            (path / "checkpoints").absolute(),
+            options=ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False),
+            item_handlers=ocp.StandardCheckpointHandler())  # also reads shapes (metadata)
+        self.metrics: MetricsLog | None = None
+        self._board: _TensorBoard | None = None
+        self._last_row_time = time.time()
+
+    # ------------------------------------------------------------------------------------ opening
+    @classmethod
+    def open(cls, path: str | Path, settings: dict, *, resume: bool = True, overwrite: bool = False,
+             resumable: Iterable[str] = (), keep: int = 2, step_key: str = "step",
+             tensorboard: bool = False) -> "RunDirectory":
+        """Open ``path`` for a run defined by ``settings`` (a JSON-able dict, e.g. the agent's and the loop's
+        configs). ``overwrite`` clears the directory first (whatever ``resume`` says); else ``resume`` continues
+        the run it holds, and without it a directory holding a run is refused. ``resumable``: dotted setting
+        names that may differ from the stored ones when resuming (e.g. ``"loop.env_steps"``)."""
+        path = Path(path)
+        settings = as_json(settings)
+        holds_run = path.is_dir() and any(path.iterdir())
+        if holds_run and overwrite:
+            shutil.rmtree(path)
+        elif holds_run and not resume:
+            raise RunDirectoryError(f"{path} already holds a run; pass overwrite=True (command lines: --overwrite) to clear "
+                                    "it first, resume=True to continue it, or choose another directory")
+        path.mkdir(parents=True, exist_ok=True)
+        config_file = path / "config.json"
+        if config_file.exists():
+            cls._check_settings(path, json.loads(config_file.read_text()).get("settings", {}), settings,
+                                set(resumable))
+        record = dict(command=" ".join(sys.argv), settings=settings)
+        if not config_file.exists() or resumable:  # keep the file current with a changed budget
+            config_file.write_text(json.dumps(record, indent=1))
+        return cls(path, keep, step_key, tensorboard)
+
+    @staticmethod
+    def _check_settings(path: Path, saved: dict, settings: dict, resumable: set[str]) -> None:
+        old, new = _flatten(saved), _flatten(settings)
+        differ = sorted(k for k in old.keys() | new.keys()
+                        if old.get(k) != new.get(k) and not any(k == r or k.startswith(r + ".") for r in resumable))
+        if differ:
+            lines = "\n".join(f"  {k}: saved {old.get(k)!r}, now {new.get(k)!r}" for k in differ[:20])
+            more = f"\n  ... and {len(differ) - 20} more" if len(differ) > 20 else ""
+            raise RunDirectoryError(
+                f"{path} holds a run with other settings; continuing it would mix two runs. Differences:\n{lines}"
+                f"{more}\nUse another directory, or start afresh with overwrite (CLI: --overwrite), which clears it.")
+
+    # ----------------------------------------------------------------------------- checkpoints
+    @property
+    def latest_step(self) -> int | None:
+        return self.manager.latest_step()
+
+    def restore(self, state: Any, resize_buffer: bool = False) -> Any:
+        """``state`` from the latest checkpoint (the same structure, shapes and dtypes), or ``state`` itself if
+        there is none; then opens the metrics log at that step. With ``resize_buffer``, a replay buffer saved
+        at another capacity (``state["buffer"]``, with ``capacity``/``resized``: a run whose budget grew) is
+        restored at its saved size and resized to this state's, keeping every episode."""
+        step = self.latest_step
+        if step is not None:
+            buffer = state.get("buffer") if resize_buffer and isinstance(state, dict) else None
+            saved = self._saved_capacity(step) if buffer is not None else None
+            if saved is None or saved == buffer.capacity:
+                state = self._restore(step, state)
+            else:
+                state = self._restore(step, {**state, "buffer": buffer.resized(saved)})
+                try:
+                    state["buffer"] = state["buffer"].resized(buffer.capacity)
+                except ValueError as error:
+                    raise RunDirectoryError(f"cannot resume {self.path}: its replay buffer does not fit this "
+                                            f"config's capacity of {buffer.capacity} episodes ({error})") from None
+        self.open_metrics(step or 0)
+        return state
+
+    def open_metrics(self, step: int) -> None:
+        self.metrics = MetricsLog(self.path, step, self.step_key)
+        if self.tensorboard:
+            self._board = _TensorBoard(self.path / "tensorboard", purge_step=step + 1 if step else 0)
+
+    def _restore(self, step: int, target: Any) -> Any:
+        abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, target)
+        folder = self.path / "checkpoints" / str(step)
+        absl_logger = logging.getLogger("absl")
+        level = absl_logger.level
+        absl_logger.setLevel(logging.CRITICAL)  # orbax logs every failed read of a damaged file at length
+        try:
+            return self.manager.restore(step, args=ocp.args.StandardRestore(abstract))
+        except Exception as error:  # orbax raises many types for missing, corrupt or mismatched files
+            steps = [s for s in self.manager.all_steps() if s < step]
+            fallback = (f"delete {folder} to resume from the previous checkpoint (step {max(steps)})" if steps
+                        else f"delete {folder} to start the run again from step 0")
+            detail = str(error).splitlines()[0][:200] if str(error) else ""
+            raise RunDirectoryError(f"checkpoint {folder} cannot be restored ({type(error).__name__}: {detail}). It "
+                                    "is damaged or was written by another configuration: " + fallback) from None
+        finally:
+            absl_logger.setLevel(level)
+
+    def _saved_capacity(self, step: int) -> int | None:
+        try:
+            return int(self.manager.item_metadata(step)["buffer"]["observations"].shape[0])
+        except Exception:  # noqa: BLE001 -- missing/corrupt metadata: let the restore explain
+            return None
+
+    def save(self, step: int, state: Any) -> None:
+        self.manager.save(int(step), args=ocp.args.StandardSave(state))
+
+    # ---------------------------------------------------------------------------------- metrics
+    def log(self, row: dict) -> dict:
+        """Append ``row`` (JSON-able scalars; must hold the step key) with ``row_seconds``, the wall-clock time
+        since the previous row (or since the directory was opened). Returns the row as logged."""
+        now = time.time()
+        row = {**row, "row_seconds": now - self._last_row_time}
+        self._last_row_time = now
+        if self.metrics is None:
+            self.open_metrics(0)
+        self.metrics.append(row)
+        if self._board is not None:
+            self._board.add(row, int(row[self.step_key]))
+        return row
+
+    @property
+    def rows(self) -> list[dict]:
+        return list(self.metrics.rows) if self.metrics else []
+
+    def close(self) -> None:
+        self.manager.wait_until_finished()
+        self.manager.close()
+        if self._board is not None:
+            self._board.close()

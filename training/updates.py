@@ -1,0 +1,70 @@
+"""The one compiled "K updates on sampled batches" function every training loop uses.
+
+    agent, metrics, finite = update_steps(agent, sampler, keys)     # len(keys) updates in one call
+    check_finite(finite, first_step=step)                            # raises NonFiniteError, naming both
+
+``sampler`` is a pytree with ``sample(key) -> batch`` (:mod:`platonic_rl.envs.replay`: a dataset, an
+episode buffer with goal relabelling, a sequence buffer); each update is ``agent.update(sampler.sample(k))``.
+Several updates are one ``lax.scan``; a single update is compiled without a loop (XLA:CPU runs convolutions
+inside a loop body several times slower than outside, jax-ml/jax#12868, so conv agents on CPU run one update
+per call). The metrics are averaged over the call's updates. ``finite`` holds, per update, whether every
+metric and every floating-point leaf of the agent's state is finite: checked inside the compiled call,
+reported by the loop between calls, which then stops before saving the damaged state.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+class NonFiniteError(FloatingPointError):
+    """A NaN or an infinity in a loss, a gradient norm or the agent's parameters."""
+
+
+def _all_finite(tree) -> jax.Array:
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(tree)
+              if jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+
+
+@jax.jit
+def update_steps(agent, sampler, keys: jax.Array):
+    """``len(keys)`` updates, one per key, in one compiled call. Returns ``(agent, mean metrics, finite)``
+    with ``finite`` a dict of bool ``[len(keys)]``: one entry per metric, plus ``agent_state``."""
+
+    def step(agent, key):
+        agent, metrics = agent.update(sampler.sample(key))
+        finite = {name: jnp.all(jnp.isfinite(value)) for name, value in metrics.items()}
+        finite["agent_state"] = _all_finite(agent)
+        return agent, (metrics, finite)
+
+    if keys.shape[0] == 1:  # no loop at all: even a one-trip scan stays a while loop in XLA
+        agent, (metrics, finite) = step(agent, keys[0])
+        return agent, metrics, jax.tree_util.tree_map(lambda x: x[None], finite)
+    agent, (metrics, finite) = jax.lax.scan(step, agent, keys)
+    return agent, jax.tree_util.tree_map(jnp.mean, metrics), finite
+
+
+def chain_keys(key: jax.Array, n: int) -> tuple[jax.Array, jax.Array]:
+    """``n`` keys drawn one after the other, ``key, k_i = split(key)``: ``(last key, keys [n, 2])``."""
+    def draw(key, _):
+        key, sub = jax.random.split(key)
+        return key, sub
+
+    return jax.lax.scan(draw, key, None, length=n)
+
+
+def check_finite(finite: dict, first_step: int) -> None:
+    """Raise :class:`NonFiniteError` at the first update of a call where anything was not finite, naming the
+    update's step (``first_step`` is the step of the call's first update) and the quantities."""
+    finite = {name: np.asarray(value) for name, value in finite.items()}
+    ok = np.logical_and.reduce(list(finite.values()))
+    if ok.all():
+        return
+    index = int(np.argmin(ok))
+    bad = sorted(name for name, value in finite.items() if not value[index])
+    what = ", ".join(bad)
+    raise NonFiniteError(f"non-finite values at update {first_step + index}: {what} "
+                         "(NaN or inf; the run stopped before saving this state, so its last checkpoint is the last "
+                         "good one). A NaN in the data, a too large learning rate or a diverging loss are the usual causes.")
