@@ -218,7 +218,9 @@ class QRLConfig:
             raise ValueError(f"QRLConfig.p_general_goal must be in [0, 1], got {self.p_general_goal}")
         if self.general_goal is not None and len(self.general_goal) != self.obs_dim:
             raise ValueError(f"QRLConfig.general_goal must have obs_dim={self.obs_dim} entries, got "
-                             f"{len(self.general_goal)}")
+                             f"{len(self.general_goal)}: the default (0.5, 0.0, 1.0) is MountainCar's top-of-hill goal "
+                             "set; for another environment pass general_goal=None and p_general_goal=0.0 (goals then "
+                             "come from the batch), or that environment's own general goal")
         if self.general_goal is None and (self.goal_mode == "single" or self.p_general_goal > 0):
             raise ValueError("QRLConfig.general_goal is None but goal_mode='single' or p_general_goal > 0 "
                              "needs it")

@@ -238,3 +238,11 @@ def test_mountaincar_steps_must_be_positive_and_fit_log_every(monkeypatch, tmp_p
         with pytest.raises(Stop):
             bench.run(bench.Args(steps=steps, out_dir=str(tmp_path)))
         assert (made[-1].steps, made[-1].log_every, made[-1].checkpoint_every) == (steps, log_every, checkpoint_every)
+
+
+def test_qrl_config_for_another_environment_says_to_unset_mountaincars_general_goal():
+    from platonic_rl.agents.qrl import QRLConfig
+
+    with pytest.raises(ValueError, match=r"MountainCar's top-of-hill goal.*general_goal=None and p_general_goal=0\.0"):
+        QRLConfig(obs_dim=4)
+    assert QRLConfig(obs_dim=4, general_goal=None, p_general_goal=0.0).general_goal is None
