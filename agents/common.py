@@ -84,3 +84,15 @@ def as_batch(batch, keys) -> dict:
                                 f"{error}") from error
     return out
 
+
+
+class StatelessPolicy:
+    """The contract's acting methods for agents whose actions depend only on (observations, goals): their
+    policy state is ``None`` and ``step`` is ``act`` (mix in before ``flax.struct.PyTreeNode``)."""
+
+    def initial_policy_state(self, batch_size: int) -> None:
+        return None
+
+    def step(self, policy_state, observations, goals, prev_actions=None, rng=None):
+        """``(act(observations, goals, rng), policy_state)``; ``prev_actions`` is not needed."""
+        return self.act(observations, goals, rng), policy_state

@@ -4,11 +4,15 @@ An agent is an immutable pytree (``flax.struct.PyTreeNode``) with
 
 * ``config``: a frozen dataclass (hashable: it is static under jit);
 * ``update(batch) -> (agent, metrics)``: one gradient step on a dict of arrays, pure and jit-able;
-* ``act(...)``: actions from observations, pure and jit-able. Goal-conditioned agents (QRL, CRL, GCBC,
-  DDPG+HER): ``act(observations, goals, rng=None) -> actions`` (a sample with ``rng`` -- a key or an int
-  seed -- else the deterministic action). Recurrent world-model agents (Denoised MDP, Dreamer) also have
-  ``initial_latent(batch_size)`` and act as ``act(latent, observations, prev_actions, rng=None) ->
-  (actions, latent)``: the loop carries the filter's latent from step to step.
+* ``act(...)``: actions from observations, pure and jit-able, in the agent's natural form: goal-conditioned
+  agents (QRL, CRL, GCBC, DDPG+HER) ``act(observations, goals, rng=None) -> actions`` (a sample with ``rng``
+  -- a key or an int seed -- else the deterministic action); recurrent world-model agents (Denoised MDP,
+  Dreamer) ``act(latent, observations, prev_actions, rng=None) -> (actions, latent)``;
+* one acting signature every loop uses, whatever the agent:
+  ``initial_policy_state(batch_size)`` and ``step(policy_state, observations, goals, prev_actions, rng=None)
+  -> (actions, policy_state)``. The loop carries the policy state from step to step (``None`` for the
+  goal-conditioned agents, :class:`~platonic_rl.agents.common.StatelessPolicy`; the filter's latent for the
+  recurrent ones) and passes the actions it executed (with exploration noise) as ``prev_actions``.
 
 Which batch keys ``update`` reads is the agent's ``BATCH_KEYS`` (module-level in each agent file).
 """
@@ -26,16 +30,16 @@ class Agent(Protocol):
 
     def act(self, *args, **kwargs) -> Any: ...
 
+    def initial_policy_state(self, batch_size: int) -> Any: ...
 
-@runtime_checkable
-class RecurrentAgent(Agent, Protocol):
-    def initial_latent(self, batch_size: int) -> Any: ...
+    def step(self, policy_state: Any, observations: Any, goals: Any, prev_actions: Any = None,
+             rng: Any = None) -> tuple[Any, Any]: ...
 
 
-def check_agent(agent: Any, recurrent: bool = False) -> None:
+def check_agent(agent: Any) -> None:
     """Raise ``TypeError`` naming what ``agent`` lacks of the contract (before any compilation)."""
     name = type(agent).__name__
-    required = ["update", "act"] + (["initial_latent"] if recurrent else [])
+    required = ["update", "act", "initial_policy_state", "step"]
     missing = [m for m in required if not callable(getattr(agent, m, None))]
     if missing:
         raise TypeError(f"{name} is not an agent a training loop can use: it has no callable {missing} "

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from platonic_rl.agents.common import as_batch, as_key, check_config, compiled_create
+from platonic_rl.agents.common import StatelessPolicy, as_batch, as_key, check_config, compiled_create
 from platonic_rl.common.losses import sac_actor_loss
 from platonic_rl.common.networks import MLP
 from platonic_rl.common.policies import TanhNormalPolicy, tanh_normal_sample
@@ -95,7 +95,7 @@ def _optimizers(c: CRLConfig) -> tuple[optax.GradientTransformation, optax.Gradi
     return optax.adam(c.critic_learning_rate), optax.adam(c.actor_learning_rate)
 
 
-class CRLAgent(flax.struct.PyTreeNode):
+class CRLAgent(StatelessPolicy, flax.struct.PyTreeNode):
     critic_state: TrainState  # critic_params
     actor_state: TrainState   # actor_params
     rng: jax.Array

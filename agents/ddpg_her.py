@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from platonic_rl.agents.common import as_batch, as_key, check_config, compiled_create
+from platonic_rl.agents.common import StatelessPolicy, as_batch, as_key, check_config, compiled_create
 from platonic_rl.common.networks import MLP
 from platonic_rl.common.train_state import TrainState, polyak_update
 from platonic_rl.qrl.quasimetrics import make_head
@@ -85,7 +85,7 @@ def _optimizers(c: DDPGHERConfig) -> tuple[optax.GradientTransformation, optax.G
     return optax.adam(c.actor_learning_rate), optax.adam(c.critic_learning_rate)
 
 
-class DDPGHERAgent(flax.struct.PyTreeNode):
+class DDPGHERAgent(StatelessPolicy, flax.struct.PyTreeNode):
     actor_state: TrainState   # actor_params
     critic_state: TrainState  # critic_params
     target_actor_params: Any

@@ -287,6 +287,18 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
         return self.replace(**new, rng=rng), metrics
 
     # ------------------------------------------------------------------------------- inference
+    def initial_policy_state(self, batch_size: int) -> dict:
+        """The contract's policy state: the filter's latent (:meth:`initial_latent`)."""
+        return self.initial_latent(batch_size)
+
+    def step(self, policy_state: dict, observations, goals=None, prev_actions=None, rng=None):
+        """The contract's acting form: ``(actions, latent)`` from the latent, the observations and the actions
+        executed before them (zeros at an episode's start); ``goals`` are not used (the reward sets the task)."""
+        if prev_actions is None:
+            raise ValueError("DenoisedMDPAgent.step: prev_actions (the actions executed before these observations, "
+                             "zeros at an episode's start) are required: the filter conditions on them")
+        return self.act(policy_state, observations, prev_actions, rng)
+
     def initial_latent(self, batch_size: int) -> dict:
         return initial_state(self.config.model, (batch_size,))
 

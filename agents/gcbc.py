@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from platonic_rl.agents.common import as_batch, as_key, check_config, compiled_create
+from platonic_rl.agents.common import StatelessPolicy, as_batch, as_key, check_config, compiled_create
 from platonic_rl.common.policies import TanhNormalPolicy, tanh_normal_log_prob, tanh_normal_sample
 from platonic_rl.common.train_state import TrainState
 
@@ -39,7 +39,7 @@ def _optimizer(config: GCBCConfig) -> optax.GradientTransformation:
     return optax.adam(config.learning_rate)
 
 
-class GCBCAgent(flax.struct.PyTreeNode):
+class GCBCAgent(StatelessPolicy, flax.struct.PyTreeNode):
     policy_state: TrainState  # the policy's parameters (``params``) and their optimizer
     rng: jax.Array
     config: GCBCConfig = flax.struct.field(pytree_node=False)

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from platonic_rl.agents.common import as_batch, as_key, check_config, compiled_create
+from platonic_rl.agents.common import StatelessPolicy, as_batch, as_key, check_config, compiled_create
 from platonic_rl.common.networks import MLP, AtariConvBackbone
 from platonic_rl.common.train_state import TrainState
 from platonic_rl.qrl import losses
@@ -293,7 +293,7 @@ def _check_arrays(batch, config: QRLConfig, name: str) -> None:
                              f"max {high})")
 
 
-class QRLAgent(flax.struct.PyTreeNode):
+class QRLAgent(StatelessPolicy, flax.struct.PyTreeNode):
     critic_state: TrainState    # QuasimetricCritic parameters (``params``) and their optimizer
     lagrange_state: TrainState  # ``lagrange_raw``, lambda = softplus(lagrange_raw), and its optimizer
     rng: jax.Array

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from platonic_rl.agents.common import as_batch, as_key, check_config, compiled_create
+from platonic_rl.agents.common import StatelessPolicy, as_batch, as_key, check_config, compiled_create
 from platonic_rl.agents.qrl import (QuasimetricCritic, QuasimetricCriticConfig, check_critic_fields,
                                     quasimetric_critic_loss)
 from platonic_rl.common.losses import entropy_weight_loss
@@ -131,7 +131,7 @@ def _optimizers(c: QRLContinuousConfig) -> dict[str, optax.GradientTransformatio
                 actor=optax.adam(c.actor_learning_rate), entropy=optax.adam(c.entropy_learning_rate))
 
 
-class QRLContinuousAgent(flax.struct.PyTreeNode):
+class QRLContinuousAgent(StatelessPolicy, flax.struct.PyTreeNode):
     critic_state: TrainState    # critic_params, stacked over critics: every leaf has a leading [num_critics] axis
     lagrange_state: TrainState  # lagrange_raw [num_critics]
     actor_state: TrainState     # actor_params

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from platonic_rl import agents
+from platonic_rl.agents.common import StatelessPolicy
 from platonic_rl.agents.contract import check_agent
 from platonic_rl.training.goal_online import OnlineConfig, train_online
 from platonic_rl.training.offline import TrainConfig, train_offline
@@ -15,7 +16,7 @@ class Config:
     size: int = 1
 
 
-class NoUpdate:
+class NoUpdate(StatelessPolicy):
     config = Config()
 
     def act(self, observations, goals, rng=None):
@@ -37,7 +38,7 @@ def test_an_object_without_update_is_refused_by_every_loop_before_any_compile(mo
         train_online(NoUpdate(), OnlineConfig(env_steps=20_000))
 
 
-def test_configs_must_be_frozen_hashable_dataclasses_and_recurrent_agents_need_a_latent():
+def test_configs_must_be_frozen_hashable_dataclasses_and_acting_needs_step():
     class DictConfig(NoUpdate):
         config = {"size": 1}
 
@@ -47,13 +48,46 @@ def test_configs_must_be_frozen_hashable_dataclasses_and_recurrent_agents_need_a
     with pytest.raises(TypeError, match="config must be a frozen dataclass"):
         check_agent(DictConfig())
 
-    class Stateless(NoUpdate):
+    class ActOnly:
+        config = Config()
+
         def update(self, batch):
             return self, {}
 
-    check_agent(Stateless())
-    with pytest.raises(TypeError, match=r"no callable \['initial_latent'\]"):
-        check_agent(Stateless(), recurrent=True)
+        def act(self, observations, goals, rng=None):
+            return observations
+
+    with pytest.raises(TypeError, match=r"no callable \['initial_policy_state', 'step'\]"):
+        check_agent(ActOnly())
+
+
+def test_one_acting_signature_for_every_agent():
+    """step(policy_state, observations, goals, prev_actions, rng) -> (actions, policy_state): act for the
+    goal-conditioned agents (state None), the filter's step for the recurrent ones."""
+    import jax
+
+    rng = np.random.default_rng(0)
+    obs, goals = rng.normal(size=(3, 2)).astype(np.float32), rng.normal(size=(3, 2)).astype(np.float32)
+    crl = agents.make("crl", obs_dim=2, action_dim=2, hidden=(8,), repr_dim=4, actor_hidden=(8,))
+    state = crl.initial_policy_state(3)
+    actions, state = crl.step(state, obs, goals, None, jax.random.PRNGKey(1))
+    assert state is None
+    np.testing.assert_array_equal(actions, crl.act(obs, goals, jax.random.PRNGKey(1)))
+    from platonic_rl.denoised.model import WorldModelConfig
+
+    model = WorldModelConfig(obs_shape=(2,), action_dim=2, x_belief=4, x_state=2, y_belief=4, y_state=2, hidden=8,
+                             embed_dim=8, mlp_encoder_hidden=(8,), mlp_decoder_hidden=(8,))
+    denoised = agents.make("denoised_mdp", model=model, actor_hidden=(8,), critic_hidden=(8,))
+    latent = denoised.initial_policy_state(3)
+    prev = np.zeros((3, 2), np.float32)
+    actions, new_latent = denoised.step(latent, obs, None, prev, 0)
+    expected, expected_latent = denoised.act(latent, obs, prev, 0)
+    np.testing.assert_array_equal(actions, expected)
+    assert jax.tree.all(jax.tree.map(np.array_equal, new_latent, expected_latent))
+    with pytest.raises(ValueError, match="prev_actions .* are required"):
+        denoised.step(latent, obs, None)
+    for entry in agents.REGISTRY.values():
+        assert callable(getattr(entry.agent, "step")) and callable(getattr(entry.agent, "initial_policy_state"))
 
 
 def test_the_registry_builds_every_agent_by_name_with_config_overrides():

@@ -142,11 +142,11 @@ def train_cycle(agent, buffer: EpisodeBuffer, key, goal_mask, config: "OnlineCon
 @functools.partial(jax.jit, static_argnames=("noise",))
 def _explore(agent, observations, goals, key, noise: float):
     policy_key, noise_key = jax.random.split(key)
-    actions = agent.act(observations, goals, policy_key)
+    actions, _ = agent.step(None, observations, goals, None, policy_key)
     return jnp.clip(actions + noise * jax.random.normal(noise_key, actions.shape), -1.0, 1.0)
 
 
-_greedy = jax.jit(lambda agent, observations, goals: agent.act(observations, goals))
+_greedy = jax.jit(lambda agent, observations, goals: agent.step(None, observations, goals)[0])
 
 
 def evaluate(policy, env: GoalEnvAdapter, episodes: int, seed: int, renderer=None) -> float:

@@ -76,12 +76,12 @@ def train_chunk(agent, buffer: SequenceBuffer, key, updates: int, batch_size: in
 
 @jax.jit
 def _act(agent, latent, obs, prev_action, key):
-    return agent.act(latent, obs, prev_action, key)
+    return agent.step(latent, obs, None, prev_action, key)
 
 
 @jax.jit
 def _act_greedy(agent, latent, obs, prev_action):
-    return agent.act(latent, obs, prev_action)
+    return agent.step(latent, obs, None, prev_action)
 
 
 def run_episode(env: DMCEnv, agent=None, key=None, noise: float = 0.0, seed: int | None = None,
@@ -94,7 +94,7 @@ def run_episode(env: DMCEnv, agent=None, key=None, noise: float = 0.0, seed: int
     rng = np.random.default_rng(seed)
     observations, prev_actions, rewards = [obs], [np.zeros(action_dim, np.float32)], [0.0]
     agent_states, distractor_states = [info["agent_state"]], [info["distractor_state"]]
-    latent = agent.initial_latent(1) if agent is not None else None
+    latent = agent.initial_policy_state(1) if agent is not None else None
     keys = iter(jax.random.split(key, EPISODE_STEPS)) if agent is not None and not greedy else None
     done = False
     while not done:
@@ -121,7 +121,7 @@ def run_episode(env: DMCEnv, agent=None, key=None, noise: float = 0.0, seed: int
 def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None = None, desc: str = "dmc"):
     """Algorithm 1 with ``agent`` (a :class:`~platonic_rl.agents.denoised_mdp.DenoisedMDPAgent`). Returns ``(agent,
     history)``; ``history`` rows: env_steps, episode, train_return, mean update metrics, eval_return."""
-    check_agent(agent, recurrent=True)
+    check_agent(agent)
     env = config.make_env()
     capacity = config.buffer_episodes or math.ceil(config.env_steps / EPISODE_STEPS) + 1
     buffer = SequenceBuffer.create(capacity, config.episode_length + 1, env.observation_space.shape,
