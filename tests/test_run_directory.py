@@ -9,22 +9,12 @@ import jax
 import numpy as np
 import pytest
 
-from platonic_rl.agents.qrl import QRLAgent, QRLConfig
+from platonic_rl.agents.qrl import QRLAgent
 from platonic_rl.training.offline import TrainConfig, train_offline
 from platonic_rl.training.run import MetricsLog, RunDirectory, RunDirectoryError
 from platonic_rl.training.updates import NonFiniteError, check_finite
 
-TINY = QRLConfig(encoder_hidden=(16,), latent_dim=8, projector_hidden=(16,), iqe_components=2,
-                 iqe_dim_per_component=4, dynamics_hidden=(16,), cosine_decay_steps=40)
-CONFIG = TrainConfig(steps=40, batch_size=32, log_every=10, checkpoint_every=20, progress=False)
-
-
-def data(n=500):
-    rng = np.random.default_rng(0)
-    return dict(observations=rng.normal(size=(n, 3)).astype(np.float32),
-                actions=rng.integers(-1, 3, n).astype(np.int32),
-                next_observations=rng.normal(size=(n, 3)).astype(np.float32),
-                rewards=-np.ones(n, np.float32))
+from test_train import CONFIG, TINY, data  # noqa: E402  (the offline loop's tiny agent, config and dataset)
 
 
 def tensorboard_scalars(directory) -> dict[str, dict[int, float]]:
