@@ -16,7 +16,6 @@ learned values as 160 x 160 images, like Figure 4-3) and per-method training met
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from pathlib import Path
 from typing import Literal
@@ -291,8 +290,7 @@ def run(args: Args) -> dict:
         checkpoint_every = steps
     train_config = dataclasses.replace(train_config, steps=steps, seed=args.seed, resume=args.resume,
                                        overwrite=args.overwrite,
-                                       log_every=log_every, checkpoint_every=checkpoint_every,
-                                       updates_per_call=math.gcd(train_config.updates_per_call, log_every))
+                                       log_every=log_every, checkpoint_every=checkpoint_every)
     base = dataclasses.replace(base, cosine_decay_steps=steps if base.cosine_decay_steps else None)
     out = Path(args.out_dir or args.default_out_dir())
     print(f"scale {args.scale!r}: {steps:,} steps of batch {train_config.batch_size} per method, seed {args.seed}; "

@@ -13,6 +13,8 @@ reported by the loop between calls, which then stops before saving the damaged s
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -46,6 +48,7 @@ def update_steps(agent, sampler, keys: jax.Array):
     return agent, jax.tree_util.tree_map(jnp.mean, metrics), finite
 
 
+@functools.partial(jax.jit, static_argnums=1)
 def chain_keys(key: jax.Array, n: int) -> tuple[jax.Array, jax.Array]:
     """``n`` keys drawn one after the other, ``key, k_i = split(key)``: ``(last key, keys [n, 2])``."""
     def draw(key, _):
