@@ -34,8 +34,9 @@ REGISTRY: dict[str, Entry] = {
     "gcbc": Entry(GCBCAgent, GCBCConfig, "goal-conditioned behaviour cloning"),
     "ddpg_her": Entry(DDPGHERAgent, DDPGHERConfig, "DDPG with hindsight relabelling (MLP, MRN or IQE critic)"),
     "denoised_mdp": Entry(DenoisedMDPAgent, DenoisedMDPConfig, "Denoised MDP world model + policy in x"),
-    "dreamer": Entry(DenoisedMDPAgent, lambda model=None, **kw: DenoisedMDPConfig.dreamer(model or WorldModelConfig(), **kw),
-                     "Dreamer: the x-only Denoised MDP"),
+    "dreamer": Entry(DenoisedMDPAgent,
+                     lambda model=None, **kw: DenoisedMDPConfig.dreamer(model or WorldModelConfig.dreamer(), **kw),
+                     "Dreamer: the x-only Denoised MDP (default x latent 220 + 33, Table D.4's parameter match)"),
 }
 
 

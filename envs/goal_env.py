@@ -42,13 +42,25 @@ def find_goal_dims(env, steps: int = 20, seed: int = 0) -> tuple[int, ...]:
     return tuple(dims)
 
 
+SUCCESS_KEYS = ("is_success", "success")  # gymnasium-robotics: Fetch says is_success, PointMaze success
+
+
+def success_of(info: dict) -> np.ndarray:
+    """Per-env success flags from a vector env's step ``info`` (the first key of :data:`SUCCESS_KEYS` present)."""
+    for key in SUCCESS_KEYS:
+        if key in info:
+            return np.asarray(info[key], bool)
+    raise KeyError(f"the env's step info has none of the success keys {list(SUCCESS_KEYS)} (it has {sorted(info)}); "
+                   "a goal env must report whether the goal is reached")
+
+
 class GoalEnvAdapter:
     """A gymnasium *vector* goal env (e.g. ``gymnasium.make_vec(id, num_envs=n)``) seen through goal states.
 
     ``goal_dims``: where the goal sits in the observation vector (found by :func:`find_goal_dims` if None).
-    ``episode_length``: steps per episode (default: the env spec's ``max_episode_steps``); every episode runs
-    exactly that many steps, so the env must not terminate early. Success of an episode =
-    ``info["is_success"]`` at any step.
+    ``episode_length``: steps per episode (default, and at most: the env spec's ``max_episode_steps``); every
+    episode runs exactly that many steps, so the env must not end one early. Success of an episode =
+    ``info["is_success"]`` (or ``info["success"]``) at any step.
     """
 
     def __init__(self, env, goal_dims: tuple[int, ...] | None = None, episode_length: int | None = None):
@@ -65,11 +77,15 @@ class GoalEnvAdapter:
         if len(self.goal_dims) != space["desired_goal"].shape[0] or not all(0 <= d < self.obs_dim for d in self.goal_dims):
             raise ValueError(f"GoalEnvAdapter: goal_dims {self.goal_dims} must name {space['desired_goal'].shape[0]} "
                              f"observation dimensions in [0, {self.obs_dim})")
+        spec = getattr(env, "spec", None)
+        limit = getattr(spec, "max_episode_steps", None) if spec is not None else None
         if episode_length is None:
-            spec = getattr(env, "spec", None)
-            episode_length = getattr(spec, "max_episode_steps", None) if spec is not None else None
+            episode_length = limit
         if not episode_length or episode_length < 1:
             raise ValueError("GoalEnvAdapter: episode_length is not known from the env's spec; pass it")
+        if limit is not None and episode_length > limit:
+            raise ValueError(f"GoalEnvAdapter: episode_length={episode_length} exceeds the env's time limit of {limit} "
+                             "steps (the vector env would reset mid-episode)")
         self.episode_length = int(episode_length)
 
     @property
@@ -101,16 +117,16 @@ class GoalEnvAdapter:
         for _ in range(self.episode_length):
             inputs = (images[-1], goal_images) if renderer else (observations[-1], goals)
             action = np.clip(np.asarray(policy(*inputs), np.float32), -1.0, 1.0)
-            obs, _, terminated, _, info = self.env.step(action)
-            if np.any(terminated) and len(actions) < self.episode_length - 1:
-                raise ValueError(f"GoalEnvAdapter: an episode terminated after {len(actions) + 1} of "
-                                 f"{self.episode_length} steps; episodes must run their full length (use the env's "
-                                 "continuing mode, or a shorter episode_length)")
+            obs, _, terminated, truncated, info = self.env.step(action)
+            if np.any(np.logical_or(terminated, truncated)) and len(actions) < self.episode_length - 1:
+                raise ValueError(f"GoalEnvAdapter: an episode ended after {len(actions) + 1} of {self.episode_length} "
+                                 "steps; episodes must run their full length (use the env's continuing mode, or a "
+                                 "shorter episode_length)")
             observations.append(obs["observation"].astype(np.float32))
             if renderer:
                 images.append(renderer.observe())
             actions.append(action)
-            successes.append(np.asarray(info["is_success"], bool))
+            successes.append(success_of(info))
         successes = np.stack(successes, 1)
         out = dict(observations=np.stack(observations, 1), actions=np.stack(actions, 1), goals=goals,
                    success=successes.any(1), final_success=successes[:, -1])

@@ -137,7 +137,7 @@ def test_a_damaged_last_metrics_line_is_dropped_and_a_lost_log_is_reported(tmp_p
         _, history = train_offline(QRLAgent.create(TINY, 0), data(), CONFIG, tmp_path)
     assert [r["step"] for r in history] == [10, 20, 30, 40]
     jsonl.write_text("")  # a log emptied by accident
-    with pytest.warns(UserWarning, match="holds no rows up to the checkpoint's step 40"):
+    with pytest.warns(UserWarning, match="holds rows only up to step 0, not up to the checkpoint.s step 40"):
         train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=50), tmp_path)
     lines = jsonl.read_text().splitlines()
     with pytest.raises(RunDirectoryError, match="line 1 is damaged"):
@@ -166,3 +166,18 @@ def test_overwrite_clears_even_with_resume_on(tmp_path):
     (tmp_path / "old.txt").write_text("x")
     RunDirectory.open(tmp_path, {"a": 2}, resume=True, overwrite=True).close()  # no settings clash: cleared first
     assert not (tmp_path / "old.txt").exists()
+
+
+def test_overwrite_refuses_a_directory_that_is_not_a_run(tmp_path):
+    (tmp_path / "precious.txt").write_text("not a run")
+    with pytest.raises(RunDirectoryError, match="not a run directory"):
+        RunDirectory.open(tmp_path, {}, overwrite=True)
+    assert (tmp_path / "precious.txt").exists()
+
+
+def test_rows_lost_between_the_log_and_the_checkpoint_are_reported(tmp_path):
+    train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=40), tmp_path)
+    jsonl = tmp_path / "metrics.jsonl"
+    jsonl.write_text("".join(line + "\n" for line in jsonl.read_text().splitlines()[:2]))  # rows 10, 20 kept
+    with pytest.warns(UserWarning, match="rows only up to step 20, not up to the checkpoint's step 40"):
+        train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=50), tmp_path)

@@ -185,13 +185,18 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
 
     ``make_env(num_envs)``: your own env, a gymnasium vector env of goal envs (dict observations
     ``observation`` / ``achieved_goal`` / ``desired_goal``, ``info["is_success"]``, fixed-length episodes),
-    wrapped in :class:`~platonic_rl.envs.goal_env.GoalEnvAdapter`; default: :func:`make_goal_env`."""
+    wrapped in :class:`~platonic_rl.envs.goal_env.GoalEnvAdapter` -- or that adapter itself, e.g. to give
+    ``goal_dims``; default: :func:`make_goal_env`."""
     if config.episode_length is not None or config.task in fetch.TASKS:
         config.check_budget()  # before any env is made (else once the env tells its episode length)
     check_agent(agent)
     image = config.obs == "image"
-    build = (lambda n: GoalEnvAdapter(make_env(n), episode_length=config.episode_length)) if make_env is not None \
-        else (lambda n: make_goal_env(config.task, n))
+    def build(num_envs: int) -> GoalEnvAdapter:
+        if make_env is None:
+            return make_goal_env(config.task, num_envs)
+        env = make_env(num_envs)  # a vector goal env, or one already wrapped (e.g. with its goal_dims)
+        return env if isinstance(env, GoalEnvAdapter) else GoalEnvAdapter(env, episode_length=config.episode_length)
+
     env, eval_env = build(config.rollouts_per_cycle), build(min(config.eval_episodes, 10))
     if config.episode_length is None:
         config = dataclasses.replace(config, episode_length=env.episode_length)
@@ -218,6 +223,9 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
         run = RunDirectory.open(run_dir, settings, resume=config.resume, overwrite=config.overwrite,
                                 resumable=("loop.env_steps",), step_key="env_steps")
         state = run.restore(state, resize_buffer=True)
+        if int(state["env_steps"]) > config.env_steps:
+            raise ValueError(f"{run_dir} is already at {int(state['env_steps'])} env steps, beyond env_steps="
+                             f"{config.env_steps}; pass a larger budget to continue it")
     history = run.rows if run else []
 
     def collect(state, policy, seed):

@@ -169,10 +169,8 @@ def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str
         run = RunDirectory.open(run_dir, run_settings(agent, config, data), resume=config.resume,
                                 overwrite=config.overwrite, resumable=("train_config.steps",),
                                 keep=config.keep_checkpoints, tensorboard=config.tensorboard)
-        state = run.restore(state) if config.checkpoint_every else state
-        if run.metrics is None:
-            run.open_metrics(0)
-        step = run.latest_step if config.checkpoint_every and run.latest_step is not None else 0
+        state = run.restore(state)  # the latest checkpoint if there is one (also with checkpoint_every=0)
+        step = run.latest_step or 0
         if step > config.steps:
             raise ValueError(f"checkpoint step {step} in {run_dir} is beyond steps={config.steps}")
     else:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import os
 import shutil
 import sys
 import time
@@ -63,9 +64,14 @@ class MetricsLog:
         self.step_key = step_key
         rows = self.read(directory) if self.jsonl.exists() else []
         self.rows = [r for r in rows if r.get(step_key, 0) <= resume_step]
-        if resume_step and not self.rows:
-            warnings.warn(f"{self.jsonl} holds no rows up to the checkpoint's step {resume_step}: the rows logged "
-                          "before it were lost; the run continues from the checkpoint and logs the new rows only",
+        last = self.rows[-1].get(step_key, 0) if self.rows else 0
+        if resume_step and last < resume_step:
+            warnings.warn(f"{self.jsonl} holds rows only up to step {last}, not up to the checkpoint's step "
+                          f"{resume_step}: the rows logged in between were lost; the run continues from the "
+                          "checkpoint and logs the new rows only", stacklevel=3)
+        if len(self.rows) < len(rows):
+            warnings.warn(f"{self.jsonl}: dropped {len(rows) - len(self.rows)} rows logged after step {resume_step} "
+                          "(a run stopped before checkpointing them; they are logged again as the run continues)",
                           stacklevel=3)
         self._fields: list[str] = []
         self._rewrite()
@@ -101,12 +107,17 @@ class MetricsLog:
                 csv.DictWriter(f, fieldnames=self._fields).writerow(row)
 
     def _rewrite(self) -> None:
-        self.jsonl.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
+        """Both files from ``rows``, each written beside and then moved over the old one (a kill leaves either)."""
         self._fields = list(dict.fromkeys(k for r in self.rows for k in r))
-        with self.csv.open("w", newline="") as f:
+        temporary = self.jsonl.with_suffix(".jsonl.tmp")
+        temporary.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
+        os.replace(temporary, self.jsonl)
+        temporary = self.csv.with_suffix(".csv.tmp")
+        with temporary.open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=self._fields)
             writer.writeheader()
             writer.writerows(self.rows)
+        os.replace(temporary, self.csv)
 
 
 class _TensorBoard:
@@ -155,6 +166,9 @@ class RunDirectory:
         settings = as_json(settings)
         holds_run = path.is_dir() and any(path.iterdir())
         if holds_run and overwrite:
+            if not (path / "config.json").exists():
+                raise RunDirectoryError(f"{path} is not empty and is not a run directory (no config.json): overwrite "
+                                        "only clears run directories; choose another directory")
             shutil.rmtree(path)
         elif holds_run and not resume:
             raise RunDirectoryError(f"{path} already holds a run; pass overwrite=True (command lines: --overwrite) to clear "
@@ -210,6 +224,8 @@ class RunDirectory:
     def open_metrics(self, step: int) -> None:
         self.metrics = MetricsLog(self.path, step, self.step_key)
         if self.tensorboard:
+            if not step:  # starting from step 0: events of an earlier start would mix with this one's
+                shutil.rmtree(self.path / "tensorboard", ignore_errors=True)
             self._board = _TensorBoard(self.path / "tensorboard", purge_step=step + 1 if step else 0)
 
     def _restore(self, step: int, target: Any) -> Any:

@@ -136,6 +136,9 @@ def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None 
         run = RunDirectory.open(run_dir, settings, resume=config.resume, overwrite=config.overwrite,
                                 resumable=("loop.env_steps",), step_key="env_steps")
         state = run.restore(state, resize_buffer=True)
+        if int(state["env_steps"]) > config.env_steps:
+            raise ValueError(f"{run_dir} is already at {int(state['env_steps'])} env steps, beyond env_steps="
+                             f"{config.env_steps}; pass a larger budget to continue it")
     history = run.rows if run else []
     bar = tqdm(total=config.env_steps, initial=int(state["env_steps"]), desc=desc, unit="step")
     evaluations = EvaluationSchedule(config.eval_every, int(state["env_steps"]))
@@ -155,7 +158,7 @@ def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None 
             episode = run_episode(env, seed=seed)
         else:
             key, train_key, act_key = jax.random.split(state["key"], 3)
-            first = (index - config.prefill_steps // EPISODE_STEPS) * config.updates_per_collect + 1
+            first = (index - math.ceil(config.prefill_steps / EPISODE_STEPS)) * config.updates_per_collect + 1
             state["agent"], metrics = train_chunk(state["agent"], state["buffer"], train_key,
                                                   config.updates_per_collect, config.batch_size, config.chunk, first)
             state["key"] = key
