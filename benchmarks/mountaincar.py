@@ -326,11 +326,12 @@ def run(args: Args) -> dict:
                                goals, table)
     results.update(oracle)
 
-    budget = f"scale {args.scale}: {steps:,} steps x batch {train_config.batch_size}, seed {args.seed}"
+    ran = f"{steps:,} steps x batch {train_config.batch_size}, seed {args.seed}"
+    budget = f"scale {args.scale}: {ran}"
     if args.scale in COMPARABLE_SCALES:
-        note = f"Scale {args.scale!r} ran ({budget[len(args.scale) + 8:]}; the paper: 500,000 steps x batch 4096)."
+        note = f"Scale {args.scale!r} ran ({ran}; the paper: 500,000 steps x batch 4096)."
     else:
-        note = (f"Scale {args.scale!r} ran ({budget[len(args.scale) + 8:]}): a smoke run, NOT comparable to the "
+        note = (f"Scale {args.scale!r} ran ({ran}): a smoke run, NOT comparable to the "
                 "paper's numbers; only --scale cpu or paper are.")
     record = dict(
         train_config=dataclasses.asdict(train_config),

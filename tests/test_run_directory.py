@@ -181,3 +181,9 @@ def test_rows_lost_between_the_log_and_the_checkpoint_are_reported(tmp_path):
     jsonl.write_text("".join(line + "\n" for line in jsonl.read_text().splitlines()[:2]))  # rows 10, 20 kept
     with pytest.warns(UserWarning, match="rows only up to step 20, not up to the checkpoint's step 40"):
         train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=50), tmp_path)
+
+
+def test_a_budget_below_the_checkpoint_is_refused(tmp_path):
+    train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=40), tmp_path)
+    with pytest.raises(RunDirectoryError, match="already at step 40, beyond this run's budget of 20"):
+        train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=20), tmp_path)

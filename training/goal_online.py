@@ -35,7 +35,7 @@ from platonic_rl.agents.contract import check_agent
 from platonic_rl.envs import fetch
 from platonic_rl.envs.goal_env import GoalEnvAdapter
 from platonic_rl.envs.replay import EpisodeBuffer, GoalSampler
-from platonic_rl.training.run import RunDirectory
+from platonic_rl.training.run import RunDirectory, agent_settings, finish_row
 from platonic_rl.training.schedule import (EXPLORATION_STREAM, EvaluationSchedule, checkpoint_due, episode_seed,
                                            eval_seed)
 from platonic_rl.training.updates import check_finite, update_steps
@@ -218,14 +218,11 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
     run = None
     if run_dir is not None:
         loop = {k: v for k, v in dataclasses.asdict(config).items() if k not in RESUMABLE or k == "env_steps"}
-        settings = dict(agent=type(agent).__name__, agent_config=dataclasses.asdict(agent.config), loop=loop,
+        settings = dict(**agent_settings(agent), loop=loop,
                         env=dict(goal_dims=list(env.goal_dims), obs_dim=env.obs_dim, action_dim=env.action_dim))
         run = RunDirectory.open(run_dir, settings, resume=config.resume, overwrite=config.overwrite,
                                 resumable=("loop.env_steps",), step_key="env_steps")
-        state = run.restore(state, resize_buffer=True)
-        if int(state["env_steps"]) > config.env_steps:
-            raise ValueError(f"{run_dir} is already at {int(state['env_steps'])} env steps, beyond env_steps="
-                             f"{config.env_steps}; pass a larger budget to continue it")
+        state = run.restore(state, budget=config.env_steps, resize_buffer=True)
     history = run.rows if run else []
 
     def collect(state, policy, seed):
@@ -263,11 +260,8 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
             bar.set_postfix(success=f"{row['eval_success']:.2f}")
         row["cycle_seconds"] = time.perf_counter() - cycle_start  # rollouts + updates + evaluation, wall clock
         bar.update(int(state["env_steps"]) - before)
-        if run:
-            row = run.log(row)  # + row_seconds
-        history.append(row)
-        if run and checkpoint_due(cycle + 1, config.checkpoint_every, int(state["env_steps"]) >= config.env_steps):
-            run.save(int(state["env_steps"]), state)
+        finish_row(run, history, row, int(state["env_steps"]), state,
+                   due=checkpoint_due(cycle + 1, config.checkpoint_every, int(state["env_steps"]) >= config.env_steps))
     bar.close()
     if run:
         run.close()

@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 from platonic_rl.agents.contract import check_agent
 from platonic_rl.agents.qrl import QRLAgent, QRLConfig
 from platonic_rl.envs.replay import DatasetSampler
-from platonic_rl.training.run import RunDirectory
+from platonic_rl.training.run import RunDirectory, agent_settings, finish_row
 from platonic_rl.training.schedule import checkpoint_due
 from platonic_rl.training.updates import chain_keys, check_finite, update_steps
 
@@ -114,9 +114,7 @@ def data_fingerprint(data: dict[str, Any]) -> dict[str, dict]:
 
 def run_settings(agent, config: TrainConfig, data: dict[str, Any]) -> dict:
     """What defines an offline run (all but RESUMABLE_SETTINGS), as it is stored in ``config.json``."""
-    agent_config = getattr(agent, "config", None)
-    return dict(agent=type(agent).__name__,
-                agent_config=dataclasses.asdict(agent_config) if dataclasses.is_dataclass(agent_config) else None,
+    return dict(**agent_settings(agent),
                 train_config={k: v for k, v in dataclasses.asdict(config).items() if k not in RESUMABLE_SETTINGS},
                 data=data_fingerprint(data))
 
@@ -169,10 +167,8 @@ def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str
         run = RunDirectory.open(run_dir, run_settings(agent, config, data), resume=config.resume,
                                 overwrite=config.overwrite, resumable=("train_config.steps",),
                                 keep=config.keep_checkpoints, tensorboard=config.tensorboard)
-        state = run.restore(state)  # the latest checkpoint if there is one (also with checkpoint_every=0)
+        state = run.restore(state, budget=config.steps)  # the latest checkpoint (also with checkpoint_every=0)
         step = run.latest_step or 0
-        if step > config.steps:
-            raise ValueError(f"checkpoint step {step} in {run_dir} is beyond steps={config.steps}")
     else:
         step = 0
     history = run.rows if run else []
@@ -200,13 +196,10 @@ def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str
             step += config.log_every
             row = {"step": step, **{k: float(v) / calls_per_row for k, v in sums.items()},
                    "wall_time": time.time() - start}
-            if run:
-                row = run.log(row)  # + row_seconds
-            history.append(row)
+            finish_row(run, history, row, step, {"agent": agent, "sampler_key": key},
+                       due=checkpoint_due(step, config.checkpoint_every, step == config.steps))
             bar.set_postfix({k: f"{row[k]:.3g}" for k in ("loss", "violation", "lagrange_multiplier")
                              if k in row})
-            if run and checkpoint_due(step, config.checkpoint_every, step == config.steps):
-                run.save(step, {"agent": agent, "sampler_key": key})
     if run:
         run.close()
     return agent, history

@@ -1,7 +1,7 @@
 """A run directory, written and read by every training loop.
 
     run = RunDirectory.open(path, settings, resume=True, resumable=("steps",))
-    state = run.restore(state)                      # the latest checkpoint, if any (exact resume)
+    state = run.restore(state, budget=steps)        # the latest checkpoint, if any (exact resume)
     run.log(row)                                    # metrics.jsonl + metrics.csv (+ TensorBoard), appended
     run.save(step, state)                           # an orbax checkpoint
     run.close()
@@ -25,6 +25,7 @@ A directory refuses to be misused:
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import logging
 import os
@@ -200,12 +201,16 @@ class RunDirectory:
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
 
-    def restore(self, state: Any, resize_buffer: bool = False) -> Any:
+    def restore(self, state: Any, budget: int, resize_buffer: bool = False) -> Any:
         """``state`` from the latest checkpoint (the same structure, shapes and dtypes), or ``state`` itself if
-        there is none; then opens the metrics log at that step. With ``resize_buffer``, a replay buffer saved
-        at another capacity (``state["buffer"]``, with ``capacity``/``resized``: a run whose budget grew) is
-        restored at its saved size and resized to this state's, keeping every episode."""
+        there is none; then opens the metrics log at that step. A checkpoint beyond ``budget`` (the run's total
+        of ``step_key``) is refused. With ``resize_buffer``, a replay buffer saved at another capacity
+        (``state["buffer"]``, with ``capacity``/``resized``: a run whose budget grew) is restored at its saved
+        size and resized to this state's, keeping every episode."""
         step = self.latest_step
+        if step is not None and step > budget:
+            raise RunDirectoryError(f"{self.path} is already at {self.step_key} {step}, beyond this run's budget of "
+                                    f"{budget}; pass a larger budget to continue it")
         if step is not None:
             buffer = state.get("buffer") if resize_buffer and isinstance(state, dict) else None
             saved = self._saved_capacity(step) if buffer is not None else None
@@ -278,3 +283,19 @@ class RunDirectory:
         self.manager.close()
         if self._board is not None:
             self._board.close()
+
+
+def agent_settings(agent: Any) -> dict:
+    """The part of a run's settings that says which agent trains: its class and its config."""
+    return dict(agent=type(agent).__name__, agent_config=dataclasses.asdict(agent.config))
+
+
+def finish_row(run: RunDirectory | None, history: list, row: dict, step: int, state: Any, due: bool) -> dict:
+    """The end of every loop iteration: log ``row`` in ``run`` (if any), append it as logged to ``history``,
+    and checkpoint ``state`` at ``step`` if ``due``. Returns the row as logged."""
+    if run:
+        row = run.log(row)  # + row_seconds
+    history.append(row)
+    if run and due:
+        run.save(step, state)
+    return row

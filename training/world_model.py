@@ -25,7 +25,7 @@ from platonic_rl.agents.contract import check_agent
 from platonic_rl.denoised.model import features, observe
 from platonic_rl.envs.dmc import EPISODE_STEPS, DMCEnv
 from platonic_rl.envs.replay import SequenceBuffer, SequenceSampler
-from platonic_rl.training.run import RunDirectory
+from platonic_rl.training.run import RunDirectory, agent_settings, finish_row
 from platonic_rl.training.schedule import EvaluationSchedule, checkpoint_due, episode_seed, eval_seed
 from platonic_rl.training.updates import check_finite, update_steps
 
@@ -132,13 +132,9 @@ def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None 
     if run_dir is not None:
         loop = {k: v for k, v in dataclasses.asdict(config).items()
                 if k not in ("resume", "overwrite", "checkpoint_every", "buffer_episodes")}
-        settings = dict(agent=type(agent).__name__, agent_config=dataclasses.asdict(agent.config), loop=loop)
-        run = RunDirectory.open(run_dir, settings, resume=config.resume, overwrite=config.overwrite,
-                                resumable=("loop.env_steps",), step_key="env_steps")
-        state = run.restore(state, resize_buffer=True)
-        if int(state["env_steps"]) > config.env_steps:
-            raise ValueError(f"{run_dir} is already at {int(state['env_steps'])} env steps, beyond env_steps="
-                             f"{config.env_steps}; pass a larger budget to continue it")
+        run = RunDirectory.open(run_dir, dict(**agent_settings(agent), loop=loop), resume=config.resume,
+                                overwrite=config.overwrite, resumable=("loop.env_steps",), step_key="env_steps")
+        state = run.restore(state, budget=config.env_steps, resize_buffer=True)
     history = run.rows if run else []
     bar = tqdm(total=config.env_steps, initial=int(state["env_steps"]), desc=desc, unit="step")
     evaluations = EvaluationSchedule(config.eval_every, int(state["env_steps"]))
@@ -171,11 +167,8 @@ def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None 
             evaluation = run_episode(env, state["agent"], seed=eval_seed(index), greedy=True)
             row["eval_return"] = evaluation["episode_return"]
             bar.set_postfix(eval_return=f"{row['eval_return']:.0f}")
-        if run:
-            row = run.log(row)  # + row_seconds
-        history.append(row)
-        if run and checkpoint_due(index + 1, config.checkpoint_every, int(state["env_steps"]) >= config.env_steps):
-            run.save(int(state["env_steps"]), state)
+        finish_row(run, history, row, int(state["env_steps"]), state,
+                   due=checkpoint_due(index + 1, config.checkpoint_every, int(state["env_steps"]) >= config.env_steps))
     bar.close()
     if run:
         run.close()
