@@ -43,11 +43,14 @@ class CRLConfig:
     critic_learning_rate: float = 3e-4
     actor_learning_rate: float = 3e-4
     entropy_weight: float = 0.0
+    bc_weight: float = 0.0  # > 0 adds bc_weight E||pi(s, g) - a||^2 to the actor loss (offline, C.3.2: 0.05)
 
     def __post_init__(self):
         check_config(self)  # hidden, actor_hidden widths >= 1; critic/actor_learning_rate finite and > 0
         if self.objective not in ("binary_nce", "infonce"):
             raise ValueError(f"CRLConfig.objective must be 'binary_nce' or 'infonce', got {self.objective!r}")
+        if not self.bc_weight >= 0:
+            raise ValueError(f"CRLConfig.bc_weight must be >= 0, got {self.bc_weight}")
         for name in ("obs_dim", "action_dim", "repr_dim"):
             if getattr(self, name) < 1:
                 raise ValueError(f"CRLConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -134,13 +137,17 @@ class CRLAgent(StatelessPolicy, flax.struct.PyTreeNode):
 
     def actor_loss(self, actor_params, critic_params, batch: Batch, key):
         """-E[f(s, a, g)] + entropy_weight E[log pi(a | s, g)],  a ~ pi(. | s, g): SAC's actor loss with the
-        critic f as Q and a fixed entropy weight."""
+        critic f as Q and a fixed entropy weight; + bc_weight E||tanh(mu(s, g)) - a_data||^2 if bc_weight > 0."""
         obs, goals = batch["observations"], batch["goals"]
         mean, log_std = self.policy.apply(actor_params, jnp.concatenate([obs, goals], -1))
         actions, log_probs = tanh_normal_sample(key, mean, log_std)
         q = self.critic.apply(jax.lax.stop_gradient(critic_params), obs, actions, goals, method="diagonal")
         loss = sac_actor_loss(q[None], log_probs, self.config.entropy_weight)
-        return loss, dict(actor_loss=loss, actor_q=q.mean())
+        metrics = dict(actor_q=q.mean())
+        if self.config.bc_weight:
+            bc = jnp.mean(jnp.sum(jnp.square(jnp.tanh(mean) - batch["actions"]), -1))
+            loss, metrics["bc_loss"] = loss + self.config.bc_weight * bc, bc
+        return loss, dict(actor_loss=loss, **metrics)
 
     def update(self, batch: Batch) -> tuple["CRLAgent", dict[str, jax.Array]]:
         """One critic step, then one actor step (pure, jit-able); ``batch`` entries may be arrays or lists."""

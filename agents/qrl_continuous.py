@@ -5,7 +5,8 @@
     actions = jax.jit(QRLContinuousAgent.act)(agent, observations, goals, rng)
 
 Batch: observations [B, D], actions [B, A] in [-1, 1], next_observations [B, D], rewards [B] (-1 per step),
-goals [B, D] (goal states, e.g. future states relabelled by the replay buffer). With ``image_shape`` set
+goals [B, D] (goal states, e.g. future states relabelled by the replay buffer) and, optionally, bc_goals [B, D]
+(the goals of the behaviour-cloning term, e.g. future states of the same trajectory; default: goals). With ``image_shape`` set
 (e.g. ``(64, 64, 3)``), observations, next_observations and goals are uint8 images ``[B, 64, 64, 3]``
 instead: every critic encoder and the actor then start with their own
 :class:`~platonic_rl.common.networks.AtariConvBackbone` (C.3.3's image settings: f = backbone-512-128, transition
@@ -71,7 +72,7 @@ class QRLContinuousConfig:
     epsilon: float = 0.25
     lagrange_init: float = 0.01
     transition_weight: float = 0.2  # 0.1 for image observations
-    bc_weight: float = 0.0          # > 0 adds E||pi(s, g) - a||^2 (offline)
+    bc_weight: float = 0.0          # > 0 adds E||pi(s, g_bc) - a||^2 (offline; g_bc = batch["bc_goals"] or goals)
     # Optimisation.
     critic_learning_rate: float = 1e-4
     lagrange_learning_rate: float = 1e-2
@@ -120,6 +121,8 @@ def validate_batch(batch: Batch, config: QRLContinuousConfig) -> None:
                          "update needs B >= 1 rows")
     obs = (b, *config.obs_shape)
     expected = dict(observations=obs, next_observations=obs, goals=obs, actions=(b, config.action_dim), rewards=(b,))
+    if "bc_goals" in batch:
+        expected["bc_goals"] = obs
     for key, shape in expected.items():
         if batch[key].shape != shape:
             raise ValueError(f"batch[{key!r}] must have shape {shape}, got {batch[key].shape}")
@@ -194,21 +197,54 @@ class QRLContinuousAgent(StatelessPolicy, flax.struct.PyTreeNode):
 
         return jax.vmap(one)(critic_params)
 
+    def goal_distances(self, observations, goals) -> jax.Array:
+        """d_i(f_i(s), f_i(g)) for every critic: ``[num_critics, ...]`` (the learned cost-to-go, -V*)."""
+        critic = self.critic
+
+        def one(params):
+            z, z_goal = (critic.apply(params, x, method="encode") for x in (observations, goals))
+            return critic.apply(params, z, z_goal, method="distance")
+
+        return jax.vmap(one)(self.critic_params)
+
+    def plan_costs(self, observations, goals, action_sequences) -> jax.Array:
+        """The cost of each action sequence ``[K, H, A]`` from one observation ``[D]`` towards one goal ``[D]``
+        in the learned model: sum_t max_i d_i(T_i(z_t, a_t), f_i(g)), z_0 = f_i(s), z_{t+1} = T_i(z_t, a_t) --
+        the learned Q* as the per-step cost (C.3.2's MPPI with the QRL value). Returns ``[K]``."""
+        critic = self.critic
+        k = action_sequences.shape[0]
+
+        def one(params):
+            z = jnp.broadcast_to(critic.apply(params, observations[None], method="encode"), (k, self.config.latent_dim))
+            z_goal = critic.apply(params, goals[None], method="encode")
+
+            def step(z, actions):
+                z_next = critic.apply(params, z, actions, method="dynamics")
+                return z_next, critic.apply(params, z_next, jnp.broadcast_to(z_goal, z_next.shape), method="distance")
+
+            return jax.lax.scan(step, z, jnp.swapaxes(action_sequences, 0, 1))[1]  # [H, K]
+
+        return jax.vmap(one)(self.critic_params).max(0).sum(0)
+
     def actor_loss_fn(self, actor_params, critic_params, batch: Batch, key):
         mean, log_std = self.policy.apply(actor_params, batch["observations"], batch["goals"])
         actions, log_probs = tanh_normal_sample(key, mean, log_std)
         distances = self.goal_distances_after(jax.lax.stop_gradient(critic_params), batch["observations"],
                                               actions, batch["goals"])
         loss = losses.actor_loss(distances, log_probs, jnp.exp(self.log_entropy_weight))
+        metrics = {}
         if self.config.bc_weight:
-            loss = loss + self.config.bc_weight * jnp.mean(jnp.sum(jnp.square(jnp.tanh(mean) - batch["actions"]), -1))
-        return loss, dict(actor_loss=loss, log_prob=log_probs.mean(), actor_distance=distances.max(0).mean())
+            if "bc_goals" in batch:  # behaviour cloning towards other goals (e.g. future states): its own forward pass
+                mean = self.policy.apply(actor_params, batch["observations"], batch["bc_goals"])[0]
+            bc = jnp.mean(jnp.sum(jnp.square(jnp.tanh(mean) - batch["actions"]), -1))
+            loss, metrics = loss + self.config.bc_weight * bc, dict(bc_loss=bc)
+        return loss, dict(actor_loss=loss, log_prob=log_probs.mean(), actor_distance=distances.max(0).mean(), **metrics)
 
     # ---------------------------------------------------------------------------------- update
     def update(self, batch: Batch) -> tuple["QRLContinuousAgent", dict[str, jax.Array]]:
         """One step on the critics and multipliers, then the actor (against the updated critics), then
         the entropy weight. Pure and jit-able; ``batch`` entries may be arrays or nested lists."""
-        batch = as_batch(batch, BATCH_KEYS)
+        batch = as_batch(batch, (*BATCH_KEYS, "bc_goals"))
         validate_batch(batch, self.config)
         rng, actor_key = jax.random.split(self.rng)
 

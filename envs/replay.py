@@ -20,6 +20,7 @@ truncated-geometric offset, and this buffer is ~100 lines of jittable code with 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -240,3 +241,77 @@ class SequenceSampler(struct.PyTreeNode):
     def sample(self, key: jax.Array) -> dict[str, jax.Array]:
         s = self.buffer.sample(key, self.batch_size, self.chunk)
         return dict(observations=s["observations"], prev_actions=s["prev_actions"], rewards=s["rewards"])
+
+
+class SegmentGoalSampler(struct.PyTreeNode):
+    """Goal-conditioned batches from an offline dataset of variable-length episodes stored flat (e.g.
+    ``envs.maze2d.load_dataset``): ``data`` holds observations, actions, next_observations ``[N, ...]`` and
+    ``segment_end [N]`` (True at each episode's last transition; consecutive rows of an episode are
+    consecutive steps). Transitions are drawn uniformly; with each:
+
+    * ``goals``: with probability ``p_future`` a future state of the same episode, else the next state of a
+      uniformly random transition (appendix C.3's p_goal);
+    * ``bc_goals`` (if ``bc_goals``): always a future state, for behaviour cloning towards where the data went.
+
+    A future state is the next state of transition t + k, k in {0, ..., end - t} with P(k) proportional to
+    ``discount``^k: Delta t = k + 1 >= 1 steps ahead, Geometric(1 - discount) truncated at the episode's end
+    (C.3.2). ``rewards`` are -1 (each transition costs one step)."""
+
+    data: dict
+    last_index: jax.Array  # [N] the index of the last transition of each row's episode
+    batch_size: int = struct.field(pytree_node=False)
+    p_future: float = struct.field(pytree_node=False, default=1.0)
+    discount: float = struct.field(pytree_node=False, default=0.99)
+    bc_goals: bool = struct.field(pytree_node=False, default=False)
+
+    @classmethod
+    def create(cls, data: dict, batch_size: int, p_future: float = 1.0, discount: float = 0.99,
+               bc_goals: bool = False) -> "SegmentGoalSampler":
+        import numpy as np
+
+        missing = [k for k in ("observations", "actions", "next_observations", "segment_end") if k not in data]
+        if missing:
+            raise ValueError(f"SegmentGoalSampler: data lacks {missing}")
+        if not (isinstance(batch_size, int) and batch_size >= 1 and 0.0 <= p_future <= 1.0 and 0.0 < discount < 1.0):
+            raise ValueError(f"SegmentGoalSampler: need batch_size >= 1, p_future in [0, 1], discount in (0, 1); got "
+                             f"{batch_size}, {p_future}, {discount}")
+        ends = np.asarray(data["segment_end"], bool)
+        if not ends[-1]:
+            raise ValueError("SegmentGoalSampler: data['segment_end'][-1] must be True (the last episode ends there)")
+        end_rows = np.flatnonzero(ends)
+        last_index = end_rows[np.searchsorted(end_rows, np.arange(len(ends)))]
+        keys = ("observations", "actions", "next_observations")
+        return cls(data={k: jnp.asarray(data[k], jnp.float32) for k in keys}, last_index=jnp.asarray(last_index, jnp.int32),
+                   batch_size=batch_size, p_future=p_future, discount=discount, bc_goals=bc_goals)
+
+    def _future(self, key, rows):
+        max_k = self.last_index[rows] - rows
+        u = jax.random.uniform(key, rows.shape)
+        k = jnp.floor(jnp.log1p(-u * (1 - self.discount ** (max_k + 1.0))) / jnp.log(self.discount)).astype(jnp.int32)
+        return rows + jnp.clip(k, 0, max_k)
+
+    def sample(self, key: jax.Array) -> dict[str, jax.Array]:
+        n = self.last_index.shape[0]
+        row_key, future_key, bc_key, mix_key, random_key = jax.random.split(key, 5)
+        rows = jax.random.randint(row_key, (self.batch_size,), 0, n)
+        use_future = jax.random.uniform(mix_key, (self.batch_size,)) < self.p_future
+        goal_rows = jnp.where(use_future, self._future(future_key, rows),
+                              jax.random.randint(random_key, (self.batch_size,), 0, n))
+        next_obs = self.data["next_observations"]
+        batch = dict(observations=self.data["observations"][rows], actions=self.data["actions"][rows],
+                     next_observations=next_obs[rows], goals=next_obs[goal_rows],
+                     rewards=-jnp.ones(self.batch_size, jnp.float32))
+        if self.bc_goals:
+            batch["bc_goals"] = next_obs[self._future(bc_key, rows)]
+        return batch
+
+
+class PerSeed(struct.PyTreeNode):
+    """``num_seeds`` independent batches of ``sampler`` stacked on a leading axis (for
+    :class:`~platonic_rl.agents.seeds.SeedStack`)."""
+
+    sampler: Any
+    num_seeds: int = struct.field(pytree_node=False)
+
+    def sample(self, key: jax.Array) -> dict[str, jax.Array]:
+        return jax.vmap(self.sampler.sample)(jax.random.split(key, self.num_seeds))

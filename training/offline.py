@@ -112,11 +112,24 @@ def data_fingerprint(data: dict[str, Any]) -> dict[str, dict]:
     return fingerprint
 
 
-def run_settings(agent, config: TrainConfig, data: dict[str, Any]) -> dict:
+def sampler_settings(sampler) -> dict:
+    """The sampler's class and its static settings (its fields that are not arrays)."""
+    static = {f.name: getattr(sampler, f.name) for f in dataclasses.fields(sampler)
+              if not f.metadata.get("pytree_node", True)}
+    inner = getattr(sampler, "sampler", None)
+    if inner is not None and dataclasses.is_dataclass(inner):
+        static["sampler"] = sampler_settings(inner)
+    return dict(name=type(sampler).__name__, **static)
+
+
+def run_settings(agent, config: TrainConfig, data: dict[str, Any], sampler=None) -> dict:
     """What defines an offline run (all but RESUMABLE_SETTINGS), as it is stored in ``config.json``."""
-    return dict(**agent_settings(agent),
-                train_config={k: v for k, v in dataclasses.asdict(config).items() if k not in RESUMABLE_SETTINGS},
-                data=data_fingerprint(data))
+    settings = dict(**agent_settings(agent),
+                    train_config={k: v for k, v in dataclasses.asdict(config).items() if k not in RESUMABLE_SETTINGS},
+                    data=data_fingerprint(data))
+    if sampler is not None:
+        settings["sampler"] = sampler_settings(sampler)
+    return settings
 
 
 DATASET_KEYS = ("observations", "actions", "next_observations", "rewards")
@@ -141,12 +154,16 @@ def load_dataset(path: str | os.PathLike) -> dict[str, np.ndarray]:
 
 
 def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str | os.PathLike | None = None,
-                  desc: str = "train"):
+                  desc: str = "train", sampler=None):
     """Train ``agent`` on ``data`` for ``config.steps`` updates. Returns ``(agent, history)``.
 
     ``data``: a dict of arrays sharing their leading dimension, holding the keys the agent's ``update``
     reads (QRL: ``observations``, ``actions``, ``next_observations``, ``rewards``); each update samples
-    ``batch_size`` rows uniformly with replacement. The agent must follow
+    ``batch_size`` rows uniformly with replacement -- or, with ``sampler`` (a pytree with ``sample(key) ->
+    batch`` built from ``data``, e.g. :class:`~platonic_rl.envs.replay.SegmentGoalSampler` for goal relabelling,
+    wrapped in :class:`~platonic_rl.envs.replay.PerSeed` for a :class:`~platonic_rl.agents.seeds.SeedStack`),
+    its batches (``config.batch_size`` is then the sampler's business; metrics rows average over seeds). The
+    agent must follow
     :class:`~platonic_rl.agents.contract.Agent` (checked first, before anything compiles).
 
     With ``run_dir``: a :class:`~platonic_rl.training.run.RunDirectory` holding the run's settings (agent
@@ -164,7 +181,7 @@ def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str
     state = {"agent": agent, "sampler_key": jax.random.PRNGKey(config.seed)}
     run = None
     if run_dir is not None:
-        run = RunDirectory.open(run_dir, run_settings(agent, config, data), resume=config.resume,
+        run = RunDirectory.open(run_dir, run_settings(agent, config, data, sampler), resume=config.resume,
                                 overwrite=config.overwrite, resumable=("train_config.steps",),
                                 keep=config.keep_checkpoints, tensorboard=config.tensorboard)
         state = run.restore(state, budget=config.steps)  # the latest checkpoint (also with checkpoint_every=0)
@@ -173,8 +190,13 @@ def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str
         step = 0
     history = run.rows if run else []
     agent, key = state["agent"], state["sampler_key"]
-    sampler = DatasetSampler(jax.tree_util.tree_map(jnp.asarray, data), config.batch_size)
+    if sampler is None:
+        sampler = DatasetSampler(jax.tree_util.tree_map(jnp.asarray, data), config.batch_size)
     calls_per_row = config.log_every // config.call_size
+    try:  # shapes only, nothing runs: a dataset that does not fit the agent fails here with both named
+        jax.eval_shape(lambda a, k: type(a).update(a, sampler.sample(k)), agent, key)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"data does not fit the agent {type(agent).__name__}: {error}") from error
 
     start = time.time()
     with tqdm(total=config.steps, initial=step, desc=desc, disable=not config.progress, unit="update",
@@ -194,7 +216,7 @@ def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str
                     compiling = False
                 bar.update(config.call_size)
             step += config.log_every
-            row = {"step": step, **{k: float(v) / calls_per_row for k, v in sums.items()},
+            row = {"step": step, **{k: float(jnp.mean(v)) / calls_per_row for k, v in sums.items()},
                    "wall_time": time.time() - start}
             finish_row(run, history, row, step, {"agent": agent, "sampler_key": key},
                        due=checkpoint_due(step, config.checkpoint_every, step == config.steps))

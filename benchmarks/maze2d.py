@@ -1,0 +1,409 @@
+"""Offline goal reaching on D4RL maze2d: QRL (+BC), Contrastive RL (+BC), GCBC and MPPI with the QRL value
+(Table 4.2, section 4.5.1, appendix C.3.2).
+
+    python -m platonic_rl.benchmarks.maze2d --scale quick                       # minutes: a smoke run
+    python -m platonic_rl.benchmarks.maze2d --scale cpu --layouts medium        # one layout, 3 seeds
+
+For each layout: a D4RL-procedure dataset (``envs.maze2d.make_dataset``: Minari, cached by (layout, size,
+seed)), then for each method its seeds trained as one ``jit(vmap(update))`` (:class:`SeedStack`) by the
+offline loop, in a resumable run directory ``<out>/runs/<layout>-<method>``; then single-goal (D4RL's goal)
+and multi-goal (random free cells) evaluation, ``episodes`` episodes per (layout, method, seed, setting),
+D4RL-normalised. Each finished (layout, method) is stored in ``<out>/evals/`` and skipped when the command is
+rerun, so a long run continues where it stopped. Goal sampling (C.3.2): QRL's goals are random dataset
+states (C.3's p_goal) and its BC goals future states Delta t ~ Geometric(0.01) ahead of the same episode;
+Contrastive RL and GCBC train on future-state goals (their own goal distribution). Inputs are normalised by
+the layout's extent (``Layout.obs_center/obs_scale``) for every method.
+
+Saves ``results.json`` (command, settings, per-seed scores, dataset sizes and times, the paper's numbers),
+``values.png`` (the learned distance d(s, g) over the maze for two goals per layout beside the true
+shortest-path distance in cells) and ``trajectories.png`` (QRL's single-goal episodes); prints the table.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import time
+from pathlib import Path
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tyro
+
+from platonic_rl.agents.crl import CRLAgent, CRLConfig
+from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
+from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
+from platonic_rl.agents.seeds import SeedStack
+from platonic_rl.benchmarks import report
+from platonic_rl.common.planning import mppi_step
+from platonic_rl.envs import maze2d
+from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
+from platonic_rl.training.offline import TrainConfig, train_offline
+
+Method = Literal["qrl", "crl", "gcbc", "mppi"]
+LAYOUTS = ("large", "medium", "umaze")
+
+# Table 4.2 (mean over 5 seeds), normalised scores: {method: {setting: {layout: score}}}.
+PAPER = {
+    "qrl": {"single": dict(large=191.52, medium=163.59, umaze=71.72), "multi": dict(large=187.71, medium=150.51, umaze=150.60)},
+    "crl": {"single": dict(large=81.65, medium=10.11, umaze=95.11), "multi": dict(large=172.64, medium=137.01, umaze=142.43)},
+    "mppi": {"single": dict(large=19.32, medium=58.06, umaze=74.85), "multi": dict(large=37.73, medium=56.79, umaze=87.49)},
+    "mppi_true_dynamics": {"single": dict(large=5.1, medium=10.2, umaze=33.2), "multi": dict(large=8.0, medium=15.4, umaze=41.2)},
+    "handcoded_controller": {"single": dict(large=128.13, medium=127.64, umaze=113.91),
+                             "multi": dict(large=146.94, medium=119.97, umaze=128.53)},
+}
+NAMES = dict(qrl="QRL (+BC)", crl="Contrastive RL (+BC)", gcbc="GCBC", mppi="MPPI with QRL value")
+
+
+@dataclasses.dataclass(frozen=True)
+class Scale:
+    """Everything a scale sets (the objective is C.3.2's at every scale)."""
+    dataset_size: int | None        # None: D4RL's (umaze 1M, medium 2M, large 4M)
+    qrl: QRLContinuousConfig
+    crl: CRLConfig
+    gcbc: GCBCConfig
+    qrl_train: TrainConfig
+    crl_train: TrainConfig
+    gcbc_train: TrainConfig
+    episodes: int                   # evaluation episodes per (layout, method, seed, setting)
+    mppi_samples: int
+    mppi_episodes: int
+    note: str
+
+
+def _qrl(hidden: tuple[int, ...], latent: int, projector: tuple[int, ...], components: int, dims: int,
+         actor: tuple[int, ...], actor_lr: float) -> QRLContinuousConfig:
+    """C.3.2's QRL: 2 critics, residual T, IQE-maxmean, transition weight 1, lr 0.01 (lambda) / 5e-4 (critic),
+    BC weight 0.05, phi(x) = -softplus(500 - x, beta=0.01) (C.24)."""
+    return QRLContinuousConfig(obs_dim=4, action_dim=2, encoder_hidden=hidden, latent_dim=latent,
+                               projector_hidden=projector, iqe_components=components, iqe_dim_per_component=dims,
+                               dynamics_hidden=hidden, actor_hidden=actor, num_critics=2, transition_weight=1.0,
+                               phi_offset=500.0, phi_beta=0.01, lagrange_learning_rate=0.01,
+                               critic_learning_rate=5e-4, actor_learning_rate=actor_lr, bc_weight=0.05)
+
+
+def _train(steps: int, batch: int, log_every: int) -> TrainConfig:
+    return TrainConfig(steps=steps, batch_size=batch, log_every=log_every, checkpoint_every=5 * log_every,
+                       progress=True)
+
+
+def scales() -> dict[str, Scale]:
+    """``quick``: a smoke run in minutes (tiny networks, 20k-step datasets, 1.5k updates): NOT comparable to
+    the paper. ``cpu``: D4RL-size datasets; QRL 2x128 MLPs, latent 64, IQE-maxmean 16 x 16, batch 256, 40k
+    updates, actor lr 3e-4 (the paper's 3e-5 is for 2e5 updates of batch 4096); Contrastive RL and GCBC 2x256,
+    batch 256, 30k updates; 100 episodes; MPPI with 64 samples (the paper: 10,000) over 50 episodes. About an
+    hour per layout on 2 CPU cores for all four methods and 3 seeds. ``paper``: C.3.2 (accelerator-sized)."""
+    d = 4 * 1024
+    return {
+        "quick": Scale(20_000, _qrl((64, 64), 32, (64,), 8, 8, (64, 64), 1e-4),
+                       CRLConfig(obs_dim=4, action_dim=2, hidden=(64, 64), repr_dim=16, actor_hidden=(64, 64), bc_weight=0.05),
+                       GCBCConfig(obs_dim=4, action_dim=2, hidden=(64, 64)),
+                       _train(1_500, 128, 500), _train(1_500, 128, 500), _train(1_500, 128, 500),
+                       episodes=10, mppi_samples=32, mppi_episodes=10,
+                       note="quick: a smoke run, NOT comparable to the paper's numbers"),
+        "cpu": Scale(None, _qrl((128, 128), 64, (128,), 16, 16, (128, 128), 3e-4),
+                     CRLConfig(obs_dim=4, action_dim=2, hidden=(256, 256), repr_dim=16, actor_hidden=(256, 256),
+                               bc_weight=0.05),
+                     GCBCConfig(obs_dim=4, action_dim=2, hidden=(256, 256)),
+                     _train(40_000, 256, 1_000), _train(30_000, 256, 1_000), _train(30_000, 256, 1_000),
+                     episodes=100, mppi_samples=64, mppi_episodes=50,
+                     note="cpu: small networks and ~1/40 of the paper's samples (see --help); the paper's numbers "
+                          "are at the paper scale"),
+        "paper": Scale(None, _qrl((1024, 1024, 1024), 256, (1024, 1024), 64, 32, (1024, 1024, 1024), 3e-5),
+                       CRLConfig(obs_dim=4, action_dim=2, hidden=(1024, 1024, 1024), repr_dim=16,
+                                 actor_hidden=(1024, 1024, 1024), bc_weight=0.05),
+                       GCBCConfig(obs_dim=4, action_dim=2, hidden=(1024, 1024, 1024)),
+                       _train(200_000, d, 1_000), _train(150_000, 1024, 1_000), _train(150_000, 1024, 1_000),
+                       episodes=100, mppi_samples=10_000, mppi_episodes=100, note="paper: C.3.2's settings"),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """Table 4.2 on maze2d at a chosen scale (see the module docstring)."""
+    scale: Literal["quick", "cpu", "paper"] = "quick"
+    layouts: tuple[Literal["large", "medium", "umaze"], ...] = LAYOUTS
+    methods: tuple[Method, ...] = ("qrl", "crl", "gcbc", "mppi")
+    """mppi plans with the trained QRL agents (it needs qrl's run)."""
+    seeds: tuple[int, ...] = (0, 1, 2)
+    dataset_seed: int = 0
+    dataset_size: int | None = None
+    """Transitions per generated dataset (default: the scale's; cpu/paper: D4RL's sizes)."""
+    dataset: str | None = None
+    """Train on this dataset instead of generating one: a Minari dataset directory or local id (e.g. a copy of
+    D4RL/pointmaze/medium-v2) or a D4RL maze2d .hdf5 file; needs exactly one --layouts."""
+    data_root: str | None = None
+    """Where generated datasets are cached (default $PLATONIC_RL_DATA/maze2d or ~/.cache/platonic_rl/maze2d)."""
+    episodes: int | None = None
+    """Evaluation episodes per (layout, method, seed, setting) (default: the scale's)."""
+    out_dir: str | None = None
+    """Default: results/maze2d/<scale>."""
+    overwrite: bool = False
+    """Start every selected (layout, method) afresh instead of resuming/reusing it."""
+
+    def __post_init__(self):
+        if self.dataset is not None and len(self.layouts) != 1:
+            raise ValueError(f"--dataset needs exactly one --layouts (the dataset's maze), got {self.layouts}")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"--seeds must be distinct, got {self.seeds}")
+
+
+def normaliser(layout: maze2d.Layout):
+    center, scale = (jnp.asarray(x, jnp.float32) for x in (layout.obs_center, layout.obs_scale))
+    return lambda x: (jnp.asarray(x, jnp.float32) - center) / scale
+
+
+def method_setup(method: str, scale: Scale):
+    """(agent class, config, train config, sampler settings) of one method."""
+    if method == "qrl":
+        return QRLContinuousAgent, scale.qrl, scale.qrl_train, dict(p_future=0.0, bc_goals=True)
+    if method == "crl":
+        return CRLAgent, scale.crl, scale.crl_train, dict(p_future=1.0)
+    if method == "gcbc":
+        return GCBCAgent, scale.gcbc, scale.gcbc_train, dict(p_future=1.0)
+    raise ValueError(f"method must be one of qrl, crl, gcbc (mppi plans with qrl), got {method!r}")
+
+
+def train_method(method: str, scale: Scale, data: dict, seeds, run_dir: Path, overwrite: bool) -> SeedStack:
+    agent_class, config, train, sampling = method_setup(method, scale)
+    stack = SeedStack.create(agent_class, config, seeds)
+    sampler = PerSeed(SegmentGoalSampler.create(data, train.batch_size, **sampling), len(seeds))
+    train = dataclasses.replace(train, overwrite=overwrite)
+    stack, _ = train_offline(stack, data, train, run_dir=run_dir, desc=f"{run_dir.name} x{len(seeds)} seeds",
+                             sampler=sampler)
+    return stack
+
+
+def greedy_policy(agent, layout: maze2d.Layout):
+    act, norm = jax.jit(type(agent).act), normaliser(layout)
+    return lambda obs, goals: np.asarray(act(agent, norm(obs), norm(goals)))
+
+
+@functools.partial(jax.jit, static_argnames=("num_samples",))
+def _mppi_actions(agent, key, plans, observations, goals, num_samples: int):
+    keys = jax.random.split(key, observations.shape[0])
+
+    def one(k, plan, obs, goal):  # C.3.2: horizon 5, noise variance 1, lambda 0.01
+        return mppi_step(k, plan, lambda seqs: agent.plan_costs(obs, goal, seqs), num_samples, 1.0, 0.01)
+
+    return jax.vmap(one)(keys, plans, observations, goals)
+
+
+def mppi_policy(agent: QRLContinuousAgent, layout: maze2d.Layout, num_samples: int, seed: int, horizon: int = 5):
+    """MPPI in QRL's learned dynamics with its Q as the per-step cost; the plan is carried between steps."""
+    norm = normaliser(layout)
+    state = dict(plans=None, key=jax.random.PRNGKey(seed))
+
+    def policy(obs, goals):
+        if state["plans"] is None:
+            state["plans"] = jnp.zeros((obs.shape[0], horizon, 2))
+        state["key"], key = jax.random.split(state["key"])
+        actions, state["plans"] = _mppi_actions(agent, key, state["plans"], norm(obs), norm(goals), num_samples)
+        return np.asarray(actions)
+
+    return policy
+
+
+def evaluate_method(method: str, stack: SeedStack, layout: maze2d.Layout, args: Args, scale: Scale) -> dict:
+    out = {}
+    for setting in ("single", "multi"):
+        per_seed, trajectories = [], None
+        for i, seed in enumerate(args.seeds):
+            agent = stack.agent(i)
+            if method == "mppi":
+                episodes = args.episodes or scale.mppi_episodes
+                policy = mppi_policy(agent, layout, scale.mppi_samples, seed=1000 + seed)
+            else:
+                episodes = args.episodes or scale.episodes
+                policy = greedy_policy(agent, layout)
+            result = maze2d.evaluate(policy, layout, setting, episodes, seed=10_000 * (setting == "multi") + seed,
+                                     keep_trajectories=6 if i == 0 else 0)
+            per_seed.append(result["score"])
+            if i == 0:
+                trajectories = dict(positions=result["trajectories"], goals=result["goals"][:6])
+        out[setting] = dict(scores=per_seed, mean=float(np.mean(per_seed)), std=float(np.std(per_seed)),
+                            episodes=episodes, trajectories=trajectories)
+    return out
+
+
+def value_maps(agent: QRLContinuousAgent, layout: maze2d.Layout, goals: list[tuple[int, int]], per_cell: int = 8):
+    """The learned distance d(s, g) (mean over critics) on a grid of resting positions, and the
+    true shortest-path distance in cells, for each goal cell."""
+    rows, cols = layout.shape
+    a = (np.arange(rows * per_cell) + 0.5) / per_cell - 0.5 - maze2d.CELL_OFFSET
+    b = (np.arange(cols * per_cell) + 0.5) / per_cell - 0.5 - maze2d.CELL_OFFSET
+    grid = np.stack(np.meshgrid(a, b, indexing="ij"), -1)
+    walls = layout.walls[maze2d.cell_of(grid)[..., 0], maze2d.cell_of(grid)[..., 1]]
+    states = maze2d.goal_states(grid.reshape(-1, 2))
+    norm = normaliser(layout)
+    maps = []
+    for goal in goals:
+        g = maze2d.goal_states(np.asarray(goal, np.float64))[None].repeat(len(states), 0)
+        learned = np.asarray(jax.jit(QRLContinuousAgent.goal_distances)(agent, norm(states), norm(g))).mean(0)
+        true = maze2d.cell_distances(layout, goal)
+        maps.append(dict(goal=list(goal), learned=np.where(walls, np.nan, learned.reshape(grid.shape[:2])),
+                         true_cells=np.where(layout.walls, np.nan, true)))
+    return maps
+
+
+def format_table(summary: dict, scale_name: str, note: str, seeds) -> str:
+    lines = [f"maze2d (D4RL-normalised score, mean +- std over seeds {list(seeds)}; paper: Table 4.2, 5 seeds) -- "
+             f"scale {scale_name!r}: {note}"]
+    header = f"{'method':<24}" + "".join(f"{s + ' ' + l:>24}" for s in ("single", "multi") for l in LAYOUTS) + \
+             f"{'average':>18}"
+    lines += [header, "-" * len(header)]
+    for method in ("qrl", "crl", "gcbc", "mppi"):
+        if method not in summary:
+            continue
+        cells, values = [], []
+        for setting in ("single", "multi"):
+            for layout in LAYOUTS:
+                r = summary[method].get(layout, {}).get(setting)
+                paper = PAPER.get(method, {}).get(setting, {}).get(layout)
+                ours = f"{r['mean']:.1f}+-{r['std']:.1f}" if r else "n/a"
+                values += [r["mean"]] if r else []
+                cells.append(f"{ours} ({paper if paper is not None else '-'})")
+        average = f"{np.mean(values):.1f}" if values else "n/a"
+        lines.append(f"{NAMES[method]:<24}" + "".join(f"{c:>24}" for c in cells) + f"{average:>18}")
+    lines.append("each cell: ours (paper). References (paper): handcoded controller single "
+                 + ", ".join(f"{l} {PAPER['handcoded_controller']['single'][l]}" for l in LAYOUTS)
+                 + "; MPPI with true dynamics single "
+                 + ", ".join(f"{l} {PAPER['mppi_true_dynamics']['single'][l]}" for l in LAYOUTS)
+                 + " (not run here: its sparse reward is invisible within a 5-step horizon from most states)")
+    return "\n".join(lines)
+
+
+def plot_values(path: Path, maps: dict, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    layouts = [l for l in LAYOUTS if l in maps]
+    ncols = 2 * max(len(maps[l]) for l in layouts)
+    fig, axes = plt.subplots(len(layouts), ncols, figsize=(3.4 * ncols, 3.0 * len(layouts)), squeeze=False)
+    for r, layout in enumerate(layouts):
+        for c, m in enumerate(maps[layout]):
+            L = maze2d.get_layout(layout)
+            for k, (name, img, unit) in enumerate((("learned d(s, g)", np.asarray(m["learned"], float), "steps"),
+                                                   ("shortest path", np.asarray(m["true_cells"], float), "cells"))):
+                ax = axes[r, 2 * c + k]
+                rows, cols = L.shape
+                extent = (-0.5 - maze2d.CELL_OFFSET, cols - 0.5 - maze2d.CELL_OFFSET,
+                          rows - 0.5 - maze2d.CELL_OFFSET, -0.5 - maze2d.CELL_OFFSET)
+                im = ax.imshow(img, extent=extent, cmap="viridis")
+                ax.plot(m["goal"][1], m["goal"][0], "r*", ms=12)
+                ax.set_title(f"{layout}: {name}, goal {tuple(m['goal'])}", fontsize=8)
+                ax.set_xlabel("y (D4RL coordinates)")
+                ax.set_ylabel("x (D4RL coordinates)")
+                fig.colorbar(im, ax=ax, fraction=0.046, label=unit)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def plot_trajectories(path: Path, trajectories: dict, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    layouts = [l for l in LAYOUTS if l in trajectories]
+    fig, axes = plt.subplots(1, len(layouts), figsize=(4.2 * len(layouts), 4.0), squeeze=False)
+    for ax, layout in zip(axes[0], layouts):
+        L = maze2d.get_layout(layout)
+        rows, cols = L.shape
+        ax.imshow(L.walls, cmap="Greys", extent=(-0.5 - maze2d.CELL_OFFSET, cols - 0.5 - maze2d.CELL_OFFSET,
+                                                 rows - 0.5 - maze2d.CELL_OFFSET, -0.5 - maze2d.CELL_OFFSET))
+        t = trajectories[layout]
+        for k, xy in enumerate(np.asarray(t["positions"])):
+            line, = ax.plot(xy[:, 1], xy[:, 0], lw=1.2)
+            ax.plot(xy[0, 1], xy[0, 0], "o", color=line.get_color(), ms=5)
+        goal = np.asarray(t["goals"])[0]
+        ax.plot(goal[1], goal[0], "r*", ms=14, label="goal")
+        ax.set_title(f"{layout}: QRL, single goal (o = start)", fontsize=9)
+        ax.set_xlabel("y (D4RL coordinates)")
+        ax.set_ylabel("x (D4RL coordinates)")
+        ax.legend(loc="lower left", fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def run(args: Args) -> dict:
+    start_time = time.time()
+    scale = scales()[args.scale]
+    if args.dataset_size is not None:
+        scale = dataclasses.replace(scale, dataset_size=args.dataset_size)
+    out = Path(args.out_dir or f"results/maze2d/{args.scale}")
+    (out / "evals").mkdir(parents=True, exist_ok=True)
+    datasets, maps, trajectories = {}, {}, {}
+    for layout_name in args.layouts:
+        layout = maze2d.get_layout(layout_name)
+        if args.dataset is not None:
+            path, info = Path(args.dataset), dict(source=args.dataset)
+        else:
+            path = maze2d.make_dataset(layout, scale.dataset_size, args.dataset_seed, args.data_root)
+            info = dict(source=str(path), **maze2d.dataset_info(path))
+        data = maze2d.load_dataset(path, layout)
+        info.update(transitions=len(data["actions"]), episodes=int(data["segment_end"].sum()))
+        datasets[layout_name] = info
+        print(f"maze2d-{layout_name}: {info['transitions']:,} transitions in {info['episodes']:,} episodes ({path})")
+        norm = normaliser(layout)
+        data = dict(observations=np.asarray(norm(data["observations"])), actions=data["actions"].astype(np.float32),
+                    next_observations=np.asarray(norm(data["next_observations"])), segment_end=data["segment_end"])
+        stacks = {}
+        for method in [m for m in ("qrl", "crl", "gcbc", "mppi") if m in args.methods]:
+            eval_path = out / "evals" / f"{layout_name}-{method}.json"
+            if eval_path.is_file() and not args.overwrite and method != "qrl":
+                continue
+            trained = "qrl" if method == "mppi" else method
+            if trained not in stacks:
+                stacks[trained] = train_method(trained, scale, data, args.seeds, out / "runs" / f"{layout_name}-{trained}",
+                                               overwrite=args.overwrite and method != "mppi")
+            if eval_path.is_file() and not args.overwrite:
+                continue
+            t = time.time()
+            result = evaluate_method(method, stacks[trained], layout, args, scale)
+            result["eval_seconds"] = time.time() - t
+            eval_path.write_text(json.dumps(result, default=report._plain))
+            print(f"  {method}: single {result['single']['mean']:.1f}, multi {result['multi']['mean']:.1f} "
+                  f"({result['eval_seconds']:.0f} s to evaluate)")
+        if "qrl" in stacks:
+            goals = [layout.goal_cell, tuple(int(c) for c in layout.free_cells[0])]
+            maps[layout_name] = value_maps(stacks["qrl"].agent(0), layout, goals)
+    summary = {}
+    for method in ("qrl", "crl", "gcbc", "mppi"):
+        for layout_name in LAYOUTS:
+            path = out / "evals" / f"{layout_name}-{method}.json"
+            if path.is_file():
+                summary.setdefault(method, {})[layout_name] = json.loads(path.read_text())
+    for layout_name in LAYOUTS:
+        r = summary.get("qrl", {}).get(layout_name)
+        if r:
+            trajectories[layout_name] = r["single"]["trajectories"]
+    table = format_table(summary, args.scale, scale.note, args.seeds)
+    budget = (f"scale {args.scale}: QRL {scale.qrl_train.steps:,} updates of batch {scale.qrl_train.batch_size}, "
+              f"{len(args.seeds)} seeds")
+    record = dict(scale=args.scale, scale_note=scale.note, settings=dataclasses.asdict(scale), datasets=datasets,
+                  summary={m: {l: {s: {k: v for k, v in r[s].items() if k != "trajectories"}
+                                   for s in ("single", "multi")} for l, r in per.items()} for m, per in summary.items()},
+                  paper=PAPER)
+    plots = {}
+    if maps:
+        plots["values.png"] = lambda p: plot_values(p, maps, f"maze2d, QRL seed {args.seeds[0]}: learned distance vs "
+                                                              f"shortest path ({budget})")
+    if trajectories:
+        plots["trajectories.png"] = lambda p: plot_trajectories(p, trajectories, f"maze2d ({budget})")
+    return report.save_run(out, "platonic_rl.benchmarks.maze2d", args, record, table, plots=plots,
+                           total_seconds=time.time() - start_time)
+
+
+def main():
+    return run(tyro.cli(Args))
+
+
+if __name__ == "__main__":
+    main()
