@@ -372,7 +372,9 @@ def run(args: Args) -> dict:
             print(f"  {method}: single {result['single']['mean']:.1f}, multi {result['multi']['mean']:.1f} "
                   f"({result['eval_seconds']:.0f} s to evaluate)")
         if "qrl" in stacks:
-            goals = [layout.goal_cell, tuple(int(c) for c in layout.free_cells[0])]
+            far = maze2d.cell_distances(layout, layout.goal_cell)  # the free cell farthest from D4RL's goal
+            goals = [layout.goal_cell, tuple(int(c) for c in np.unravel_index(np.nanargmax(np.where(
+                np.isfinite(far), far, np.nan)), far.shape))]
             maps[layout_name] = value_maps(stacks["qrl"].agent(0), layout, goals)
     summary = {}
     for method in ("qrl", "crl", "gcbc", "mppi"):

@@ -44,6 +44,7 @@ def test_the_readme_has_the_blocks_and_commands_we_expect():
                          ids=[re.sub(r"\W+", "_", b.split("\n")[1] if "\n" in b else b)[:40] for b in PYTHON_BLOCKS])
 def test_python_block_runs_as_written(index, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # anything a block writes lands here
+    monkeypatch.setenv("PLATONIC_RL_DATA", str(tmp_path))  # and generated datasets too
     exec(compile(PYTHON_BLOCKS[index], f"README.md python block {index}", "exec"), {"__name__": "readme"})
 
 

@@ -1,0 +1,298 @@
+"""maze2d: layouts, D4RL coordinates, the waypoint controller, datasets (Minari, D4RL hdf5), the segment goal
+sampler, seeds as one vmapped agent, MPPI, and the benchmark's quick run."""
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from platonic_rl.agents.crl import CRLAgent, CRLConfig
+from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
+from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
+from platonic_rl.agents.seeds import SeedStack
+from platonic_rl.common.planning import mppi_step
+from platonic_rl.envs import maze2d
+from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
+from platonic_rl.training.offline import TrainConfig, train_offline
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A 3,000-step medium dataset, generated and written once for the module."""
+    root = tmp_path_factory.mktemp("maze2d_data")
+    path = maze2d.make_dataset("medium", 3_000, seed=0, root=root, progress=False)
+    return root, path
+
+
+def test_layouts_are_d4rls_and_pointmazes_maps():
+    from gymnasium_robotics.envs.maze import maps
+
+    for name, gym_map in (("umaze", maps.U_MAZE), ("medium", maps.MEDIUM_MAZE), ("large", maps.LARGE_MAZE)):
+        layout = maze2d.get_layout(name)
+        np.testing.assert_array_equal(layout.walls, np.asarray(gym_map) == 1)
+        assert not layout.walls[layout.goal_cell]
+        assert "G" in layout.maze.split("\\")[layout.goal_cell[0]][layout.goal_cell[1]]
+    assert [maze2d.LAYOUTS[n].episode_length for n in ("umaze", "medium", "large")] == [300, 600, 800]
+    with pytest.raises(ValueError, match="layout must be one of"):
+        maze2d.get_layout("huge")
+
+
+def test_normalized_score_reference_points():
+    for layout in maze2d.LAYOUTS.values():
+        np.testing.assert_allclose(maze2d.normalized_score(layout, [layout.ref_min_score, layout.ref_max_score]),
+                                   [0.0, 100.0], atol=1e-9)
+    # medium: (R - 13.13) / (277.39 - 13.13) * 100, by hand for R = 145.26
+    assert maze2d.normalized_score("medium", 145.26) == pytest.approx(50.0, abs=1e-9)
+
+
+def test_coordinates_round_trip_and_cell_centres():
+    layout = maze2d.get_layout("large")
+    rng = np.random.default_rng(0)
+    states = rng.normal(size=(50, 4)) * 3
+    np.testing.assert_allclose(maze2d.to_d4rl(layout, maze2d.from_d4rl(layout, states)), states, atol=1e-12)
+    actions = rng.uniform(-1, 1, (50, 2))
+    np.testing.assert_allclose(maze2d.action_to_d4rl(maze2d.action_from_d4rl(actions)), actions)
+    # D4RL's cell (i, j) is centred at (i - 0.2, j - 0.2); PointMaze's cell centre is cell_rowcol_to_xy.
+    import gymnasium as gym
+    import gymnasium_robotics
+
+    gym.register_envs(gymnasium_robotics)
+    pointmaze = gym.make(layout.gym_id).unwrapped
+    for cell in layout.free_cells[:10]:
+        xy = pointmaze.maze.cell_rowcol_to_xy(cell)
+        np.testing.assert_allclose(maze2d.to_d4rl(layout, xy), cell - 0.2, atol=1e-12)
+        np.testing.assert_array_equal(maze2d.cell_of(cell - 0.2 + rng.uniform(-0.45, 0.45, 2)), cell)
+
+
+def test_a_d4rl_action_moves_along_d4rls_axes():
+    env = maze2d.Maze2D("large", 2)
+    start = np.array([[2.8, 1.8], [2.8, 1.8]])  # the centre of cell (3, 2), free to the right
+    env.reset(seed=0, starts=start)
+    for _ in range(10):  # 0.1 s at 100 N on a 4.2 kg ball: ~0.12 of travel, the start velocity ~N(0, 0.1^2) aside
+        obs, _ = env.step(np.array([[1.0, 0.0], [0.0, 1.0]]))
+    moved = obs[:, :2] - start
+    assert moved[0, 0] > 0.08 and abs(moved[0, 1]) < 0.04  # +a pushes along D4RL's first axis
+    assert moved[1, 1] > 0.08 and abs(moved[1, 0]) < 0.04
+    assert np.all(np.abs(obs[:, 2:]) <= 5.0 + 1.0)
+
+
+def test_shortest_path_is_a_breadth_first_path():
+    layout = maze2d.get_layout("umaze")
+    path = maze2d.shortest_path(layout, (3, 1), (1, 1))
+    assert path == [(3, 2), (3, 3), (2, 3), (1, 3), (1, 2), (1, 1)]
+    assert maze2d.shortest_path(layout, (1, 1), (1, 1)) == [(1, 1)]
+    assert maze2d.cell_distances(layout, (1, 1))[3, 1] == 6
+    with pytest.raises(ValueError, match="wall"):
+        maze2d.cell_distances(layout, (0, 0))
+
+
+@pytest.mark.parametrize("name", ["umaze", "medium", "large"])
+def test_waypoint_controller_reaches_d4rls_goal(name):
+    layout = maze2d.get_layout(name)
+    n = 6
+    env = maze2d.Maze2D(layout, n)
+    obs = env.reset(seed=1, mode="single")
+    controllers = [maze2d.WaypointController(layout, np.random.default_rng(i)) for i in range(n)]
+    returns = np.zeros(n)
+    for _ in range(layout.episode_length):
+        actions = np.stack([c.action(o[:2], o[2:], layout.goal_cell)[0] for c, o in zip(controllers, obs)])
+        obs, rewards = env.step(actions)
+        returns += rewards
+    assert np.all(returns > 0), returns  # every episode reaches the goal
+    assert np.all(np.linalg.norm(obs[:, :2] - layout.goal, axis=-1) < maze2d.GOAL_RADIUS)
+    assert maze2d.normalized_score(layout, returns).mean() >= 100  # D4RL's reference-controller level
+
+
+def test_generated_trajectory_is_continuous_and_segmented():
+    data = maze2d.generate("umaze", 4_000, seed=3, progress=False)
+    np.testing.assert_array_equal(data["next_observations"][:-1], data["observations"][1:])
+    ends = data["segment_end"]
+    changes = np.flatnonzero(np.any(data["targets"][1:] != data["targets"][:-1], -1))
+    np.testing.assert_array_equal(np.flatnonzero(ends[:-1]), changes)  # a segment per target
+    lengths = np.diff(np.concatenate([[-1], np.flatnonzero(ends)]))
+    assert lengths.max() <= 300 and len(lengths) > 10
+    expected = np.linalg.norm(data["next_observations"][:, :2] - data["targets"], axis=-1) <= 0.5
+    np.testing.assert_array_equal(data["rewards"], expected.astype(float))
+    assert np.all(np.abs(data["actions"]) <= 1.0)
+    again = maze2d.generate("umaze", 4_000, seed=3, progress=False)
+    np.testing.assert_array_equal(again["observations"], data["observations"])  # seeded
+
+
+def test_minari_reads_back_a_generated_dataset(tiny):
+    import minari
+
+    root, path = tiny
+    generated = maze2d.generate("medium", 3_000, seed=0, progress=False)
+    info = maze2d.dataset_info(path)
+    assert info["transitions"] == 3_000 and info["episodes"] == generated["segment_end"].sum()
+    previous = os.environ.get("MINARI_DATASETS_PATH")
+    os.environ["MINARI_DATASETS_PATH"] = str(root)
+    try:
+        dataset = minari.load_dataset(maze2d.dataset_id("medium", 3_000, 0))
+    finally:
+        os.environ.pop("MINARI_DATASETS_PATH") if previous is None else os.environ.update(MINARI_DATASETS_PATH=previous)
+    assert dataset.total_steps == 3_000 and dataset.total_episodes == info["episodes"]
+    assert dataset.spec.env_spec.id == "PointMaze_Medium-v3"
+    episode = next(dataset.iterate_episodes())
+    assert set(episode.observations) == {"observation", "achieved_goal", "desired_goal"}
+    loaded = maze2d.load_dataset(path, "medium")
+    for key in ("observations", "next_observations", "rewards", "segment_end"):
+        np.testing.assert_allclose(loaded[key], generated[key], atol=1e-12)
+    np.testing.assert_allclose(loaded["actions"], generated["actions"], atol=1e-6)  # stored as float32
+    mtime = (path / "generation.json").stat().st_mtime
+    assert maze2d.make_dataset("medium", 3_000, seed=0, root=root) == path  # cached: not generated again
+    assert (path / "generation.json").stat().st_mtime == mtime
+
+
+def test_d4rl_hdf5_files_load_segmented_where_the_goal_changes(tmp_path):
+    import h5py
+
+    obs = np.arange(24, dtype=np.float32).reshape(6, 4)
+    goal = np.array([[1, 1]] * 3 + [[2, 2]] * 3, np.float32)
+    with h5py.File(tmp_path / "maze2d-umaze-v1.hdf5", "w") as f:
+        f["observations"], f["actions"], f["infos/goal"] = obs, np.zeros((6, 2), np.float32), goal
+    data = maze2d.load_dataset(tmp_path / "maze2d-umaze-v1.hdf5", "umaze")
+    # rows 0-2 and 3-5 are two segments; the transition 2 -> 3 crosses them and is dropped.
+    np.testing.assert_array_equal(data["observations"], obs[[0, 1, 3, 4]])
+    np.testing.assert_array_equal(data["next_observations"], obs[[1, 2, 4, 5]])
+    np.testing.assert_array_equal(data["segment_end"], [False, True, False, True])
+
+
+def test_bad_sources_and_layouts_are_named(tiny, tmp_path):
+    _, path = tiny
+    with pytest.raises(ValueError, match="source .* is not a Minari dataset"):
+        maze2d.load_dataset(tmp_path, "medium")
+    with pytest.raises(ValueError, match="another maze than layout 'umaze'"):
+        maze2d.load_dataset(path, "umaze")
+    with pytest.raises(ValueError, match="layout must be one of"):
+        maze2d.load_dataset(path, "giant")
+    (tmp_path / "bad.hdf5").write_bytes(b"")
+    import h5py
+
+    with h5py.File(tmp_path / "other.hdf5", "w") as f:
+        f["observations"] = np.zeros((3, 4))
+    with pytest.raises(ValueError, match="not a D4RL maze2d file"):
+        maze2d.load_dataset(tmp_path / "other.hdf5", "umaze")
+
+
+def test_a_dataset_that_does_not_fit_the_agent_is_refused(tiny):
+    _, path = tiny
+    data = maze2d.load_dataset(path, "medium")
+    agent = GCBCAgent.create(GCBCConfig(obs_dim=6, action_dim=2, hidden=(8,)), 0)
+    sampler = SegmentGoalSampler.create(data, 16)
+    with pytest.raises(ValueError, match=r"data does not fit the agent GCBCAgent: .*observations.*6"):
+        train_offline(agent, data, TrainConfig(steps=10, batch_size=16, log_every=10, progress=False),
+                      sampler=sampler)
+
+
+def test_segment_sampler_goals():
+    ends = np.zeros(40, bool)
+    ends[[9, 24, 39]] = True  # episodes [0, 9], [10, 24], [25, 39]
+    obs = np.arange(40, dtype=np.float32)[:, None].repeat(4, 1)
+    data = dict(observations=obs, next_observations=obs + 0.5, actions=np.zeros((40, 2)), segment_end=ends)
+    sampler = SegmentGoalSampler.create(data, 20_000, p_future=1.0, discount=0.9, bc_goals=True)
+    batch = jax.jit(lambda s, k: s.sample(k))(sampler, jax.random.PRNGKey(0))
+    rows = np.asarray(batch["observations"][:, 0]).astype(int)
+    goal_rows = np.asarray(batch["goals"][:, 0] - 0.5).astype(int)
+    last = np.select([rows <= 9, rows <= 24], [9, 24], 39)
+    assert np.all(goal_rows >= rows) and np.all(goal_rows <= last)  # same episode, >= 1 step ahead
+    assert np.all(np.asarray(batch["bc_goals"][:, 0] - 0.5).astype(int) >= rows)
+    np.testing.assert_array_equal(batch["rewards"], -1.0)
+    # k = goal row - row, truncated geometric P(k) ~ 0.9^k: P(k = 1) / P(k = 0) = 0.9 (rows with >= 10 steps left)
+    k = (goal_rows - rows)[last - rows >= 10]
+    assert abs(np.mean(k == 1) / np.mean(k == 0) - 0.9) < 0.08
+    random = SegmentGoalSampler.create(data, 20_000, p_future=0.0).sample(jax.random.PRNGKey(1))
+    assert abs(float(random["goals"][:, 0].mean()) - 20.0) < 0.5  # uniform over next states 0.5..39.5
+    with pytest.raises(ValueError, match="segment_end"):
+        SegmentGoalSampler.create({**data, "segment_end": np.zeros(40, bool)}, 8)
+
+
+def test_seed_stack_equals_agents_made_and_updated_one_by_one():
+    config = CRLConfig(obs_dim=4, action_dim=2, hidden=(16,), repr_dim=8, actor_hidden=(16,), bc_weight=0.05)
+    stack = SeedStack.create(CRLAgent, config, (3, 7))
+    rng = np.random.default_rng(0)
+    batches = dict(observations=rng.normal(size=(2, 32, 4)), actions=rng.uniform(-1, 1, (2, 32, 2)),
+                   goals=rng.normal(size=(2, 32, 4)))
+    stack, metrics = jax.jit(SeedStack.update)(stack, batches)
+    assert metrics["critic_loss"].shape == (2,)
+    for i, seed in enumerate((3, 7)):
+        alone, alone_metrics = jax.jit(CRLAgent.update)(CRLAgent.create(config, seed),
+                                                      {k: v[i] for k, v in batches.items()})
+        for a, b in zip(jax.tree_util.tree_leaves(alone), jax.tree_util.tree_leaves(stack.agent(i))):
+            np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(alone_metrics["critic_loss"], metrics["critic_loss"][i], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="seeds must be distinct"):
+        SeedStack.create(CRLAgent, config, (1, 1))
+
+
+def test_mppi_step_matches_a_numpy_reference_and_lowers_the_cost():
+    target = jnp.array([0.5, -0.3])
+
+    def cost(sequences):  # [K, H, A]: squared distance of every action to the target
+        return jnp.sum(jnp.square(sequences - target), axis=(1, 2))
+
+    plan = jnp.full((5, 2), 0.1)
+    key, k, std, temperature = jax.random.PRNGKey(0), 4_000, 0.7, 0.05
+    action, shifted = mppi_step(key, plan, cost, num_samples=k, noise_std=std, temperature=temperature)
+    # NumPy reference: S_k = cost(clip(plan + eps_k)) + temperature * sum(plan * eps_k) / std^2, w = softmin(S / temperature)
+    eps = std * np.asarray(jax.random.normal(key, (k, 5, 2)), np.float64)
+    u = np.clip(np.asarray(plan) + eps, -1, 1)
+    scores = np.sum((u - np.asarray(target)) ** 2, axis=(1, 2)) + temperature * np.sum(np.asarray(plan) * eps, (1, 2)) / std ** 2
+    w = np.exp(-(scores - scores.min()) / temperature)
+    new_plan = np.clip(np.asarray(plan) + np.einsum("k,kha->ha", w / w.sum(), u - np.asarray(plan)), -1, 1)
+    np.testing.assert_allclose(action, new_plan[0], atol=1e-4)
+    np.testing.assert_allclose(shifted, np.concatenate([new_plan[1:], new_plan[-1:]]), atol=1e-4)
+    # a near-argmin of thousands of samples: far below the starting plan's cost
+    assert float(cost(jnp.asarray(new_plan)[None])[0]) < 0.3 * float(cost(plan[None])[0])
+    with pytest.raises(ValueError, match="plan must be"):
+        mppi_step(key, jnp.zeros(5), cost, 8)
+
+
+def test_qrl_plan_costs_sum_the_learned_q_along_the_latent_rollout():
+    config = QRLContinuousConfig(obs_dim=4, action_dim=2, encoder_hidden=(16,), latent_dim=8, projector_hidden=(16,),
+                                 iqe_components=4, iqe_dim_per_component=4, dynamics_hidden=(16,), actor_hidden=(16,))
+    agent = QRLContinuousAgent.create(config, 0)
+    rng = np.random.default_rng(0)
+    obs, goal = jnp.asarray(rng.normal(size=4), jnp.float32), jnp.asarray(rng.normal(size=4), jnp.float32)
+    sequences = jnp.asarray(rng.uniform(-1, 1, (3, 2, 2)), jnp.float32)
+    costs = agent.plan_costs(obs, goal, sequences)
+    critic = agent.critic
+    expected = []
+    for seq in sequences:  # by hand: z0 = f(s); c = sum_t max_i d_i(T_i(z_t, a_t), f_i(g))
+        per_critic = []
+        for i in range(2):
+            params = jax.tree_util.tree_map(lambda x: x[i], agent.critic_params)
+            z = critic.apply(params, obs[None], method="encode")
+            zg = critic.apply(params, goal[None], method="encode")
+            total = []
+            for a in seq:
+                z = critic.apply(params, z, a[None], method="dynamics")
+                total.append(critic.apply(params, z, zg, method="distance")[0])
+            per_critic.append(total)
+        expected.append(np.max(np.array(per_critic), 0).sum())
+    np.testing.assert_allclose(costs, expected, rtol=1e-5, atol=1e-4)
+    d = agent.goal_distances(obs[None], goal[None])
+    assert d.shape == (2, 1) and np.all(np.asarray(d) >= 0)
+
+
+def test_benchmark_quick_run(tmp_path):
+    from platonic_rl.benchmarks import maze2d as bench
+
+    args = bench.Args(scale="quick", layouts=("umaze",), seeds=(0, 1), dataset_size=3_000, episodes=2,
+                      out_dir=str(tmp_path / "out"), data_root=str(tmp_path / "data"))
+    saved = bench.run(args)
+    summary = saved["summary"]
+    assert set(summary) == {"qrl", "crl", "gcbc", "mppi"}
+    for method in summary:
+        for setting in ("single", "multi"):
+            r = summary[method]["umaze"][setting]
+            assert len(r["scores"]) == 2 and np.isfinite(r["mean"])
+    assert saved["datasets"]["umaze"]["transitions"] == 3_000
+    assert "NOT comparable" in saved["table"]
+    for name in ("results.json", "values.png", "trajectories.png"):
+        assert (tmp_path / "out" / name).is_file()
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["command"].startswith("python -m")
+    again = bench.run(args)  # a rerun reuses the finished evaluations and the trained runs
+    assert again["summary"] == summary
