@@ -176,8 +176,12 @@ def train_method(method: str, scale: Scale, data: dict, seeds, run_dir: Path, ov
     return stack
 
 
+_ACT = {cls: jax.jit(cls.act) for cls in (QRLContinuousAgent, CRLAgent, GCBCAgent)}
+_GOAL_DISTANCES = jax.jit(QRLContinuousAgent.goal_distances)
+
+
 def greedy_policy(agent, layout: maze2d.Layout):
-    act, norm = jax.jit(type(agent).act), normaliser(layout)
+    act, norm = _ACT[type(agent)], normaliser(layout)
     return lambda obs, goals: np.asarray(act(agent, norm(obs), norm(goals)))
 
 
@@ -241,7 +245,7 @@ def value_maps(agent: QRLContinuousAgent, layout: maze2d.Layout, goals: list[tup
     maps = []
     for goal in goals:
         g = maze2d.goal_states(np.asarray(goal, np.float64))[None].repeat(len(states), 0)
-        learned = np.asarray(jax.jit(QRLContinuousAgent.goal_distances)(agent, norm(states), norm(g))).mean(0)
+        learned = np.asarray(_GOAL_DISTANCES(agent, norm(states), norm(g))).mean(0)
         true = maze2d.cell_distances(layout, goal)
         maps.append(dict(goal=list(goal), learned=np.where(walls, np.nan, learned.reshape(grid.shape[:2])),
                          true_cells=np.where(layout.walls, np.nan, true)))

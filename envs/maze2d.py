@@ -384,8 +384,7 @@ def generate(layout: str | Layout, size: int | None = None, seed: int = 0, progr
             steps_in_segment += 1
             actions[n], targets[n] = action, target
             ends[n] = solved or steps_in_segment >= layout.episode_length
-            env.goals = target[None]
-            obs[n + 1] = env.step(action[None])[0][0]
+            obs[n + 1] = env.step(action[None])[0][0]  # (its reward is towards env.goals; ours is computed below)
             if ends[n]:
                 target, steps_in_segment = env._random_positions(rng, 1)[0], 0
             if n % 10_000 == 9_999:
@@ -511,7 +510,7 @@ def load_dataset(source: str | os.PathLike, layout: str | Layout) -> dict[str, n
     else:
         raise ValueError(f"source {str(source)!r} is not a Minari dataset (a directory with data/metadata.json) "
                          f"nor a D4RL .hdf5 file")
-    spec = dataset.spec.env_spec if hasattr(dataset, "spec") else None
+    spec = dataset.spec.env_spec
     maze_map = (spec.kwargs or {}).get("maze_map") if spec is not None else None
     if maze_map is not None and not np.array_equal(np.asarray(maze_map) == 1, layout.walls):
         raise ValueError(f"source {str(source)!r} holds a dataset of another maze than layout {layout.name!r} "
@@ -541,7 +540,11 @@ def _load_d4rl_hdf5(path: Path, layout: Layout) -> dict[str, np.ndarray]:
     (or at ``timeouts``); the last row of each segment has no next observation and is dropped."""
     import h5py
 
-    with h5py.File(path, "r") as f:
+    try:
+        f = h5py.File(path, "r")
+    except OSError as error:
+        raise ValueError(f"source {str(path)!r} is not an HDF5 file (a D4RL maze2d file was expected): {error}") from None
+    with f:
         missing = [k for k in ("observations", "actions", "infos/goal") if k not in f]
         if missing:
             raise ValueError(f"source {str(path)!r} is not a D4RL maze2d file: it lacks {missing}")

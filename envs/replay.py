@@ -27,6 +27,14 @@ import jax.numpy as jnp
 from flax import struct
 
 
+def truncated_geometric(key: jax.Array, max_k: jax.Array, discount: float) -> jax.Array:
+    """k in {0, ..., max_k} (elementwise) with P(k) = discount^k (1 - discount) / (1 - discount^(max_k + 1)),
+    sampled exactly by inverse CDF: the offset of a future-state goal."""
+    u = jax.random.uniform(key, max_k.shape)
+    k = jnp.floor(jnp.log1p(-u * (1 - discount ** (max_k + 1.0))) / jnp.log(discount)).astype(jnp.int32)
+    return jnp.clip(k, 0, max_k)
+
+
 def _checked_sizes(owner: str, obs_shape: int | tuple[int, ...], **sizes: int) -> tuple[int, ...]:
     """``obs_shape`` as a tuple, after checking it and every named size is made of positive ints."""
     obs_shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
@@ -121,11 +129,7 @@ class EpisodeBuffer(_EpisodeRing, struct.PyTreeNode):
         size = jnp.maximum(self.size, 1)
         episode = jax.random.randint(ep_key, (batch_size,), 0, size)
         t = jax.random.randint(t_key, (batch_size,), 0, t_max)
-        # Truncated geometric on {0, ..., K}, K = T - t: P(k) = discount^k (1 - discount) / (1 - discount^(K+1)).
-        max_k = t_max - t
-        u = jax.random.uniform(k_key, (batch_size,))
-        k = jnp.floor(jnp.log1p(-u * (1 - discount ** (max_k + 1.0))) / jnp.log(discount)).astype(jnp.int32)
-        k = jnp.clip(k, 0, max_k)
+        k = truncated_geometric(k_key, t_max - t, discount)  # on {0, ..., T - t}
         use_future = jax.random.uniform(mix_key, (batch_size,)) < p_future
         random_episode = jax.random.randint(rand_ep_key, (batch_size,), 0, size)
         random_t = jax.random.randint(rand_t_key, (batch_size,), 0, t_max + 1)
@@ -285,10 +289,7 @@ class SegmentGoalSampler(struct.PyTreeNode):
                    batch_size=batch_size, p_future=p_future, discount=discount, bc_goals=bc_goals)
 
     def _future(self, key, rows):
-        max_k = self.last_index[rows] - rows
-        u = jax.random.uniform(key, rows.shape)
-        k = jnp.floor(jnp.log1p(-u * (1 - self.discount ** (max_k + 1.0))) / jnp.log(self.discount)).astype(jnp.int32)
-        return rows + jnp.clip(k, 0, max_k)
+        return rows + truncated_geometric(key, self.last_index[rows] - rows, self.discount)
 
     def sample(self, key: jax.Array) -> dict[str, jax.Array]:
         n = self.last_index.shape[0]

@@ -168,7 +168,9 @@ def test_bad_sources_and_layouts_are_named(tiny, tmp_path):
         maze2d.load_dataset(path, "umaze")
     with pytest.raises(ValueError, match="layout must be one of"):
         maze2d.load_dataset(path, "giant")
-    (tmp_path / "bad.hdf5").write_bytes(b"")
+    (tmp_path / "bad.hdf5").write_bytes(b"not hdf5")
+    with pytest.raises(ValueError, match="source .*bad.hdf5.* is not an HDF5 file"):
+        maze2d.load_dataset(tmp_path / "bad.hdf5", "umaze")
     import h5py
 
     with h5py.File(tmp_path / "other.hdf5", "w") as f:
@@ -177,14 +179,15 @@ def test_bad_sources_and_layouts_are_named(tiny, tmp_path):
         maze2d.load_dataset(tmp_path / "other.hdf5", "umaze")
 
 
-def test_a_dataset_that_does_not_fit_the_agent_is_refused(tiny):
+def test_a_dataset_that_does_not_fit_the_agent_is_refused(tiny, tmp_path):
     _, path = tiny
     data = maze2d.load_dataset(path, "medium")
     agent = GCBCAgent.create(GCBCConfig(obs_dim=6, action_dim=2, hidden=(8,)), 0)
     sampler = SegmentGoalSampler.create(data, 16)
     with pytest.raises(ValueError, match=r"data does not fit the agent GCBCAgent: .*observations.*6"):
         train_offline(agent, data, TrainConfig(steps=10, batch_size=16, log_every=10, progress=False),
-                      sampler=sampler)
+                      run_dir=tmp_path / "run", sampler=sampler)
+    assert not (tmp_path / "run").exists()  # refused before a run directory is made
 
 
 def test_segment_sampler_goals():

@@ -179,6 +179,12 @@ def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str
     if hasattr(agent, "validate_dataset"):
         agent.validate_dataset(data)
     state = {"agent": agent, "sampler_key": jax.random.PRNGKey(config.seed)}
+    batches = sampler if sampler is not None else DatasetSampler(jax.tree_util.tree_map(jnp.asarray, data),
+                                                                 config.batch_size)
+    try:  # shapes only, nothing runs: a dataset that does not fit the agent fails here, before any run directory
+        jax.eval_shape(lambda a, k: type(a).update(a, batches.sample(k)), agent, state["sampler_key"])
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"data does not fit the agent {type(agent).__name__}: {error}") from error
     run = None
     if run_dir is not None:
         run = RunDirectory.open(run_dir, run_settings(agent, config, data, sampler), resume=config.resume,
@@ -190,13 +196,7 @@ def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str
         step = 0
     history = run.rows if run else []
     agent, key = state["agent"], state["sampler_key"]
-    if sampler is None:
-        sampler = DatasetSampler(jax.tree_util.tree_map(jnp.asarray, data), config.batch_size)
     calls_per_row = config.log_every // config.call_size
-    try:  # shapes only, nothing runs: a dataset that does not fit the agent fails here with both named
-        jax.eval_shape(lambda a, k: type(a).update(a, sampler.sample(k)), agent, key)
-    except (ValueError, TypeError) as error:
-        raise ValueError(f"data does not fit the agent {type(agent).__name__}: {error}") from error
 
     start = time.time()
     with tqdm(total=config.steps, initial=step, desc=desc, disable=not config.progress, unit="update",
@@ -208,7 +208,7 @@ def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str
             sums = None
             for call in range(calls_per_row):
                 key, keys = chain_keys(key, config.call_size)
-                agent, metrics, finite = update_steps(agent, sampler, keys)
+                agent, metrics, finite = update_steps(agent, batches, keys)
                 check_finite(finite, first_step=step + call * config.call_size + 1)
                 sums = metrics if sums is None else jax.tree_util.tree_map(jnp.add, sums, metrics)
                 if compiling:
