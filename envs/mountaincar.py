@@ -29,6 +29,8 @@ import numpy as np
 import scipy.sparse
 import scipy.sparse.csgraph
 
+from platonic_rl.envs.jax_env import GoalEnv
+
 # gymnasium MountainCar-v0 constants.
 MIN_POSITION, MAX_POSITION = -1.2, 0.6
 MAX_SPEED = 0.07
@@ -358,3 +360,35 @@ def score_policy(policy: np.ndarray, target: np.ndarray, table: np.ndarray | Non
     return dict(score=normalized_score(returns, optimal), mean_return=float(returns.mean()),
                 mean_optimal_return=float(optimal.mean()),
                 success_rate=float(np.mean(returns > -EVAL_EPISODE_STEPS)))
+
+
+# ------------------------------------------------------------------------ as a functional goal env
+
+
+@dataclasses.dataclass(frozen=True)
+class MountainCarGoal(GoalEnv):
+    """MountainCar as a functional goal env (:mod:`platonic_rl.envs.jax_env`), for loops that run on the device
+    and their fast tests: gymnasium's ``MountainCar-v0`` dynamics (:func:`step`) with the action in [-1, 1]
+    rounded to a push (left / none / right), starts as gymnasium's (position U(-0.6, -0.4), at rest),
+    observations ``[position, velocity]``, the goal state ``[0.5, 0]`` with ``goal_dims = (0,)``, reached when
+    the position is at least the goal's (the top of the hill: gymnasium's termination), episodes of
+    :data:`EVAL_EPISODE_STEPS` steps."""
+
+    episode_length: int = EVAL_EPISODE_STEPS
+
+    obs_dim = 2
+    action_dim = 1
+    goal_dims = (0,)
+
+    def init(self, key):
+        position = jax.random.uniform(key, (), minval=-0.6, maxval=-0.4)
+        return jnp.stack([position, 0.0]), jnp.array([GOAL_POSITION, 0.0], jnp.float32)
+
+    def dynamics(self, physics, action):
+        return step(physics, (jnp.rint(action[0]) + 1).astype(jnp.int32))
+
+    def observe(self, physics):
+        return physics.astype(jnp.float32)
+
+    def reached(self, observation, goal):
+        return observation[0] >= goal[0]

@@ -140,7 +140,8 @@ def train_cycle(agent, buffer: EpisodeBuffer, key, goal_mask, config: "OnlineCon
 
 
 @functools.partial(jax.jit, static_argnames=("noise",))
-def _explore(agent, observations, goals, key, noise: float):
+def explore(agent, observations, goals, key, noise: float):
+    """The agent's sampled action plus N(0, noise^2), clipped to [-1, 1] (every online loop's exploration)."""
     policy_key, noise_key = jax.random.split(key)
     actions, _ = agent.step(None, observations, goals, None, policy_key)
     return jnp.clip(actions + noise * jax.random.normal(noise_key, actions.shape), -1.0, 1.0)
@@ -246,7 +247,7 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
         act_keys = iter(jax.random.split(act_key, length))
         before = int(state["env_steps"])
         explore_success = collect(
-            state, lambda o, g: np.asarray(_explore(state["agent"], o, g, next(act_keys), config.exploration_noise)),
+            state, lambda o, g: np.asarray(explore(state["agent"], o, g, next(act_keys), config.exploration_noise)),
             seed=episode_seed(config.seed, cycle, EXPLORATION_STREAM))
         state["agent"], metrics = train_cycle(state["agent"], state["buffer"], train_key, goal_mask, config,
                                               first_step=cycle * config.updates_per_cycle + 1)

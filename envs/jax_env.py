@@ -1,0 +1,216 @@
+"""Goal-conditioned environments as pure JAX functions, for training loops that run on the device.
+
+    env = point_maze.PointMaze("umaze")                          # any GoalEnv
+    state = env.reset(key)                                        # one env; jax.vmap(env.reset)(keys) for many
+    state = env.step(state, action)                               # jit-, vmap- and scan-able; no host calls
+    state.observation, state.goal, state.reward, state.success, state.done
+
+A :class:`GoalEnv` is a frozen dataclass (hashable, so it is static under ``jit``) whose ``reset`` and ``step`` are
+pure functions of arrays. Its state (:class:`GoalEnvState`) carries the env's own physics pytree and what every
+loop reads: the observation, the **goal state** (an observation vector whose goal dimensions ``goal_dims`` hold
+the goal and all others zero, as :class:`~platonic_rl.envs.goal_env.GoalEnvAdapter` builds for gymnasium goal
+envs), the sparse reward (1 when the goal is reached, else 0), ``success`` (reached at this step) and ``done``
+(the episode's last step: episodes run exactly ``episode_length`` steps). Actions are clipped to [-1, 1].
+
+:func:`rollout` runs whole batched episodes in one ``lax.scan``; :class:`GymnasiumVectorEnv` shows any
+GoalEnv as a gymnasium vector env of goal envs (dict observations, ``info["is_success"]``, autoreset on the
+next step), so the host loops and users' own gymnasium code run the same dynamics.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import gymnasium as gym
+import numpy as np
+from flax import struct
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+
+class GoalEnvState(struct.PyTreeNode):
+    physics: Any             # the env's own state (positions, velocities, ...)
+    observation: jax.Array   # [obs_dim] float32
+    goal: jax.Array          # [obs_dim] goal state (zero outside goal_dims)
+    reward: jax.Array        # float32: 1 when the goal is reached at this step, else 0
+    success: jax.Array       # bool: the goal is reached at this step
+    done: jax.Array          # bool: this was the episode's last step
+    steps: jax.Array         # int32: steps taken in this episode
+
+
+class GoalEnv:
+    """Base of the functional goal envs. A subclass is a frozen dataclass that defines ``obs_dim``,
+    ``action_dim``, ``goal_dims``, ``episode_length`` and
+
+    * ``init(key) -> (physics, goal_state)``: a start and a goal;
+    * ``dynamics(physics, action) -> physics``: one step (``action`` already clipped to [-1, 1]);
+    * ``observe(physics) -> observation [obs_dim]``;
+    * ``reached(observation, goal_state) -> bool``.
+    """
+
+    obs_dim: int
+    action_dim: int
+    goal_dims: tuple[int, ...]
+    episode_length: int
+
+    @property
+    def goal_mask(self) -> np.ndarray:
+        """``[obs_dim]``: 1 on the goal dimensions, 0 elsewhere."""
+        mask = np.zeros(self.obs_dim, np.float32)
+        mask[list(self.goal_dims)] = 1.0
+        return mask
+
+    def reset(self, key: jax.Array) -> GoalEnvState:
+        physics, goal = self.init(key)
+        observation = self.observe(physics)
+        success = self.reached(observation, goal)
+        return GoalEnvState(physics=physics, observation=observation, goal=goal,
+                            reward=success.astype(jnp.float32), success=success, done=jnp.bool_(False),
+                            steps=jnp.int32(0))
+
+    def step(self, state: GoalEnvState, action: jax.Array) -> GoalEnvState:
+        action = jnp.asarray(action, jnp.float32)
+        if action.shape != (self.action_dim,):
+            raise ValueError(f"{type(self).__name__}.step: action must have shape ({self.action_dim},) (vmap over a "
+                             f"batch), got {action.shape}")
+        physics = self.dynamics(state.physics, jnp.clip(action, -1.0, 1.0))
+        observation = self.observe(physics)
+        success = self.reached(observation, state.goal)
+        steps = state.steps + 1
+        return state.replace(physics=physics, observation=observation, reward=success.astype(jnp.float32),
+                             success=success, done=steps >= self.episode_length, steps=steps)
+
+
+def reset_batch(env: GoalEnv, key: jax.Array, num_envs: int) -> GoalEnvState:
+    """``num_envs`` independent resets (every leaf gains a leading ``[num_envs]`` axis)."""
+    return jax.vmap(env.reset)(jax.random.split(key, num_envs))
+
+
+def step_batch(env: GoalEnv, state: GoalEnvState, actions: jax.Array) -> GoalEnvState:
+    return jax.vmap(env.step)(state, actions)
+
+
+def rollout(env: GoalEnv, policy: Callable[[jax.Array, jax.Array, jax.Array], jax.Array], key: jax.Array,
+            num_envs: int) -> dict[str, jax.Array]:
+    """``num_envs`` whole episodes in one ``lax.scan`` (jit it with ``env`` and ``policy`` static, or call it
+    inside a jitted function). ``policy(observations [N, D], goals [N, D], key) -> actions [N, A]``.
+
+    Returns observations ``[N, T + 1, D]``, actions ``[N, T, A]`` (clipped), goals ``[N, D]``, success ``[N]``
+    (the goal reached at any step, the start included) and final_success ``[N]``."""
+    reset_key, policy_key = jax.random.split(key)
+    state = reset_batch(env, reset_key, num_envs)
+
+    def body(state, step_key):
+        actions = jnp.clip(policy(state.observation, state.goal, step_key), -1.0, 1.0)
+        state = step_batch(env, state, actions)
+        return state, (state.observation, actions, state.success)
+
+    final, (observations, actions, successes) = jax.lax.scan(body, state, jax.random.split(policy_key,
+                                                                                           env.episode_length))
+    swap = lambda x: jnp.swapaxes(x, 0, 1)  # noqa: E731
+    return dict(observations=jnp.concatenate([state.observation[:, None], swap(observations)], 1),
+                actions=swap(actions), goals=state.goal,
+                success=state.success | successes.any(0), final_success=final.success)
+
+
+def random_policy(action_dim: int):
+    """Uniform actions in [-1, 1]: ``policy(observations, goals, key)``."""
+    return lambda observations, goals, key: jax.random.uniform(key, (observations.shape[0], action_dim),
+                                                              minval=-1.0, maxval=1.0)
+
+
+def measure_steps_per_second(env: GoalEnv, num_envs: int, steps: int = 1000, seed: int = 0) -> float:
+    """Env steps per second of ``num_envs`` envs stepped together with random actions inside one jitted
+    ``lax.scan`` of ``steps`` steps (compilation excluded; the best of three calls)."""
+    import time
+
+    @jax.jit
+    def run(key):
+        state = reset_batch(env, key, num_envs)
+
+        def body(state, k):
+            actions = jax.random.uniform(k, (num_envs, env.action_dim), minval=-1.0, maxval=1.0)
+            return step_batch(env, state, actions), None
+
+        return jax.lax.scan(body, state, jax.random.split(key, steps))[0].observation
+
+    key = jax.random.PRNGKey(seed)
+    jax.block_until_ready(run(key))
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        jax.block_until_ready(run(key))
+        best = min(best, time.perf_counter() - start)
+    return num_envs * steps / best
+
+
+# ---------------------------------------------------------------------------------- gymnasium view
+
+
+class GymnasiumVectorEnv(VectorEnv):
+    """A :class:`GoalEnv` as a gymnasium vector env of goal envs: ``num_envs`` copies stepped by one jitted
+    call, dict observations ``observation`` / ``achieved_goal`` / ``desired_goal`` (float32), reward 1 on
+    reaching the goal, ``truncated`` at the episode's last step (never ``terminated``), ``info["is_success"]``,
+    and gymnasium's default next-step autoreset. ``reset(seed=s)`` draws every env's start and goal from
+    ``PRNGKey(s)``; the env's spec carries ``max_episode_steps``, so
+    :class:`~platonic_rl.envs.goal_env.GoalEnvAdapter` and the host loops take it as it is::
+
+        GoalEnvAdapter(GymnasiumVectorEnv(PointMaze("umaze"), num_envs=8))
+    """
+
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(self, env: GoalEnv, num_envs: int):
+        if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+            raise ValueError(f"GymnasiumVectorEnv: num_envs must be a positive int, got {num_envs!r}")
+        self.goal_env, self.num_envs = env, int(num_envs)
+        dims = list(env.goal_dims)
+        box = lambda n: gym.spaces.Box(-np.inf, np.inf, (n,), np.float32)  # noqa: E731
+        self.single_observation_space = gym.spaces.Dict(
+            observation=box(env.obs_dim), achieved_goal=box(len(dims)), desired_goal=box(len(dims)))
+        self.single_action_space = gym.spaces.Box(-1.0, 1.0, (env.action_dim,), np.float32)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
+        self.spec = gym.envs.registration.EnvSpec(id=f"platonic_rl/{type(env).__name__}-v0",
+                                                  max_episode_steps=env.episode_length)
+        self._dims = np.asarray(dims)
+        self._reset = jax.jit(lambda key: reset_batch(env, key, self.num_envs))
+        self._step = jax.jit(lambda state, actions: step_batch(env, state, actions))
+        self._state, self._key, self._needs_reset = None, jax.random.PRNGKey(0), None
+
+    def _observe(self):
+        s = self._state
+        obs = np.asarray(s.observation, np.float32)
+        return dict(observation=obs, achieved_goal=obs[:, self._dims],
+                    desired_goal=np.asarray(s.goal, np.float32)[:, self._dims])
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        if seed is not None:
+            self._key = jax.random.PRNGKey(seed)
+        self._key, key = jax.random.split(self._key)
+        self._state = self._reset(key)
+        self._needs_reset = np.zeros(self.num_envs, bool)
+        return self._observe(), {}
+
+    def step(self, actions):
+        if self._state is None:
+            raise RuntimeError("GymnasiumVectorEnv.step before reset")
+        actions = np.asarray(actions, np.float32)
+        if actions.shape != (self.num_envs, self.goal_env.action_dim):
+            raise ValueError(f"GymnasiumVectorEnv.step: actions must have shape "
+                             f"({self.num_envs}, {self.goal_env.action_dim}), got {actions.shape}")
+        stepped = self._step(self._state, jnp.asarray(actions))
+        if self._needs_reset.any():  # next-step autoreset: those envs start a new episode instead
+            self._key, key = jax.random.split(self._key)
+            fresh = self._reset(key)
+            mask = jnp.asarray(self._needs_reset)
+            stepped = jax.tree.map(lambda new, old: jnp.where(mask.reshape((-1,) + (1,) * (old.ndim - 1)), new, old),
+                                   fresh, stepped)
+        self._state = stepped
+        reward = np.asarray(stepped.reward, np.float64)
+        truncated = np.asarray(stepped.done, bool)
+        success = np.asarray(stepped.success, bool)
+        if self._needs_reset.any():
+            reward[self._needs_reset], truncated[self._needs_reset] = 0.0, False
+        self._needs_reset = truncated.copy()
+        return self._observe(), reward, np.zeros(self.num_envs, bool), truncated, {"is_success": success}

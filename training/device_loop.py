@@ -1,0 +1,333 @@
+"""Online goal-conditioned training as one compiled program: env steps, replay and updates on the device.
+
+    train = make_train(QRLContinuousConfig(obs_dim=4, action_dim=2), PointMaze("umaze"), DeviceLoopConfig())
+    agent, metrics = jax.jit(train)(jax.random.PRNGKey(0))            # one seed
+    agents, metrics = jax.jit(jax.vmap(train))(jax.random.split(key, 5))  # five seeds, one program
+
+The loop of :mod:`~platonic_rl.training.goal_online` with the host taken out (the scheme of JaxGCRL and
+PureJaxRL): a functional goal env (:mod:`platonic_rl.envs.jax_env`) steps ``num_envs`` envs in lockstep.
+
+1. **Prefill**: ``prefill_episodes`` (rounded up to whole batches of ``num_envs``) episodes of uniform random
+   actions, stored in the on-device :class:`~platonic_rl.envs.replay.EpisodeBuffer`.
+2. **Iterations**, each: a ``lax.scan`` of ``unroll`` env steps with the agent's exploration policy (its
+   sampled action + N(0, noise^2), clipped), written into the episodes in progress; when they end (``unroll``
+   divides the episode length, so every ``episode_length / unroll`` iterations) they join the buffer and the
+   envs reset; then ``updates_per_iteration`` updates through :func:`~platonic_rl.training.updates.update_steps`
+   on :class:`~platonic_rl.envs.replay.GoalSampler` batches (future-state goals, P(k) ~ discount^k, masked to
+   the goal dimensions; rewards -1); every ``eval_every`` iterations (and after the last) ``eval_episodes``
+   deterministic episodes whose starts and goals depend only on the iteration (the same for every seed and
+   agent), success = the goal reached at any step.
+
+Everything is a pure function of the key: ``jax.vmap(train)`` over keys trains several seeds in one program,
+and seed i of it equals a lone run of seed i. With ``mesh`` (a ``jax.sharding.Mesh`` with a ``"data"`` axis, over
+the devices of one host or of many after ``jax.distributed.initialize``: :mod:`platonic_rl.training.distributed`)
+the envs, the episodes in progress and every sampled batch are split over the devices and the agent and the
+buffer are replicated: data parallelism, the gradients averaged by XLA's collectives.
+
+:func:`train_on_device` runs the same program in compiled chunks of ``chunk_iterations`` from the host: a
+progress bar, metrics rows and orbax checkpoints of the whole state (agent, buffer, envs, episodes in
+progress, keys, counters) in a :class:`~platonic_rl.training.run.RunDirectory`, and exact resume.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+from tqdm import tqdm
+
+from platonic_rl.agents.contract import check_agent
+from platonic_rl.envs import jax_env
+from platonic_rl.envs.replay import EpisodeBuffer, GoalSampler
+from platonic_rl.training.goal_online import explore
+from platonic_rl.training.run import RunDirectory, agent_settings, finish_row
+from platonic_rl.training.schedule import checkpoint_due
+from platonic_rl.training.updates import NonFiniteError, update_steps
+
+EVAL_KEY = 10_000_000  # evaluation episodes after iteration i use fold_in(PRNGKey(EVAL_KEY), i): the same everywhere
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceLoopConfig:
+    num_envs: int = 256
+    unroll: int = 50                  # env steps per env per iteration; must divide the env's episode length
+    updates_per_iteration: int = 8
+    iterations: int = 100             # training iterations after the prefill
+    prefill_episodes: int = 256       # random-action episodes first (rounded up to whole batches of num_envs)
+    batch_size: int = 256
+    exploration_noise: float = 0.3
+    p_future: float = 1.0             # else a random buffer state as the goal
+    discount: float = 0.99            # of the future-goal offset distribution
+    eval_every: int = 10              # iterations (and after the last)
+    eval_episodes: int = 64
+    buffer_episodes: int | None = None  # replay capacity; None: every episode of the budget
+    chunk_iterations: int = 10        # iterations per compiled call in train_on_device
+    checkpoint_every: int = 1         # chunks (train_on_device); 0 disables
+
+    def __post_init__(self):
+        for name in ("num_envs", "unroll", "updates_per_iteration", "iterations", "prefill_episodes", "batch_size",
+                     "eval_every", "eval_episodes", "chunk_iterations"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"DeviceLoopConfig.{name} must be a positive int, got {value!r}")
+        if not 0.0 <= self.p_future <= 1.0 or not 0.0 < self.discount < 1.0:
+            raise ValueError(f"DeviceLoopConfig: p_future must be in [0, 1] and discount in (0, 1), got "
+                             f"{self.p_future}, {self.discount}")
+        if self.buffer_episodes is not None and self.buffer_episodes < 1:
+            raise ValueError(f"DeviceLoopConfig.buffer_episodes must be positive or None, got {self.buffer_episodes}")
+
+    def prefill_rounds(self) -> int:
+        return math.ceil(self.prefill_episodes / self.num_envs)
+
+    def check(self, env: jax_env.GoalEnv) -> None:
+        """Raise ``ValueError`` unless this loop fits ``env``."""
+        if env.episode_length % self.unroll:
+            raise ValueError(f"DeviceLoopConfig.unroll={self.unroll} must divide the env's episode length "
+                             f"{env.episode_length} (episodes are stored whole, all envs in lockstep)")
+
+    def env_steps(self, env: jax_env.GoalEnv) -> int:
+        """The budget in env steps: the prefill plus ``iterations`` x ``num_envs`` x ``unroll``."""
+        return (self.prefill_rounds() * env.episode_length + self.iterations * self.unroll) * self.num_envs
+
+    def capacity(self, env: jax_env.GoalEnv) -> int:
+        if self.buffer_episodes is not None:
+            return self.buffer_episodes
+        episodes = self.iterations * self.unroll // env.episode_length
+        return (self.prefill_rounds() + episodes) * self.num_envs
+
+
+class LoopState(struct.PyTreeNode):
+    agent: Any
+    buffer: EpisodeBuffer
+    envs: jax_env.GoalEnvState       # [num_envs]
+    episode_observations: jax.Array  # [num_envs, T + 1, D] the episodes in progress
+    episode_actions: jax.Array       # [num_envs, T, A]
+    episode_success: jax.Array       # [num_envs] reached at any step so far
+    key: jax.Array
+    iteration: jax.Array             # int32: iterations done
+    env_steps: jax.Array             # int32
+
+
+def _agent_class(agent_config):
+    from platonic_rl.agents import REGISTRY
+
+    for entry in REGISTRY.values():
+        if entry.config is type(agent_config):
+            return entry.agent
+    raise TypeError(f"make_loop: no registered agent takes a {type(agent_config).__name__}; pass agent_class")
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceLoop:
+    """The loop's pure functions (what :func:`make_train` composes): ``init(key) -> LoopState`` (agent created,
+    buffer prefilled, envs reset), ``run(state, n) -> (state, metrics [n])`` (``n`` iterations in one
+    ``lax.scan``; jit it with ``n`` static) and ``train(key) -> (agent, metrics [iterations])``."""
+
+    agent_class: Any
+    agent_config: Any
+    env: jax_env.GoalEnv
+    config: DeviceLoopConfig
+    mesh: Any = None
+
+    # -------------------------------------------------------------------------------- placement
+    def _split(self, tree):
+        """Constrain arrays whose leading axis is the envs' (or a batch's) to be split over the mesh."""
+        if self.mesh is None:
+            return tree
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        sharding = NamedSharding(self.mesh, PartitionSpec("data"))
+        return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, sharding), tree)
+
+    def _sampler(self, buffer):
+        sampler = GoalSampler(buffer, jnp.asarray(self.env.goal_mask), self.config.batch_size,
+                              self.config.p_future, self.config.discount)
+        return sampler if self.mesh is None else _SplitSampler(sampler, self)
+
+    # ------------------------------------------------------------------------------------ init
+    def init(self, key: jax.Array) -> LoopState:
+        env, config = self.env, self.config
+        agent_key, prefill_key, reset_key, key = jax.random.split(key, 4)
+        agent = self.agent_class.create(self.agent_config, agent_key)
+        buffer = EpisodeBuffer.create(config.capacity(env), env.episode_length, env.obs_dim, env.action_dim)
+        policy = jax_env.random_policy(env.action_dim)
+
+        def prefill(buffer, round_key):
+            episodes = jax_env.rollout(env, policy, round_key, config.num_envs)
+            return buffer.add(episodes["observations"], episodes["actions"]), None
+
+        buffer, _ = jax.lax.scan(prefill, buffer, jax.random.split(prefill_key, config.prefill_rounds()))
+        envs = self._split(jax_env.reset_batch(env, reset_key, config.num_envs))
+        return LoopState(agent=agent, buffer=buffer, envs=envs, **self._new_episodes(envs), key=key,
+                         iteration=jnp.int32(0),
+                         env_steps=jnp.int32(config.prefill_rounds() * config.num_envs * env.episode_length))
+
+    def _new_episodes(self, envs):
+        n, t, env = self.config.num_envs, self.env.episode_length, self.env
+        observations = jnp.zeros((n, t + 1, env.obs_dim), jnp.float32).at[:, 0].set(envs.observation)
+        return self._split(dict(episode_observations=observations,
+                                episode_actions=jnp.zeros((n, t, env.action_dim), jnp.float32),
+                                episode_success=envs.success))
+
+    # ------------------------------------------------------------------------------- iteration
+    def _collect(self, state: LoopState, key: jax.Array) -> tuple[LoopState, jax.Array]:
+        env, config = self.env, self.config
+        start = state.envs.steps[0]  # all envs in lockstep
+
+        def env_step(carry, inputs):
+            envs, observations, actions, success = carry
+            offset, step_key = inputs
+            action = explore(state.agent, envs.observation, envs.goal, step_key, config.exploration_noise)
+            envs = jax_env.step_batch(env, envs, action)
+            t = start + offset
+            observations = jax.lax.dynamic_update_index_in_dim(observations, envs.observation, t + 1, 1)
+            actions = jax.lax.dynamic_update_index_in_dim(actions, action, t, 1)
+            return (envs, observations, actions, success | envs.success), None
+
+        collect_key, reset_key = jax.random.split(key)
+        carry = (state.envs, state.episode_observations, state.episode_actions, state.episode_success)
+        inputs = (jnp.arange(config.unroll), jax.random.split(collect_key, config.unroll))
+        (envs, observations, actions, success), _ = jax.lax.scan(env_step, carry, inputs)
+        state = state.replace(envs=envs, episode_observations=observations, episode_actions=actions,
+                              episode_success=success, env_steps=state.env_steps + config.num_envs * config.unroll)
+        ended = envs.steps[0] >= env.episode_length
+
+        def store_and_reset(state):
+            envs = self._split(jax_env.reset_batch(env, reset_key, config.num_envs))
+            return state.replace(buffer=state.buffer.add(state.episode_observations, state.episode_actions),
+                                 envs=envs, **self._new_episodes(envs))
+
+        explore_success = jnp.where(ended, jnp.mean(success.astype(jnp.float32)), jnp.nan)
+        return jax.lax.cond(ended, store_and_reset, lambda s: s, state), explore_success
+
+    def evaluate(self, agent, key: jax.Array) -> jax.Array:
+        """Success rate of ``agent``'s deterministic policy over ``eval_episodes`` episodes drawn from ``key``."""
+        policy = lambda observations, goals, _: agent.step(None, observations, goals)[0]  # noqa: E731
+        return jnp.mean(jax_env.rollout(self.env, policy, key, self.config.eval_episodes)["success"])
+
+    def iterate(self, state: LoopState) -> tuple[LoopState, dict]:
+        """One iteration: collect, update, maybe evaluate. Returns the state and the iteration's metrics."""
+        config = self.config
+        key, collect_key, update_key = jax.random.split(state.key, 3)
+        state, explore_success = self._collect(state, collect_key)
+        agent, metrics, finite = update_steps(state.agent, self._sampler(state.buffer),
+                                              jax.random.split(update_key, config.updates_per_iteration))
+        iteration = state.iteration + 1
+        due = (iteration % config.eval_every == 0) | (iteration == config.iterations)
+        eval_key = jax.random.fold_in(jax.random.PRNGKey(EVAL_KEY), iteration)
+        eval_success = jax.lax.cond(due, lambda: self.evaluate(agent, eval_key), lambda: jnp.float32(jnp.nan))
+        row = dict(metrics, env_steps=state.env_steps, explore_success=explore_success, eval_success=eval_success,
+                   **{f"finite/{name}": jnp.all(value) for name, value in finite.items()})
+        return state.replace(agent=agent, key=key, iteration=iteration), row
+
+    def run(self, state: LoopState, iterations: int) -> tuple[LoopState, dict]:
+        return jax.lax.scan(lambda s, _: self.iterate(s), state, None, length=iterations)
+
+    def train(self, key: jax.Array) -> tuple[Any, dict]:
+        state, metrics = self.run(self.init(key), self.config.iterations)
+        return state.agent, metrics
+
+
+class _SplitSampler(struct.PyTreeNode):
+    """A sampler whose batches are split over the loop's mesh (data parallelism)."""
+
+    sampler: Any
+    loop: DeviceLoop = struct.field(pytree_node=False)
+
+    def sample(self, key):
+        return self.loop._split(self.sampler.sample(key))
+
+
+def make_loop(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig, agent_class=None,
+              mesh=None) -> DeviceLoop:
+    """The device loop of ``agent_config``'s agent (or ``agent_class``, any agent of the contract whose
+    ``create(config, key)`` builds it) on ``env``; checks that they fit before anything is traced."""
+    config.check(env)
+    agent_class = agent_class or _agent_class(agent_config)
+    obs_dim, action_dim = getattr(agent_config, "obs_dim", None), getattr(agent_config, "action_dim", None)
+    if obs_dim != env.obs_dim or action_dim != env.action_dim:
+        raise ValueError(f"make_loop: the agent config is for obs_dim={obs_dim}, action_dim={action_dim}; the env "
+                         f"{type(env).__name__} has obs_dim={env.obs_dim}, action_dim={env.action_dim}")
+    if mesh is not None:
+        if "data" not in mesh.axis_names:
+            raise ValueError(f"make_loop: mesh needs a 'data' axis, has {mesh.axis_names}")
+        devices = mesh.shape["data"]
+        for name in ("num_envs", "batch_size", "eval_episodes"):
+            if getattr(config, name) % devices:
+                raise ValueError(f"make_loop: DeviceLoopConfig.{name}={getattr(config, name)} must be a multiple of "
+                                 f"the mesh's {devices} devices on its 'data' axis")
+    return DeviceLoop(agent_class, agent_config, env, config, mesh)
+
+
+def make_train(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig, agent_class=None,
+               mesh=None) -> Callable[[jax.Array], tuple[Any, dict]]:
+    """``train(key) -> (agent, metrics)``: the whole run as one pure function (jit it; vmap it over keys for
+    seeds). ``metrics`` holds one entry per iteration (``eval_success`` and ``explore_success`` are NaN where
+    nothing was evaluated or no episode ended)."""
+    return make_loop(agent_config, env, config, agent_class, mesh).train
+
+
+# ------------------------------------------------------------------------------- host-driven runs
+
+
+RESUMABLE = ("iterations", "chunk_iterations", "checkpoint_every")
+
+
+def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig, seed: int = 0,
+                    run_dir: str | Path | None = None, resume: bool = True, overwrite: bool = False,
+                    desc: str = "device loop", agent_class=None, mesh=None) -> tuple[Any, list[dict]]:
+    """The device loop in compiled chunks of ``config.chunk_iterations`` iterations, with a progress bar in env
+    steps, metrics rows (one per iteration) and, with ``run_dir``, checkpoints of the whole
+    :class:`LoopState` every ``checkpoint_every`` chunks; a resumed run continues exactly (it equals an
+    uninterrupted one). Returns ``(agent, rows)``. Raises :class:`~platonic_rl.training.updates.NonFiniteError`
+    at the first iteration with a NaN or infinity, before saving it."""
+    loop = make_loop(agent_config, env, config, agent_class, mesh)
+    init = jax.jit(loop.init)
+    state = init(jax.random.PRNGKey(seed))
+    check_agent(state.agent)
+    run = None
+    if run_dir is not None:
+        settings = dict(**agent_settings(state.agent), seed=seed, env=dict(name=type(env).__name__, **{
+            f.name: getattr(env, f.name) for f in dataclasses.fields(env)}),
+                        loop={k: v for k, v in dataclasses.asdict(config).items() if k not in RESUMABLE[1:]})
+        run = RunDirectory.open(run_dir, settings, resume=resume, overwrite=overwrite,
+                                resumable=("loop.iterations",), step_key="iteration")
+        state = run.restore(state, budget=config.iterations)
+    rows = run.rows if run else []
+    run_chunk = jax.jit(loop.run, static_argnums=1)
+    per_iteration = config.num_envs * config.unroll
+    bar = tqdm(total=config.env_steps(env), initial=int(state.env_steps), desc=desc, unit="step")
+    chunks_done = 0
+    while int(state.iteration) < config.iterations:
+        first = int(state.iteration)
+        n = min(config.chunk_iterations, config.iterations - first)
+        new_state, metrics = run_chunk(state, n)
+        metrics = jax.device_get(metrics)
+        for i in range(n):
+            bad = sorted(k[len("finite/"):] for k, v in metrics.items() if k.startswith("finite/") and not v[i])
+            if bad:
+                if run:
+                    run.close()
+                raise NonFiniteError(f"non-finite values at iteration {first + i + 1}: {', '.join(bad)} (the run "
+                                     "stopped before saving this chunk; its last checkpoint is the last good one)")
+        state, chunks_done = new_state, chunks_done + 1
+        for i in range(n):
+            row = {"iteration": first + i + 1, **{k: float(v[i]) for k, v in metrics.items()
+                                                  if not k.startswith("finite/") and not np.isnan(v[i])}}
+            row["env_steps"] = int(metrics["env_steps"][i])
+            last = first + i + 1 == config.iterations
+            finish_row(run, rows, row, first + i + 1, state,
+                       due=i == n - 1 and checkpoint_due(chunks_done, config.checkpoint_every, last))
+        bar.update(int(state.env_steps) - bar.n)
+        evals = [r["eval_success"] for r in rows if "eval_success" in r]
+        if evals:
+            bar.set_postfix(success=f"{evals[-1]:.2f}")
+    bar.close()
+    if run:
+        run.close()
+    return state.agent, rows
