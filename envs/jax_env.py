@@ -207,8 +207,8 @@ class GymnasiumVectorEnv(VectorEnv):
             stepped = jax.tree.map(lambda new, old: jnp.where(mask.reshape((-1,) + (1,) * (old.ndim - 1)), new, old),
                                    fresh, stepped)
         self._state = stepped
-        reward = np.asarray(stepped.reward, np.float64)
-        truncated = np.asarray(stepped.done, bool)
+        reward = np.array(stepped.reward, np.float64)
+        truncated = np.array(stepped.done, bool)
         success = np.asarray(stepped.success, bool)
         if self._needs_reset.any():
             reward[self._needs_reset], truncated[self._needs_reset] = 0.0, False

@@ -243,6 +243,11 @@ class _SplitSampler(struct.PyTreeNode):
         return self.loop._split(self.sampler.sample(key))
 
 
+def _as_dict(state: LoopState) -> dict:
+    """The state as a dict (the run directory's form: its replay buffer resizes when a resumed budget grows)."""
+    return {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
+
+
 def make_loop(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig, agent_class=None,
               mesh=None) -> DeviceLoop:
     """The device loop of ``agent_config``'s agent (or ``agent_class``, any agent of the contract whose
@@ -297,7 +302,7 @@ def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig
                         loop={k: v for k, v in dataclasses.asdict(config).items() if k not in RESUMABLE[1:]})
         run = RunDirectory.open(run_dir, settings, resume=resume, overwrite=overwrite,
                                 resumable=("loop.iterations",), step_key="iteration")
-        state = run.restore(state, budget=config.iterations)
+        state = LoopState(**run.restore(_as_dict(state), budget=config.iterations, resize_buffer=True))
     rows = run.rows if run else []
     run_chunk = jax.jit(loop.run, static_argnums=1)
     per_iteration = config.num_envs * config.unroll
@@ -321,7 +326,7 @@ def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig
                                                   if not k.startswith("finite/") and not np.isnan(v[i])}}
             row["env_steps"] = int(metrics["env_steps"][i])
             last = first + i + 1 == config.iterations
-            finish_row(run, rows, row, first + i + 1, state,
+            finish_row(run, rows, row, first + i + 1, _as_dict(state),
                        due=i == n - 1 and checkpoint_due(chunks_done, config.checkpoint_every, last))
         bar.update(int(state.env_steps) - bar.n)
         evals = [r["eval_success"] for r in rows if "eval_success" in r]

@@ -1,0 +1,166 @@
+"""The device loop: what it stores, seeds vmapped equal lone seeds, host chunks equal the one program and resume
+exactly, 8 devices and 2 processes equal one device, bad input."""
+import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from platonic_rl.agents import CRLConfig, GCBCConfig, QRLContinuousConfig
+from platonic_rl.envs import mountaincar
+from platonic_rl.envs.point_maze import PointMaze
+from platonic_rl.training.device_loop import DeviceLoopConfig, make_loop, make_train, train_on_device
+from platonic_rl.training.run import RunDirectoryError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QRL = QRLContinuousConfig(obs_dim=2, action_dim=1, encoder_hidden=(16,), latent_dim=8, projector_hidden=(16,),
+                          iqe_components=2, iqe_dim_per_component=4, dynamics_hidden=(16,), actor_hidden=(16,))
+CAR = mountaincar.MountainCarGoal(episode_length=20)
+TINY = DeviceLoopConfig(num_envs=4, unroll=10, updates_per_iteration=2, iterations=6, prefill_episodes=4,
+                        batch_size=16, eval_every=3, eval_episodes=4, chunk_iterations=2)
+
+
+def leaves_close(a, b, **tol):
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), **tol)
+
+
+def test_buffer_holds_the_envs_episodes_and_counts_steps():
+    loop = make_loop(GCBCConfig(obs_dim=2, action_dim=1, hidden=(8,)), CAR, TINY)
+    state, metrics = jax.device_get(jax.jit(lambda k: loop.run(loop.init(k), 5))(jax.random.PRNGKey(0)))
+    buffer = state.buffer
+    # 4 prefill episodes + 2 rounds of 4 (each episode takes 20 / 10 = 2 iterations; the 5th is mid-episode)
+    assert int(buffer.size) == 4 + 2 * 4 and int(state.envs.steps[0]) == 10
+    np.testing.assert_array_equal(metrics["env_steps"], 80 + 40 * np.arange(1, 6))
+    # Every stored transition is the env's dynamics (MountainCar's observation is its whole state).
+    obs, actions = buffer.observations[:12], buffer.actions[:12]
+    pushes = (jnp.rint(jnp.clip(actions[..., 0], -1, 1)) + 1).astype(jnp.int32)
+    np.testing.assert_allclose(mountaincar.step(obs[:, :-1], pushes), obs[:, 1:], rtol=0, atol=1e-6)
+    # Prefill actions are uniform in [-1, 1]; exploration actions are clipped there too.
+    assert np.all(np.abs(actions) <= 1) and np.asarray(actions[:4]).std() > 0.4
+    # Starts are resets (position U(-0.6, -0.4), at rest); explore_success is reported when episodes end.
+    assert np.all((obs[:, 0, 0] >= -0.6) & (obs[:, 0, 0] <= -0.4)) and np.all(obs[:, 0, 1] == 0)
+    ended = ~np.isnan(metrics["explore_success"])
+    np.testing.assert_array_equal(ended, [False, True, False, True, False])
+    assert np.isnan(metrics["eval_success"][[0, 1, 3, 4]]).all() and 0 <= metrics["eval_success"][2] <= 1
+
+
+def test_vmapped_seeds_equal_lone_seeds():
+    train = make_train(GCBCConfig(obs_dim=2, action_dim=1, hidden=(16,)), CAR, dataclasses.replace(TINY, iterations=3))
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    agents, metrics = jax.jit(jax.vmap(train))(keys)
+    lone, lone_metrics = jax.jit(train)(keys[2])
+    leaves_close(jax.tree.map(lambda x: x[2], agents), lone, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(metrics["bc_nll"][2], lone_metrics["bc_nll"], rtol=1e-5)
+    assert not np.allclose(metrics["bc_nll"][0], metrics["bc_nll"][2])
+
+
+def test_host_chunks_equal_the_program_and_resume_exactly(tmp_path):
+    config = CRLConfig(obs_dim=2, action_dim=1, hidden=(16,), repr_dim=4, actor_hidden=(8,))
+    whole, metrics = jax.jit(make_train(config, CAR, TINY))(jax.random.PRNGKey(5))
+    chunked, rows = train_on_device(config, CAR, TINY, seed=5)
+    leaves_close(chunked, whole, rtol=1e-6, atol=1e-7)
+    assert [r["iteration"] for r in rows] == list(range(1, 7))
+    np.testing.assert_allclose([r["critic_loss"] for r in rows], metrics["critic_loss"], rtol=1e-6)
+    assert [r["iteration"] for r in rows if "eval_success" in r] == [3, 6]
+    # Stop after 4 iterations, then continue the same run directory to 6: the uninterrupted result.
+    run_dir = tmp_path / "run"
+    train_on_device(config, CAR, dataclasses.replace(TINY, iterations=4), seed=5, run_dir=run_dir)
+    resumed, resumed_rows = train_on_device(config, CAR, TINY, seed=5, run_dir=run_dir)
+    leaves_close(resumed, chunked, rtol=0, atol=0)
+    assert [r["iteration"] for r in resumed_rows] == [1, 2, 3, 4, 5, 6]
+    with pytest.raises(RunDirectoryError, match="seed"):
+        train_on_device(config, CAR, TINY, seed=6, run_dir=run_dir)
+
+
+SCRIPT = textwrap.dedent("""
+    import sys, jax, numpy as np
+    from platonic_rl.training import distributed
+    distributed.initialize()
+    from platonic_rl.agents import QRLContinuousConfig
+    from platonic_rl.envs.point_maze import PointMaze
+    from platonic_rl.training.device_loop import DeviceLoopConfig, make_loop
+
+    env = PointMaze("umaze", episode_length=20)
+    agent = QRLContinuousConfig(obs_dim=4, action_dim=2, encoder_hidden=(16,), latent_dim=8, projector_hidden=(16,),
+                                iqe_components=2, iqe_dim_per_component=4, dynamics_hidden=(16,), actor_hidden=(16,))
+    config = DeviceLoopConfig(num_envs=8, unroll=10, updates_per_iteration=2, iterations=4, prefill_episodes=8,
+                              batch_size=16, eval_every=2, eval_episodes=8)
+    key = jax.random.PRNGKey(3)
+    if sys.argv[1] == "one":
+        out = jax.jit(make_loop(agent, env, config).train)(key)
+    else:
+        mesh = distributed.data_mesh()
+        loop = make_loop(agent, env, config, mesh=mesh)
+        key = distributed.replicated(key, mesh)
+        state = jax.jit(loop.init)(key)
+        assert len(state.envs.observation.sharding.device_set) == jax.device_count() > 1  # the envs are split
+        out = distributed.local_values(jax.jit(loop.train)(key))
+        try:
+            make_loop(agent, env, DeviceLoopConfig(num_envs=5, unroll=10, batch_size=16, eval_episodes=8), mesh=mesh)
+            raise SystemExit("num_envs=5 on an uneven mesh was accepted")
+        except ValueError as error:
+            assert "num_envs=5 must be a multiple" in str(error), error
+    if jax.process_index() == 0:
+        agent_out, metrics = out
+        np.savez(sys.argv[2], *[np.asarray(x) for x in jax.tree.leaves(agent_out)], **metrics)
+    print("OK", jax.process_count(), jax.device_count())
+""")
+
+
+def run_script(args, **env):
+    return subprocess.run([sys.executable, "-c", SCRIPT, *args], env=dict(os.environ, JAX_PLATFORMS="cpu", **env),
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def compare(reference, other):
+    for name in reference.files:  # float32 sums in another order: parameters and metrics within float tolerance
+        np.testing.assert_allclose(other[name], reference[name], rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+@pytest.fixture(scope="module")
+def one_device(tmp_path_factory):
+    """The script's run on this process's one device."""
+    path = tmp_path_factory.mktemp("one") / "one.npz"
+    namespace = {"__name__": "one_device"}
+    argv = sys.argv
+    sys.argv = ["script", "one", str(path)]
+    try:
+        exec(SCRIPT, namespace)
+    finally:
+        sys.argv = argv
+    return np.load(path)
+
+
+def test_eight_devices_equal_one(one_device, tmp_path):
+    out = run_script(["mesh", str(tmp_path / "mesh.npz")], XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    assert out.returncode == 0 and "OK 1 8" in out.stdout, out.stderr[-3000:]
+    compare(one_device, np.load(tmp_path / "mesh.npz"))
+
+
+def test_two_processes_equal_one(one_device, tmp_path):
+    from platonic_rl.training import distributed
+
+    results = distributed.launch(2, [sys.executable, "-c", SCRIPT, "mesh", str(tmp_path / "two.npz")],
+                                 env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=600)
+    for r in results:
+        assert r.returncode == 0 and "OK 2 2" in r.stdout, r.stderr[-3000:]
+    compare(one_device, np.load(tmp_path / "two.npz"))
+
+
+def test_bad_input_names_the_argument():
+    with pytest.raises(ValueError, match="unroll=7 must divide the env's episode length 20"):
+        make_loop(QRL, CAR, dataclasses.replace(TINY, unroll=7))
+    with pytest.raises(ValueError, match="obs_dim=2, action_dim=1; the env PointMaze has obs_dim=4, action_dim=2"):
+        make_loop(QRL, PointMaze("umaze"), dataclasses.replace(TINY, unroll=50))
+    with pytest.raises(ValueError, match="DeviceLoopConfig.num_envs must be a positive int"):
+        DeviceLoopConfig(num_envs=0)
+    with pytest.raises(ValueError, match="p_future"):
+        DeviceLoopConfig(p_future=1.5)
+    with pytest.raises(TypeError, match="no registered agent takes a dict"):
+        make_loop({"obs_dim": 2}, CAR, TINY)
