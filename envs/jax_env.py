@@ -18,6 +18,7 @@ next step), so the host loops and users' own gymnasium code run the same dynamic
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 import jax
@@ -79,6 +80,45 @@ class GoalEnv:
         steps = state.steps + 1
         return state.replace(physics=physics, observation=observation, reward=success.astype(jnp.float32),
                              success=success, done=steps >= self.episode_length, steps=steps)
+
+
+@dataclasses.dataclass(frozen=True)
+class Normalized(GoalEnv):
+    """``env`` seen through affinely normalised observations and goal states, ``(x - center) / scale`` (goal
+    states masked to the goal dimensions again), e.g. ``Normalized(PointMaze("large"), *layout_normaliser)``.
+    Success, reward and ``done`` are ``env``'s, computed on its own observations (kept in ``state.physics``, the
+    wrapped env's state)."""
+
+    env: GoalEnv
+    center: tuple[float, ...]
+    scale: tuple[float, ...]
+
+    def __post_init__(self):
+        for name in ("center", "scale"):
+            value = tuple(float(v) for v in getattr(self, name))
+            if len(value) != self.env.obs_dim:
+                raise ValueError(f"Normalized: {name} must have obs_dim={self.env.obs_dim} entries, got {len(value)}")
+            object.__setattr__(self, name, value)
+        if any(v == 0 for v in self.scale):
+            raise ValueError(f"Normalized: scale must be nonzero everywhere, got {self.scale}")
+
+    obs_dim = property(lambda self: self.env.obs_dim)
+    action_dim = property(lambda self: self.env.action_dim)
+    goal_dims = property(lambda self: self.env.goal_dims)
+    episode_length = property(lambda self: self.env.episode_length)
+
+    def normalize(self, x: jax.Array) -> jax.Array:
+        return (x - jnp.asarray(self.center, jnp.float32)) / jnp.asarray(self.scale, jnp.float32)
+
+    def _view(self, inner: GoalEnvState) -> GoalEnvState:
+        return inner.replace(physics=inner, observation=self.normalize(inner.observation),
+                             goal=self.normalize(inner.goal) * jnp.asarray(self.goal_mask))
+
+    def reset(self, key: jax.Array) -> GoalEnvState:
+        return self._view(self.env.reset(key))
+
+    def step(self, state: GoalEnvState, action: jax.Array) -> GoalEnvState:
+        return self._view(self.env.step(state.physics, action))
 
 
 def reset_batch(env: GoalEnv, key: jax.Array, num_envs: int) -> GoalEnvState:

@@ -200,3 +200,19 @@ def test_bad_input_names_the_argument():
 def test_envs_are_hashable_static_configs():
     assert hash(PointMaze("umaze")) == hash(PointMaze("umaze"))
     assert dataclasses.replace(PointMaze("umaze"), episode_length=50).episode_length == 50
+
+
+def test_normalized_view_keeps_the_envs_success():
+    layout = maze2d.get_layout("medium")
+    env = jax_env.Normalized(PointMaze("medium"), tuple(layout.obs_center), tuple(layout.obs_scale))
+    assert (env.obs_dim, env.action_dim, env.goal_dims, env.episode_length) == (4, 2, (0, 1), 600)
+    state = env.reset(jax.random.PRNGKey(0))
+    raw = state.physics
+    np.testing.assert_allclose(state.observation, (raw.observation - layout.obs_center) / layout.obs_scale, rtol=1e-6)
+    np.testing.assert_allclose(state.goal[:2], ((raw.goal - layout.obs_center) / layout.obs_scale)[:2], rtol=1e-6)
+    np.testing.assert_array_equal(state.goal[2:], 0.0)  # masked to the goal dimensions, as relabelled goals are
+    state = env.step(state, jnp.ones(2))
+    assert bool(state.success) == bool(state.physics.success) and int(state.steps) == 1
+    assert np.abs(np.asarray(state.observation)).max() <= 1.5
+    with pytest.raises(ValueError, match="center must have obs_dim=4 entries"):
+        jax_env.Normalized(PointMaze("medium"), (0.0,), (1.0, 1.0, 1.0, 1.0))
