@@ -164,3 +164,17 @@ def test_bad_input_names_the_argument():
         DeviceLoopConfig(p_future=1.5)
     with pytest.raises(TypeError, match="no registered agent takes a dict"):
         make_loop({"obs_dim": 2}, CAR, TINY)
+
+
+def test_vmapped_host_run_logs_each_seed(tmp_path):
+    config = GCBCConfig(obs_dim=2, action_dim=1, hidden=(8,))
+    short = dataclasses.replace(TINY, iterations=3)
+    agents, rows = train_on_device(config, CAR, short, seed=(4, 7), run_dir=tmp_path / "run")
+    lone, _ = train_on_device(config, CAR, short, seed=7)
+    leaves_close(jax.tree.map(lambda x: x[1], agents), lone, rtol=1e-5, atol=1e-6)
+    evaluated = [r for r in rows if "eval_success" in r]
+    assert [r["iteration"] for r in evaluated] == [3]
+    r = evaluated[0]
+    assert r["eval_success"] == pytest.approx((r["eval_success/4"] + r["eval_success/7"]) / 2)
+    with pytest.raises(ValueError, match="seeds must be distinct"):
+        train_on_device(config, CAR, short, seed=(1, 1))

@@ -283,38 +283,49 @@ def make_train(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig, age
 RESUMABLE = ("iterations", "chunk_iterations", "checkpoint_every")
 
 
-def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig, seed: int = 0,
+def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig, seed: int | tuple[int, ...] = 0,
                     run_dir: str | Path | None = None, resume: bool = True, overwrite: bool = False,
                     desc: str = "device loop", agent_class=None, mesh=None) -> tuple[Any, list[dict]]:
     """The device loop in compiled chunks of ``config.chunk_iterations`` iterations, with a progress bar in env
     steps, metrics rows (one per iteration) and, with ``run_dir``, checkpoints of the whole
     :class:`LoopState` every ``checkpoint_every`` chunks; a resumed run continues exactly (it equals an
     uninterrupted one). Returns ``(agent, rows)``. Raises :class:`~platonic_rl.training.updates.NonFiniteError`
-    at the first iteration with a NaN or infinity, before saving it."""
+    at the first iteration with a NaN or infinity, before saving it.
+
+    ``seed`` a tuple: those seeds in one vmapped program (the agent's leaves gain a leading seed axis); rows hold
+    each metric's mean over seeds and ``eval_success/<seed>`` per seed. A single-seed run may be continued with
+    a larger ``iterations`` (its buffer grows); a vmapped one resumes with the same budget."""
     loop = make_loop(agent_config, env, config, agent_class, mesh)
-    init = jax.jit(loop.init)
-    state = init(jax.random.PRNGKey(seed))
+    seeds = tuple(int(s) for s in seed) if isinstance(seed, (tuple, list)) else None
+    if seeds is not None and (not seeds or len(set(seeds)) != len(seeds)):
+        raise ValueError(f"train_on_device: seeds must be distinct ints, got {seed}")
+    if seeds is None:
+        init, run_chunk = jax.jit(loop.init), jax.jit(loop.run, static_argnums=1)
+        state = init(jax.random.PRNGKey(seed))
+    else:
+        init = jax.jit(jax.vmap(loop.init))
+        run_chunk = jax.jit(lambda s, n: jax.vmap(lambda x: loop.run(x, n))(s), static_argnums=1)
+        state = init(jnp.stack([jax.random.PRNGKey(s) for s in seeds]))
     check_agent(state.agent)
     run = None
     if run_dir is not None:
-        settings = dict(**agent_settings(state.agent), seed=seed, env=dict(name=type(env).__name__, **{
-            f.name: getattr(env, f.name) for f in dataclasses.fields(env)}),
+        settings = dict(**agent_settings(state.agent), seed=list(seeds) if seeds else seed, env=_env_settings(env),
                         loop={k: v for k, v in dataclasses.asdict(config).items() if k not in RESUMABLE[1:]})
         run = RunDirectory.open(run_dir, settings, resume=resume, overwrite=overwrite,
-                                resumable=("loop.iterations",), step_key="iteration")
-        state = LoopState(**run.restore(_as_dict(state), budget=config.iterations, resize_buffer=True))
+                                resumable=("loop.iterations",) if seeds is None else (), step_key="iteration")
+        state = LoopState(**run.restore(_as_dict(state), budget=config.iterations, resize_buffer=seeds is None))
     rows = run.rows if run else []
-    run_chunk = jax.jit(loop.run, static_argnums=1)
-    per_iteration = config.num_envs * config.unroll
-    bar = tqdm(total=config.env_steps(env), initial=int(state.env_steps), desc=desc, unit="step")
+    bar = tqdm(total=config.env_steps(env), initial=int(np.max(state.env_steps)), desc=desc, unit="step")
     chunks_done = 0
-    while int(state.iteration) < config.iterations:
-        first = int(state.iteration)
+    while int(np.max(state.iteration)) < config.iterations:
+        first = int(np.max(state.iteration))
         n = min(config.chunk_iterations, config.iterations - first)
         new_state, metrics = run_chunk(state, n)
         metrics = jax.device_get(metrics)
+        if seeds is not None:  # [seeds, n] -> [n, seeds]
+            metrics = {k: np.swapaxes(v, 0, 1) for k, v in metrics.items()}
         for i in range(n):
-            bad = sorted(k[len("finite/"):] for k, v in metrics.items() if k.startswith("finite/") and not v[i])
+            bad = sorted(k[len("finite/"):] for k, v in metrics.items() if k.startswith("finite/") and not np.all(v[i]))
             if bad:
                 if run:
                     run.close()
@@ -322,13 +333,18 @@ def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig
                                      "stopped before saving this chunk; its last checkpoint is the last good one)")
         state, chunks_done = new_state, chunks_done + 1
         for i in range(n):
-            row = {"iteration": first + i + 1, **{k: float(v[i]) for k, v in metrics.items()
-                                                  if not k.startswith("finite/") and not np.isnan(v[i])}}
-            row["env_steps"] = int(metrics["env_steps"][i])
+            row = {"iteration": first + i + 1}
+            for k, v in metrics.items():
+                if k.startswith("finite/") or np.all(np.isnan(v[i])):
+                    continue
+                row[k] = float(np.mean(v[i]))
+                if seeds is not None and k == "eval_success":
+                    row.update({f"eval_success/{s}": float(x) for s, x in zip(seeds, v[i])})
+            row["env_steps"] = int(np.max(metrics["env_steps"][i]))
             last = first + i + 1 == config.iterations
             finish_row(run, rows, row, first + i + 1, _as_dict(state),
                        due=i == n - 1 and checkpoint_due(chunks_done, config.checkpoint_every, last))
-        bar.update(int(state.env_steps) - bar.n)
+        bar.update(int(np.max(state.env_steps)) - bar.n)
         evals = [r["eval_success"] for r in rows if "eval_success" in r]
         if evals:
             bar.set_postfix(success=f"{evals[-1]:.2f}")
@@ -336,3 +352,12 @@ def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig
     if run:
         run.close()
     return state.agent, rows
+
+
+def _env_settings(env) -> dict:
+    """An env's name and fields, nested envs (wrappers) included, as JSON-able settings."""
+    if not dataclasses.is_dataclass(env):
+        return dict(name=type(env).__name__)
+    fields = {f.name: getattr(env, f.name) for f in dataclasses.fields(env)}
+    return dict(name=type(env).__name__, **{k: _env_settings(v) if isinstance(v, jax_env.GoalEnv) else v
+                                            for k, v in fields.items()})
