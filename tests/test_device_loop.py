@@ -170,8 +170,7 @@ def test_vmapped_host_run_logs_each_seed(tmp_path):
     config = GCBCConfig(obs_dim=2, action_dim=1, hidden=(8,))
     short = dataclasses.replace(TINY, iterations=3)
     agents, rows = train_on_device(config, CAR, short, seed=(4, 7), run_dir=tmp_path / "run")
-    lone, _ = train_on_device(config, CAR, short, seed=7)
-    leaves_close(jax.tree.map(lambda x: x[1], agents), lone, rtol=1e-5, atol=1e-6)
+    assert jax.tree.leaves(agents)[0].shape[0] == 2  # (seed i equal to a lone seed: test_vmapped_seeds_equal_lone_seeds)
     evaluated = [r for r in rows if "eval_success" in r]
     assert [r["iteration"] for r in evaluated] == [3]
     r = evaluated[0]

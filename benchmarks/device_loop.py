@@ -1,0 +1,377 @@
+"""The device loop against the host loop: throughput, seeds, devices, and learning on the JAX envs.
+
+    python -m platonic_rl.benchmarks.device_loop --scale quick                       # a smoke run (the tests)
+    python -m platonic_rl.benchmarks.device_loop --scale cpu --parts throughput seeds devices
+    python -m platonic_rl.benchmarks.device_loop --scale cpu --parts learning        # long: resumable
+
+Parts (each saved as it finishes; rerunning skips finished parts and resumes learning runs):
+
+* ``throughput``: whole-training env steps/s (env steps, replay and the updates) of
+  :mod:`~platonic_rl.training.device_loop` on the JAX point maze against :func:`~platonic_rl.training.goal_online.
+  train_online` on gymnasium-robotics' ``PointMaze_UMaze-v3`` (what a user would otherwise run), same agent, model
+  and batch, at equal updates per env step, in two regimes: JaxGCRL's (many envs, few updates: ``regime_few``)
+  and one update per env step (the paper's Fetch schedule: ``regime_one``). Steady state: compilation and the
+  host loop's first cycle are excluded.
+* ``seeds``: seconds per device-loop iteration with 1, 4 and 16 seeds vmapped in one program.
+* ``devices``: the same global iteration split over 1, 2, 4 and 8 virtual CPU devices (a subprocess each,
+  ``XLA_FLAGS=--xla_force_host_platform_device_count=N``). These devices share the machine's cores, so this
+  shows the cost of splitting, not a speed-up.
+* ``learning``: QRL, Contrastive RL and GCBC online on the JAX point maze (umaze, medium; observations normalised
+  by the layout's extent) and the reacher, ``seeds`` seeds in one vmapped program per (env, method): evaluation
+  success (goal reached at any step of 50-64 deterministic episodes) against env steps.
+
+Saves ``results.json`` (command, settings, every measurement), ``throughput.png``, ``seeds.png``, ``devices.png``
+and ``learning.png`` in ``--out-dir``, and prints the tables. Speeds are ratios measured in one run on one
+machine; absolute numbers are this machine's.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tyro
+
+from platonic_rl.agents.crl import CRLConfig
+from platonic_rl.agents.gcbc import GCBCConfig
+from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
+from platonic_rl.benchmarks import report
+from platonic_rl.envs import jax_env, maze2d
+from platonic_rl.envs.point_maze import PointMaze
+from platonic_rl.envs.reacher import Reacher
+from platonic_rl.training.device_loop import DeviceLoopConfig, make_loop, train_on_device
+from platonic_rl.training.goal_online import OnlineConfig, train_online
+
+Part = Literal["throughput", "seeds", "devices", "learning"]
+Method = Literal["qrl", "crl", "gcbc"]
+EnvName = Literal["umaze", "medium", "reacher"]
+MODULE = "platonic_rl.benchmarks.device_loop"
+NAMES = dict(qrl="QRL", crl="Contrastive RL", gcbc="GCBC")
+
+
+@dataclasses.dataclass(frozen=True)
+class Scale:
+    hidden: tuple[int, ...]           # every MLP's hidden layers
+    latent: int                       # QRL's latent; IQE components x dims below
+    iqe: tuple[int, int]
+    batch_size: int
+    few: DeviceLoopConfig             # the throughput regime with few updates per env step (JaxGCRL's)
+    one_envs: int                     # envs of the one-update-per-env-step regime (unroll 50)
+    seeds_config: DeviceLoopConfig
+    seed_counts: tuple[int, ...]
+    device_counts: tuple[int, ...]
+    learning: DeviceLoopConfig
+    measure_iterations: int           # iterations per timed call
+    note: str
+
+
+def scales() -> dict[str, Scale]:
+    """``quick``: tiny networks and budgets, a smoke run NOT meant to learn. ``cpu``: the agents at the size used
+    on CPU elsewhere (2 x 256 MLPs, batch 256); learning: 128 envs x 50-step unrolls per 16 updates (400 env steps
+    per update), 1,500 iterations (9.7M env steps, 24k updates per seed)."""
+    few = dict(unroll=50, eval_every=10_000, eval_episodes=8, prefill_episodes=256)
+    return {
+        "quick": Scale((32,), 16, (4, 4), 64,
+                       DeviceLoopConfig(num_envs=32, updates_per_iteration=2, batch_size=64, iterations=4,
+                                        **{**few, "prefill_episodes": 32}),
+                       4, DeviceLoopConfig(num_envs=8, unroll=50, updates_per_iteration=2, batch_size=64, iterations=4,
+                                           prefill_episodes=8, eval_every=10_000, eval_episodes=8),
+                       (1, 2), (1, 2),
+                       DeviceLoopConfig(num_envs=16, unroll=50, updates_per_iteration=4, iterations=12,
+                                        prefill_episodes=16, batch_size=64, eval_every=6, eval_episodes=16,
+                                        chunk_iterations=6),
+                       2, note="quick: tiny networks and budgets, a smoke run NOT meant to learn"),
+        "cpu": Scale((256, 256), 64, (16, 16), 256,
+                     DeviceLoopConfig(num_envs=256, updates_per_iteration=8, batch_size=256, iterations=10, **few),
+                     16, DeviceLoopConfig(num_envs=64, unroll=50, updates_per_iteration=8, batch_size=256,
+                                          iterations=10, prefill_episodes=64, eval_every=10_000, eval_episodes=8),
+                     (1, 4, 16), (1, 2, 4, 8),
+                     DeviceLoopConfig(num_envs=128, unroll=50, updates_per_iteration=16, iterations=1_500,
+                                      prefill_episodes=128, batch_size=256, eval_every=50, eval_episodes=64,
+                                      chunk_iterations=50),
+                     5, note="cpu: 2 x 256 MLPs, batch 256"),
+    }
+
+
+def agent_config(method: str, scale: Scale, obs_dim: int, action_dim: int):
+    h = scale.hidden
+    if method == "qrl":
+        return QRLContinuousConfig(obs_dim=obs_dim, action_dim=action_dim, encoder_hidden=h, latent_dim=scale.latent,
+                                   projector_hidden=h[:1], iqe_components=scale.iqe[0],
+                                   iqe_dim_per_component=scale.iqe[1], dynamics_hidden=h, actor_hidden=h)
+    if method == "crl":
+        return CRLConfig(obs_dim=obs_dim, action_dim=action_dim, hidden=h, repr_dim=64, actor_hidden=h)
+    if method == "gcbc":
+        return GCBCConfig(obs_dim=obs_dim, action_dim=action_dim, hidden=h)
+    raise ValueError(f"method must be one of {list(NAMES)}, got {method!r}")
+
+
+def make_env(name: str) -> jax_env.GoalEnv:
+    if name == "reacher":
+        return Reacher()
+    layout = maze2d.get_layout(name)
+    return jax_env.Normalized(PointMaze(name), tuple(layout.obs_center), tuple(layout.obs_scale))
+
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The device loop against the host loop (see the module docstring)."""
+    scale: Literal["quick", "cpu"] = "cpu"
+    parts: tuple[Part, ...] = ("throughput", "seeds", "devices", "learning")
+    envs: tuple[EnvName, ...] = ("umaze", "medium", "reacher")
+    methods: tuple[Method, ...] = ("qrl", "crl", "gcbc")
+    seeds: int = 5
+    out_dir: str | None = None        # default: results/device_loop/<scale>
+    overwrite: bool = False           # redo finished parts and restart learning runs
+
+    def __post_init__(self):
+        if self.seeds < 1:
+            raise ValueError(f"--seeds must be >= 1, got {self.seeds}")
+        for name in ("parts", "envs", "methods"):
+            if not getattr(self, name):
+                raise ValueError(f"--{name} needs at least one value")
+
+
+# ---------------------------------------------------------------------------------------- timing
+
+
+def time_device_loop(agent_cfg, env, config: DeviceLoopConfig, iterations: int, num_seeds: int | None = None,
+                     mesh=None) -> float:
+    """Seconds per iteration of the compiled device loop in steady state (one timed call of ``iterations``
+    iterations after a compiling call of the same length; the best of two)."""
+    loop = make_loop(agent_cfg, env, config, mesh=mesh)
+    if num_seeds is None:
+        init, run = jax.jit(loop.init), jax.jit(loop.run, static_argnums=1)
+        state = init(jax.random.PRNGKey(0))
+    else:
+        init = jax.jit(jax.vmap(loop.init))
+        run = jax.jit(lambda s, n: jax.vmap(lambda x: loop.run(x, n))(s), static_argnums=1)
+        state = init(jax.random.split(jax.random.PRNGKey(0), num_seeds))
+    state = jax.block_until_ready(run(state, iterations)[0])
+    best = float("inf")
+    for _ in range(2):
+        start = time.perf_counter()
+        state = jax.block_until_ready(run(state, iterations)[0])
+        best = min(best, time.perf_counter() - start)
+    return best / iterations
+
+
+def time_host_loop(agent, rollouts: int, updates_per_cycle: int, cycles: int, batch_size: int) -> dict:
+    """Steady-state seconds per cycle of the host loop on gymnasium's PointMaze_UMaze-v3 (300-step episodes):
+    the median of the cycles after the first (which compiles), evaluation excluded."""
+    episode = 300
+    config = OnlineConfig(task="PointMaze_UMaze-v3", env_steps=(rollouts + cycles * rollouts) * episode,
+                          prefill_episodes=rollouts, rollouts_per_cycle=rollouts, updates_per_cycle=updates_per_cycle,
+                          batch_size=batch_size, eval_every=10 ** 9, eval_episodes=1, checkpoint_every=0)
+    _, rows = train_online(agent, config, desc="host loop")
+    seconds = [r["cycle_seconds"] for r in rows[1:] if "eval_success" not in r]
+    cycle = float(np.median(seconds))
+    return dict(cycle_seconds=cycle, env_steps_per_cycle=rollouts * episode, updates_per_cycle=updates_per_cycle,
+                env_steps_per_second=rollouts * episode / cycle, updates_per_second=updates_per_cycle / cycle,
+                cycles_timed=len(seconds))
+
+
+def measure_throughput(scale: Scale) -> dict:
+    env = make_env("umaze")
+    cfg = agent_config("qrl", scale, env.obs_dim, env.action_dim)
+    out = {}
+    # Few updates per env step: the device loop's iteration vs host cycles at the same ratio.
+    few = scale.few
+    steps_per_update = few.num_envs * few.unroll / few.updates_per_iteration
+    seconds = time_device_loop(cfg, env, few, scale.measure_iterations)
+    device = dict(env_steps_per_second=few.num_envs * few.unroll / seconds,
+                  updates_per_second=few.updates_per_iteration / seconds, iteration_seconds=seconds)
+    rollouts = 16
+    host = time_host_loop(QRLContinuousAgent.create(cfg, 0), rollouts,
+                          max(1, round(rollouts * 300 / steps_per_update)), 4, scale.batch_size)
+    out["regime_few"] = dict(env_steps_per_update=steps_per_update, device=device, host=host,
+                             ratio=device["env_steps_per_second"] / host["env_steps_per_second"])
+    # One update per env step.
+    one = dataclasses.replace(few, num_envs=scale.one_envs, updates_per_iteration=scale.one_envs * few.unroll,
+                              prefill_episodes=scale.one_envs)
+    seconds = time_device_loop(cfg, env, one, 1)
+    device = dict(env_steps_per_second=one.num_envs * one.unroll / seconds,
+                  updates_per_second=one.updates_per_iteration / seconds, iteration_seconds=seconds)
+    host = time_host_loop(QRLContinuousAgent.create(cfg, 0), 2, 2 * 300, 3, scale.batch_size)
+    out["regime_one"] = dict(env_steps_per_update=1.0, device=device, host=host,
+                             ratio=device["env_steps_per_second"] / host["env_steps_per_second"])
+    return out
+
+
+def measure_seeds(scale: Scale) -> dict:
+    env = make_env("umaze")
+    cfg = agent_config("qrl", scale, env.obs_dim, env.action_dim)
+    seconds = {n: time_device_loop(cfg, env, scale.seeds_config, scale.measure_iterations, num_seeds=n)
+               for n in scale.seed_counts}
+    one = seconds[scale.seed_counts[0]]
+    return dict(iteration_seconds={str(n): s for n, s in seconds.items()},
+                cost_vs_one={str(n): s / one for n, s in seconds.items()})
+
+
+_DEVICE_PROBE = """
+import json, sys, jax
+from platonic_rl.benchmarks.device_loop import scales, make_env, agent_config, time_device_loop
+from platonic_rl.training.distributed import data_mesh
+scale = scales()[sys.argv[1]]
+env = make_env("umaze")
+cfg = agent_config("qrl", scale, env.obs_dim, env.action_dim)
+mesh = data_mesh() if jax.device_count() > 1 else None
+print(json.dumps(dict(devices=jax.device_count(),
+                      seconds=time_device_loop(cfg, env, scale.few, scale.measure_iterations, mesh=mesh))))
+"""
+
+
+def measure_devices(scale_name: str, scale: Scale) -> dict:
+    seconds = {}
+    for n in scale.device_counts:
+        env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}", JAX_PLATFORMS="cpu")
+        out = subprocess.run([sys.executable, "-c", _DEVICE_PROBE, scale_name], env=env, capture_output=True,
+                             text=True, timeout=3600)
+        if out.returncode:
+            raise RuntimeError(f"the {n}-device probe failed:\n{out.stderr[-2000:]}")
+        seconds[str(n)] = json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+    one = seconds[str(scale.device_counts[0])]
+    return dict(iteration_seconds=seconds, cost_vs_one={n: s / one for n, s in seconds.items()},
+                config=dataclasses.asdict(scale.few))
+
+
+def run_learning(args: Args, scale: Scale, out: Path) -> dict:
+    results = {}
+    seeds = tuple(range(args.seeds))
+    for name in args.envs:
+        env = make_env(name)
+        for method in args.methods:
+            cfg = agent_config(method, scale, env.obs_dim, env.action_dim)
+            start = time.perf_counter()
+            _, rows = train_on_device(cfg, env, scale.learning, seed=seeds, run_dir=out / "runs" / f"{name}-{method}",
+                                      overwrite=args.overwrite, desc=f"{name}-{method} x{len(seeds)} seeds")
+            evaluated = [r for r in rows if "eval_success" in r]
+            results[f"{name}/{method}"] = dict(
+                env_steps=[r["env_steps"] for r in evaluated],
+                success=[[r[f"eval_success/{s}"] for s in seeds] for r in evaluated],
+                seconds_this_invocation=time.perf_counter() - start)
+    return results
+
+
+# -------------------------------------------------------------------------------------- reporting
+
+
+def format_tables(record: dict, scale: Scale, args: Args) -> str:
+    lines = [f"Device loop vs host loop -- scale {args.scale} ({scale.note}); {jax.device_count()} "
+             f"{jax.default_backend()} device(s)"]
+    if "throughput" in record:
+        lines.append("\nThroughput (QRL, whole training: env steps/s including replay and updates)")
+        lines.append(f"{'regime':<42}{'device loop':>14}{'host loop':>14}{'ratio':>8}")
+        for key, label in (("regime_few", "few updates"), ("regime_one", "one update per env step")):
+            r = record["throughput"][key]
+            label = f"{label} ({r['env_steps_per_update']:.0f} env steps/update)"
+            lines.append(f"{label:<42}{r['device']['env_steps_per_second']:>14,.0f}"
+                         f"{r['host']['env_steps_per_second']:>14,.0f}{r['ratio']:>7.1f}x")
+    for part, label in (("seeds", "vmapped seeds"), ("devices", "virtual CPU devices")):
+        if part in record:
+            costs = record[part]["cost_vs_one"]
+            lines.append(f"\nCost per iteration vs 1, by {label}: "
+                         + ", ".join(f"{n}: {c:.2f}x" for n, c in costs.items()))
+    if "learning" in record:
+        cfg = scale.learning
+        lines.append(f"\nLearning: final evaluation success, mean +- std over {args.seeds} seeds "
+                     f"({cfg.num_envs} envs x {cfg.unroll}-step unrolls per {cfg.updates_per_iteration} updates, "
+                     f"{cfg.iterations} iterations)")
+        for key, r in record["learning"].items():
+            if r["success"]:
+                final = np.asarray(r["success"][-1])
+                lines.append(f"  {key:<20} {final.mean():.2f} +- {final.std():.2f}  at {r['env_steps'][-1]:,} env steps")
+    return "\n".join(lines)
+
+
+def plot(path: Path, record: dict, scale_name: str, part: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if part == "learning":
+        results = record["learning"]
+        envs = sorted({k.split("/")[0] for k in results}, key=["umaze", "medium", "reacher"].index)
+        fig, axes = plt.subplots(1, len(envs), figsize=(5 * len(envs), 3.8), squeeze=False)
+        for ax, name in zip(axes[0], envs):
+            for key, r in results.items():
+                if key.startswith(name + "/") and r["success"]:
+                    s = np.asarray(r["success"])
+                    x = np.asarray(r["env_steps"]) / 1e6
+                    ax.plot(x, s.mean(1), marker="o", markersize=3, label=NAMES[key.split("/")[1]])
+                    ax.fill_between(x, s.mean(1) - s.std(1), s.mean(1) + s.std(1), alpha=0.2)
+            ax.set(xlabel="env steps (millions)", ylabel="evaluation success rate", ylim=(-0.02, 1.02),
+                   title=f"{name} (mean +- std over seeds)")
+            ax.legend()
+        cfg = scales()[scale_name].learning
+        fig.suptitle(f"Device loop, online goal reaching -- scale {scale_name}: {cfg.num_envs} envs x {cfg.unroll}-step "
+                     f"unrolls per {cfg.updates_per_iteration} updates, {cfg.iterations * cfg.updates_per_iteration:,} "
+                     "updates per seed")
+    elif part == "throughput":
+        r = record["throughput"]
+        fig, ax = plt.subplots(figsize=(6, 4))
+        keys = ["regime_few", "regime_one"]
+        x = np.arange(2)
+        ax.bar(x - 0.2, [r[k]["device"]["env_steps_per_second"] for k in keys], 0.4, label="device loop (JAX point maze)")
+        ax.bar(x + 0.2, [r[k]["host"]["env_steps_per_second"] for k in keys], 0.4,
+               label="host loop (gymnasium PointMaze)")
+        ax.set_xticks(x, [f"{r[k]['env_steps_per_update']:.0f} env steps / update" for k in keys])
+        ax.set(yscale="log", ylabel="env steps per second (incl. updates)",
+               title=f"QRL whole-training throughput -- scale {scale_name}")
+        ax.legend()
+    else:
+        costs = record[part]["cost_vs_one"]
+        n = np.asarray([int(k) for k in costs])
+        fig, ax = plt.subplots(figsize=(5, 4))
+        ax.plot(n, list(costs.values()), marker="o", label="measured")
+        if part == "seeds":
+            ax.plot(n, n, "--", color="gray", label="seeds run one after another")
+        ax.set(xscale="log", xlabel="vmapped seeds" if part == "seeds" else "virtual CPU devices (same 2 cores)",
+               ylabel="seconds per iteration / with 1", title=f"{part} -- scale {scale_name}")
+        ax.set_xticks(n, [str(v) for v in n])
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(args: Args) -> dict:
+    scale = scales()[args.scale]
+    out = Path(args.out_dir or f"results/device_loop/{args.scale}")
+    saved = out / "parts.json"
+    record = {} if args.overwrite or not saved.exists() else json.loads(saved.read_text())
+    start = time.perf_counter()
+    for part in args.parts:
+        if part in record and part != "learning":
+            print(f"{part}: already measured in {saved} (--overwrite to measure again)")
+            continue
+        if part == "throughput":
+            record[part] = measure_throughput(scale)
+        elif part == "seeds":
+            record[part] = measure_seeds(scale)
+        elif part == "devices":
+            record[part] = measure_devices(args.scale, scale)
+        else:
+            record[part] = run_learning(args, scale, out)
+        out.mkdir(parents=True, exist_ok=True)
+        saved.write_text(json.dumps(record, indent=1))
+    table = format_tables(record, scale, args)
+    plots = {f"{part}.png": (lambda p, part=part: plot(p, record, args.scale, part)) for part in record}
+    return report.save_run(out, MODULE, args, dict(scale=dataclasses.asdict(scale), **record), table, plots=plots,
+                           total_seconds=time.perf_counter() - start)
+
+
+def main():
+    return run(tyro.cli(Args))
+
+
+if __name__ == "__main__":
+    main()
