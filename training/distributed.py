@@ -111,13 +111,20 @@ def launch(num_processes: int, command: list[str], env: dict | None = None, time
     return results
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Run a command as N local processes of one distributed JAX run.")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command, e.g. -- python train.py")
     args = parser.parse_args(argv)
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    results = launch(args.processes, command)
+    args.command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not args.command:
+        parser.error("give the command to run after --")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    results = launch(args.processes, args.command)
     for i, r in enumerate(results):
         sys.stdout.write(f"--- process {i} (exit {r.returncode})\n{r.stdout}")
         sys.stderr.write(r.stderr)
