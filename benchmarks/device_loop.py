@@ -6,6 +6,10 @@
 
 Parts (each saved as it finishes; rerunning skips finished parts and resumes learning runs):
 
+* ``envs``: each JAX env's steps/s on this machine with 1, 64 and 1024 envs stepped together (random actions,
+  inside one jitted ``lax.scan``), both point-maze backends, and C MuJoCo's PointMaze (``envs.maze2d.Maze2D``,
+  one ``mj_step`` per env in a Python loop) as the host reference.
+
 * ``throughput``: whole-training env steps/s (env steps, replay and the updates) of
   :mod:`~platonic_rl.training.device_loop` on the JAX point maze against :func:`~platonic_rl.training.goal_online.
   train_online` on gymnasium-robotics' ``PointMaze_UMaze-v3`` (what a user would otherwise run), same agent, model
@@ -50,7 +54,7 @@ from platonic_rl.envs.reacher import Reacher
 from platonic_rl.training.device_loop import DeviceLoopConfig, make_loop, train_on_device
 from platonic_rl.training.goal_online import OnlineConfig, train_online
 
-Part = Literal["throughput", "seeds", "devices", "learning"]
+Part = Literal["envs", "throughput", "seeds", "devices", "learning"]
 Method = Literal["qrl", "crl", "gcbc"]
 EnvName = Literal["umaze", "medium", "reacher"]
 MODULE = "platonic_rl.benchmarks.device_loop"
@@ -125,7 +129,7 @@ def make_env(name: str) -> jax_env.GoalEnv:
 class Args:
     """The device loop against the host loop (see the module docstring)."""
     scale: Literal["quick", "cpu"] = "cpu"
-    parts: tuple[Part, ...] = ("throughput", "seeds", "devices", "learning")
+    parts: tuple[Part, ...] = ("envs", "throughput", "seeds", "devices", "learning")
     envs: tuple[EnvName, ...] = ("umaze", "medium", "reacher")
     methods: tuple[Method, ...] = ("qrl", "crl", "gcbc")
     seeds: int = 5
@@ -177,6 +181,30 @@ def time_host_loop(agent, rollouts: int, updates_per_cycle: int, cycles: int, ba
     return dict(cycle_seconds=cycle, env_steps_per_cycle=rollouts * episode, updates_per_cycle=updates_per_cycle,
                 env_steps_per_second=rollouts * episode / cycle, updates_per_second=updates_per_cycle / cycle,
                 cycles_timed=len(seconds))
+
+
+def measure_envs(scale_name: str) -> dict:
+    """Env steps/s at 1, 64 and 1024 parallel envs (the quick scale: 1 and 64, fewer steps)."""
+    counts = (1, 64) if scale_name == "quick" else (1, 64, 1024)
+    envs = {"point maze umaze (jax)": (PointMaze("umaze"), 1000), "point maze large (jax)": (PointMaze("large"), 1000),
+            "point maze umaze (mjx)": (PointMaze("umaze", backend="mjx"), 50), "reacher (jax)": (Reacher(), 1000)}
+    out = {}
+    for name, (env, steps) in envs.items():
+        steps = steps if scale_name != "quick" else 20
+        out[name] = {str(n): jax_env.measure_steps_per_second(env, n, steps) for n in counts}
+    out["point maze umaze (C MuJoCo, host loop)"] = {str(n): _host_mujoco_steps_per_second(n, 200 if scale_name != "quick"
+                                                                                           else 20) for n in counts}
+    return out
+
+
+def _host_mujoco_steps_per_second(num_envs: int, steps: int) -> float:
+    env = maze2d.Maze2D("umaze", num_envs)
+    env.reset(seed=0)
+    actions = np.random.default_rng(0).uniform(-1, 1, (steps, num_envs, 2))
+    start = time.perf_counter()
+    for a in actions:
+        env.step(a)
+    return num_envs * steps / (time.perf_counter() - start)
 
 
 def measure_throughput(scale: Scale) -> dict:
@@ -267,6 +295,12 @@ def run_learning(args: Args, scale: Scale, out: Path) -> dict:
 def format_tables(record: dict, scale: Scale, args: Args) -> str:
     lines = [f"Device loop vs host loop -- scale {args.scale} ({scale.note}); {jax.device_count()} "
              f"{jax.default_backend()} device(s)"]
+    if "envs" in record:
+        counts = list(next(iter(record["envs"].values())))
+        lines.append("\nEnv steps/s (random actions; JAX envs inside one jitted scan)")
+        lines.append(f"{'env':<42}" + "".join(f"{n + ' envs':>14}" for n in counts))
+        for name, rates in record["envs"].items():
+            lines.append(f"{name:<42}" + "".join(f"{rates[n]:>14,.0f}" for n in counts))
     if "throughput" in record:
         lines.append("\nThroughput (QRL, whole training: env steps/s including replay and updates)")
         lines.append(f"{'regime':<42}{'device loop':>14}{'host loop':>14}{'ratio':>8}")
@@ -315,6 +349,14 @@ def plot(path: Path, record: dict, scale_name: str, part: str) -> None:
         fig.suptitle(f"Device loop, online goal reaching -- scale {scale_name}: {cfg.num_envs} envs x {cfg.unroll}-step "
                      f"unrolls per {cfg.updates_per_iteration} updates, {cfg.iterations * cfg.updates_per_iteration:,} "
                      "updates per seed")
+    elif part == "envs":
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+        for name, rates in record["envs"].items():
+            n = [int(k) for k in rates]
+            ax.plot(n, list(rates.values()), marker="o", label=name)
+        ax.set(xscale="log", yscale="log", xlabel="envs stepped together", ylabel="env steps per second",
+               title=f"Env throughput on {jax.default_backend()} -- scale {scale_name}")
+        ax.legend(fontsize=8)
     elif part == "throughput":
         r = record["throughput"]
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -353,7 +395,9 @@ def run(args: Args) -> dict:
         if part in record and part != "learning":
             print(f"{part}: already measured in {saved} (--overwrite to measure again)")
             continue
-        if part == "throughput":
+        if part == "envs":
+            record[part] = measure_envs(args.scale)
+        elif part == "throughput":
             record[part] = measure_throughput(scale)
         elif part == "seeds":
             record[part] = measure_seeds(scale)

@@ -82,13 +82,13 @@ SCRIPT = textwrap.dedent("""
     import sys, jax, numpy as np
     from platonic_rl.training import distributed
     distributed.initialize()
-    from platonic_rl.agents import QRLContinuousConfig
+    from platonic_rl.agents import CRLConfig
     from platonic_rl.envs.point_maze import PointMaze
     from platonic_rl.training.device_loop import DeviceLoopConfig, make_loop
 
     env = PointMaze("umaze", episode_length=20)
-    agent = QRLContinuousConfig(obs_dim=4, action_dim=2, encoder_hidden=(16,), latent_dim=8, projector_hidden=(16,),
-                                iqe_components=2, iqe_dim_per_component=4, dynamics_hidden=(16,), actor_hidden=(16,))
+    # Contrastive RL: its critic's logits pair every state with every goal of the batch, across devices.
+    agent = CRLConfig(obs_dim=4, action_dim=2, hidden=(16,), repr_dim=8, actor_hidden=(16,))
     config = DeviceLoopConfig(num_envs=8, unroll=10, updates_per_iteration=2, iterations=4, prefill_episodes=8,
                               batch_size=16, eval_every=2, eval_episodes=8)
     key = jax.random.PRNGKey(3)

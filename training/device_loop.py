@@ -31,6 +31,7 @@ progress, keys, counters) in a :class:`~platonic_rl.training.run.RunDirectory`, 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from pathlib import Path
 from typing import Any, Callable
@@ -299,13 +300,8 @@ def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig
     seeds = tuple(int(s) for s in seed) if isinstance(seed, (tuple, list)) else None
     if seeds is not None and (not seeds or len(set(seeds)) != len(seeds)):
         raise ValueError(f"train_on_device: seeds must be distinct ints, got {seed}")
-    if seeds is None:
-        init, run_chunk = jax.jit(loop.init), jax.jit(loop.run, static_argnums=1)
-        state = init(jax.random.PRNGKey(seed))
-    else:
-        init = jax.jit(jax.vmap(loop.init))
-        run_chunk = jax.jit(lambda s, n: jax.vmap(lambda x: loop.run(x, n))(s), static_argnums=1)
-        state = init(jnp.stack([jax.random.PRNGKey(s) for s in seeds]))
+    init, run_chunk = _compiled(loop, vmapped=seeds is not None)
+    state = init(jax.random.PRNGKey(seed) if seeds is None else jnp.stack([jax.random.PRNGKey(s) for s in seeds]))
     check_agent(state.agent)
     run = None
     if run_dir is not None:
@@ -352,6 +348,25 @@ def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig
     if run:
         run.close()
     return state.agent, rows
+
+
+def _compiled(loop: DeviceLoop, vmapped: bool):
+    """``(init, run)`` of ``loop`` jitted (vmapped over seeds if ``vmapped``). Equal loops share them (a bounded
+    cache), so a run continued in the same process does not compile again."""
+    try:
+        return _compiled_cached(loop, vmapped)
+    except TypeError:  # an unhashable agent config or env: compiled for this run only
+        return _compile(loop, vmapped)
+
+
+def _compile(loop: DeviceLoop, vmapped: bool):
+    if vmapped:
+        return (jax.jit(jax.vmap(loop.init)),
+                jax.jit(lambda s, n: jax.vmap(lambda x: loop.run(x, n))(s), static_argnums=1))
+    return jax.jit(loop.init), jax.jit(loop.run, static_argnums=1)
+
+
+_compiled_cached = functools.lru_cache(maxsize=4)(_compile)
 
 
 def _env_settings(env) -> dict:
