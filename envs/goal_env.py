@@ -42,6 +42,13 @@ def find_goal_dims(env, steps: int = 20, seed: int = 0) -> tuple[int, ...]:
     return tuple(dims)
 
 
+def goal_mask(obs_dim: int, goal_dims) -> np.ndarray:
+    """``[obs_dim]``: 1 on the goal dimensions, 0 elsewhere (a state times the mask is the goal it achieves)."""
+    mask = np.zeros(obs_dim, np.float32)
+    mask[list(goal_dims)] = 1.0
+    return mask
+
+
 SUCCESS_KEYS = ("is_success", "success")  # gymnasium-robotics: Fetch says is_success, PointMaze success
 
 
@@ -90,10 +97,8 @@ class GoalEnvAdapter:
 
     @property
     def goal_mask(self) -> np.ndarray:
-        """``[obs_dim]``: 1 on the goal dimensions, 0 elsewhere (a state times the mask is the goal it achieves)."""
-        mask = np.zeros(self.obs_dim, np.float32)
-        mask[list(self.goal_dims)] = 1.0
-        return mask
+        """``[obs_dim]``: 1 on the goal dimensions, 0 elsewhere (:func:`goal_mask`)."""
+        return goal_mask(self.obs_dim, self.goal_dims)
 
     def goal_states(self, goals: np.ndarray) -> np.ndarray:
         """Goal states ``[..., obs_dim]`` of goals ``[..., len(goal_dims)]``."""

@@ -28,6 +28,8 @@ import numpy as np
 from flax import struct
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from platonic_rl.envs.goal_env import goal_mask
+
 
 class GoalEnvState(struct.PyTreeNode):
     physics: Any             # the env's own state (positions, velocities, ...)
@@ -56,10 +58,8 @@ class GoalEnv:
 
     @property
     def goal_mask(self) -> np.ndarray:
-        """``[obs_dim]``: 1 on the goal dimensions, 0 elsewhere."""
-        mask = np.zeros(self.obs_dim, np.float32)
-        mask[list(self.goal_dims)] = 1.0
-        return mask
+        """``[obs_dim]``: 1 on the goal dimensions, 0 elsewhere (:func:`~platonic_rl.envs.goal_env.goal_mask`)."""
+        return goal_mask(self.obs_dim, self.goal_dims)
 
     def reset(self, key: jax.Array) -> GoalEnvState:
         physics, goal = self.init(key)
@@ -85,7 +85,8 @@ class GoalEnv:
 @dataclasses.dataclass(frozen=True)
 class Normalized(GoalEnv):
     """``env`` seen through affinely normalised observations and goal states, ``(x - center) / scale`` (goal
-    states masked to the goal dimensions again), e.g. ``Normalized(PointMaze("large"), *layout_normaliser)``.
+    states masked to the goal dimensions again), e.g. ``Normalized(PointMaze("large"), layout.obs_center,
+    layout.obs_scale)`` with ``layout = maze2d.get_layout("large")``.
     Success, reward and ``done`` are ``env``'s, computed on its own observations (kept in ``state.physics``, the
     wrapped env's state)."""
 

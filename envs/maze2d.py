@@ -133,34 +133,35 @@ def normalized_score(layout: str | Layout, returns) -> np.ndarray:
 # ------------------------------------------------------------------------------------ coordinates
 
 
-def to_d4rl(layout: str | Layout, xy: np.ndarray) -> np.ndarray:
-    """PointMaze positions ``[..., 2]`` (or ``[..., 4]`` position + velocity) -> D4RL's coordinates."""
+def _as_float(x, xp):
+    return np.asarray(x, np.float64) if xp is np else xp.asarray(x)
+
+
+def to_d4rl(layout: str | Layout, xy, xp=np):
+    """PointMaze positions ``[..., 2]`` (or ``[..., 4]`` position + velocity) -> D4RL's coordinates. ``xp``: the
+    array module (``numpy``, float64; or ``jax.numpy``, jit-able)."""
     rows, cols = get_layout(layout).shape
-    xy = np.asarray(xy, np.float64)
-    out = np.empty_like(xy)
-    out[..., 0] = rows / 2 - 0.5 - CELL_OFFSET - xy[..., 1]
-    out[..., 1] = xy[..., 0] + cols / 2 - 0.5 - CELL_OFFSET
+    xy = _as_float(xy, xp)
+    parts = [rows / 2 - 0.5 - CELL_OFFSET - xy[..., 1], xy[..., 0] + cols / 2 - 0.5 - CELL_OFFSET]
     if xy.shape[-1] == 4:
-        out[..., 2], out[..., 3] = -xy[..., 3], xy[..., 2]
-    return out
+        parts += [-xy[..., 3], xy[..., 2]]
+    return xp.stack(parts, -1)
 
 
-def from_d4rl(layout: str | Layout, ab: np.ndarray) -> np.ndarray:
+def from_d4rl(layout: str | Layout, ab, xp=np):
     """The inverse of :func:`to_d4rl`."""
     rows, cols = get_layout(layout).shape
-    ab = np.asarray(ab, np.float64)
-    out = np.empty_like(ab)
-    out[..., 0] = ab[..., 1] - cols / 2 + 0.5 + CELL_OFFSET
-    out[..., 1] = rows / 2 - 0.5 - CELL_OFFSET - ab[..., 0]
+    ab = _as_float(ab, xp)
+    parts = [ab[..., 1] - cols / 2 + 0.5 + CELL_OFFSET, rows / 2 - 0.5 - CELL_OFFSET - ab[..., 0]]
     if ab.shape[-1] == 4:
-        out[..., 2], out[..., 3] = ab[..., 3], -ab[..., 2]
-    return out
+        parts += [ab[..., 3], -ab[..., 2]]
+    return xp.stack(parts, -1)
 
 
-def action_from_d4rl(actions: np.ndarray) -> np.ndarray:
+def action_from_d4rl(actions, xp=np):
     """D4RL actions (forces along its two axes) -> PointMaze actions (along x, y)."""
-    actions = np.asarray(actions)
-    return np.stack([actions[..., 1], -actions[..., 0]], -1)
+    actions = xp.asarray(actions)
+    return xp.stack([actions[..., 1], -actions[..., 0]], -1)
 
 
 def action_to_d4rl(actions: np.ndarray) -> np.ndarray:

@@ -56,18 +56,6 @@ def _mjx_model(layout: str):
     return mjx.put_model(maze2d.Maze2D(layout, 1).model)
 
 
-def _to_d4rl(shape, qpos, qvel):
-    rows, cols = shape
-    position = jnp.stack([rows / 2 - 0.5 - maze2d.CELL_OFFSET - qpos[1], qpos[0] + cols / 2 - 0.5 - maze2d.CELL_OFFSET])
-    return position, jnp.stack([-qvel[1], qvel[0]])
-
-
-def _from_d4rl(shape, position, velocity):
-    rows, cols = shape
-    qpos = jnp.stack([position[1] - cols / 2 + 0.5 + maze2d.CELL_OFFSET, rows / 2 - 0.5 - maze2d.CELL_OFFSET - position[0]])
-    return qpos, jnp.stack([velocity[1], -velocity[0]])
-
-
 def collide(walls: jax.Array, position: jax.Array, velocity: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Push a ball of :data:`RADIUS` (+ :data:`MARGIN`) at ``position`` (D4RL coordinates) out of the wall cells around it; remove
     the velocity into each wall it touched, and up to :data:`FRICTION` times that from the sliding velocity."""
@@ -136,8 +124,8 @@ class PointMaze(GoalEnv):
         from mujoco import mjx
 
         model = _mjx_model(self.layout)
-        qpos, qvel = _from_d4rl(maze.shape, position, velocity)
-        return mjx.make_data(model).replace(qpos=qpos, qvel=qvel), goal_state
+        qstate = maze2d.from_d4rl(maze, jnp.concatenate([position, velocity]), xp=jnp)
+        return mjx.make_data(model).replace(qpos=qstate[:2], qvel=qstate[2:]), goal_state
 
     def dynamics(self, physics, action):
         if self.backend == "jax":
@@ -148,15 +136,14 @@ class PointMaze(GoalEnv):
             return dict(position=position, velocity=velocity)
         from mujoco import mjx
 
-        control = jnp.stack([action[1], -action[0]])  # D4RL's axes -> PointMaze's
+        control = maze2d.action_from_d4rl(action, xp=jnp)
         data = physics.replace(qvel=jnp.clip(physics.qvel, -maze2d.MAX_VELOCITY, maze2d.MAX_VELOCITY), ctrl=control)
         return mjx.step(_mjx_model(self.layout), data)
 
     def observe(self, physics):
         if self.backend == "jax":
             return jnp.concatenate([physics["position"], physics["velocity"]]).astype(jnp.float32)
-        position, velocity = _to_d4rl(self.maze.shape, physics.qpos, physics.qvel)
-        return jnp.concatenate([position, velocity]).astype(jnp.float32)
+        return maze2d.to_d4rl(self.maze, jnp.concatenate([physics.qpos, physics.qvel]), xp=jnp).astype(jnp.float32)
 
     def reached(self, observation, goal):
         return jnp.sqrt(jnp.sum((observation[:2] - goal[:2]) ** 2)) <= maze2d.GOAL_RADIUS

@@ -9,7 +9,7 @@ import pytest
 
 from platonic_rl.envs import jax_env, maze2d, mountaincar
 from platonic_rl.envs.goal_env import GoalEnvAdapter
-from platonic_rl.envs.point_maze import PointMaze, _from_d4rl
+from platonic_rl.envs.point_maze import PointMaze
 from platonic_rl.envs.reacher import GOAL_RADIUS, Reacher, fingertip, joint_accelerations
 
 
@@ -36,8 +36,8 @@ def wall_gap(walls, positions):
 def physics_of(env, observation):
     if env.backend == "jax":
         return dict(position=observation[:2], velocity=observation[2:])
-    qpos, qvel = _from_d4rl(env.maze.shape, observation[:2], observation[2:])
-    return env.reset(jax.random.PRNGKey(0)).physics.replace(qpos=qpos, qvel=qvel)
+    qstate = maze2d.from_d4rl(env.maze, observation, xp=jnp)
+    return env.reset(jax.random.PRNGKey(0)).physics.replace(qpos=qstate[:2], qvel=qstate[2:])
 
 
 def one_step(env, states, actions):
