@@ -151,14 +151,9 @@ def time_device_loop(agent_cfg, env, config: DeviceLoopConfig, iterations: int, 
                      mesh=None) -> float:
     """Seconds per iteration of the compiled device loop in steady state (one timed call of ``iterations``
     iterations after a compiling call of the same length; the best of two)."""
-    loop = make_loop(agent_cfg, env, config, mesh=mesh)
-    if num_seeds is None:
-        init, run = jax.jit(loop.init), jax.jit(loop.run, static_argnums=1)
-        state = init(jax.random.PRNGKey(0))
-    else:
-        init = jax.jit(jax.vmap(loop.init))
-        run = jax.jit(lambda s, n: jax.vmap(lambda x: loop.run(x, n))(s), static_argnums=1)
-        state = init(jax.random.split(jax.random.PRNGKey(0), num_seeds))
+    init, run = make_loop(agent_cfg, env, config, mesh=mesh).jitted(vmapped=num_seeds is not None)
+    key = jax.random.PRNGKey(0)
+    state = init(key if num_seeds is None else jax.random.split(key, num_seeds))
     state = jax.block_until_ready(run(state, iterations)[0])
     best = float("inf")
     for _ in range(2):

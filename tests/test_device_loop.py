@@ -9,6 +9,7 @@ import textwrap
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from platonic_rl.agents import CRLConfig, GCBCConfig, QRLContinuousConfig
@@ -171,3 +172,22 @@ def test_vmapped_host_run_logs_each_seed(tmp_path):
     assert r["eval_success"] == pytest.approx((r["eval_success/4"] + r["eval_success/7"]) / 2)
     with pytest.raises(ValueError, match="seeds must be distinct"):
         train_on_device(config, CAR, short, seed=(1, 1))
+
+
+def test_a_nan_stops_the_run_naming_the_iteration_before_saving(tmp_path):
+    from platonic_rl.agents import GCBCAgent
+    from platonic_rl.training.updates import NonFiniteError
+
+    class NaNAfterTwoUpdates(GCBCAgent):
+        def update(self, batch):
+            agent, metrics = super().update(batch)
+            steps = optax.tree_utils.tree_get(agent.policy_state.opt_state, "count")  # Adam's step count
+            # NaN from the 3rd update on: the 2nd iteration (2 updates each)
+            return agent, dict(metrics, bc_nll=jnp.where(steps > 2, jnp.nan, metrics["bc_nll"]))
+
+    config = GCBCConfig(obs_dim=2, action_dim=1, hidden=(8,))
+    run_dir = tmp_path / "run"
+    with pytest.raises(NonFiniteError, match="non-finite values at iteration 2: bc_nll"):
+        train_on_device(config, CAR, dataclasses.replace(TINY, chunk_iterations=1), run_dir=run_dir,
+                        agent_class=NaNAfterTwoUpdates)
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["1"]  # the last good state only

@@ -48,7 +48,7 @@ from platonic_rl.envs.replay import EpisodeBuffer, GoalSampler
 from platonic_rl.training.goal_online import explore
 from platonic_rl.training.run import RunDirectory, agent_settings, finish_row
 from platonic_rl.training.schedule import checkpoint_due
-from platonic_rl.training.updates import NonFiniteError, update_steps
+from platonic_rl.training.updates import check_finite, update_steps
 
 EVAL_KEY = 10_000_000  # evaluation episodes after iteration i use fold_in(PRNGKey(EVAL_KEY), i): the same everywhere
 
@@ -233,6 +233,15 @@ class DeviceLoop:
         state, metrics = self.run(self.init(key), self.config.iterations)
         return state.agent, metrics
 
+    def jitted(self, vmapped: bool = False):
+        """``(init, run)`` jitted, ``run(state, n)`` with ``n`` static; ``vmapped``: over a leading seed axis of
+        keys and states. Equal loops share them (a bounded cache), so a run continued in the same process does not
+        compile again."""
+        try:
+            return _compile_cached(self, vmapped)
+        except TypeError:  # an unhashable agent config or env: compiled for this caller only
+            return _compile(self, vmapped)
+
 
 class _SplitSampler(struct.PyTreeNode):
     """A sampler whose batches are split over the loop's mesh (data parallelism)."""
@@ -281,7 +290,7 @@ def make_train(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig, age
 # ------------------------------------------------------------------------------- host-driven runs
 
 
-RESUMABLE = ("iterations", "chunk_iterations", "checkpoint_every")
+HOST_ONLY = ("chunk_iterations", "checkpoint_every")  # change neither the program nor its results: not recorded
 
 
 def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig, seed: int | tuple[int, ...] = 0,
@@ -291,7 +300,7 @@ def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig
     steps, metrics rows (one per iteration) and, with ``run_dir``, checkpoints of the whole
     :class:`LoopState` every ``checkpoint_every`` chunks; a resumed run continues exactly (it equals an
     uninterrupted one). Returns ``(agent, rows)``. Raises :class:`~platonic_rl.training.updates.NonFiniteError`
-    at the first iteration with a NaN or infinity, before saving it.
+    at the first iteration with a NaN or infinity, before saving it (its checkpoints stay the last good state).
 
     ``seed`` a tuple: those seeds in one vmapped program (the agent's leaves gain a leading seed axis); rows hold
     each metric's mean over seeds and ``eval_success/<seed>`` per seed. A single-seed run may be continued with
@@ -300,13 +309,13 @@ def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig
     seeds = tuple(int(s) for s in seed) if isinstance(seed, (tuple, list)) else None
     if seeds is not None and (not seeds or len(set(seeds)) != len(seeds)):
         raise ValueError(f"train_on_device: seeds must be distinct ints, got {seed}")
-    init, run_chunk = _compiled(loop, vmapped=seeds is not None)
+    init, run_chunk = loop.jitted(vmapped=seeds is not None)
     state = init(jax.random.PRNGKey(seed) if seeds is None else jnp.stack([jax.random.PRNGKey(s) for s in seeds]))
     check_agent(state.agent)
     run = None
     if run_dir is not None:
         settings = dict(**agent_settings(state.agent), seed=list(seeds) if seeds else seed, env=_env_settings(env),
-                        loop={k: v for k, v in dataclasses.asdict(config).items() if k not in RESUMABLE[1:]})
+                        loop={k: v for k, v in dataclasses.asdict(config).items() if k not in HOST_ONLY})
         run = RunDirectory.open(run_dir, settings, resume=resume, overwrite=overwrite,
                                 resumable=("loop.iterations",) if seeds is None else (), step_key="iteration")
         state = LoopState(**run.restore(_as_dict(state), budget=config.iterations, resize_buffer=seeds is None))
@@ -320,13 +329,14 @@ def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig
         metrics = jax.device_get(metrics)
         if seeds is not None:  # [seeds, n] -> [n, seeds]
             metrics = {k: np.swapaxes(v, 0, 1) for k, v in metrics.items()}
-        for i in range(n):
-            bad = sorted(k[len("finite/"):] for k, v in metrics.items() if k.startswith("finite/") and not np.all(v[i]))
-            if bad:
-                if run:
-                    run.close()
-                raise NonFiniteError(f"non-finite values at iteration {first + i + 1}: {', '.join(bad)} (the run "
-                                     "stopped before saving this chunk; its last checkpoint is the last good one)")
+        finite = {k[len("finite/"):]: np.all(v.reshape(n, -1), axis=1) for k, v in metrics.items()
+                  if k.startswith("finite/")}  # per iteration, over seeds
+        try:
+            check_finite(finite, first_step=first + 1, unit="iteration")
+        except Exception:
+            if run:
+                run.close()
+            raise
         state, chunks_done = new_state, chunks_done + 1
         for i in range(n):
             row = {"iteration": first + i + 1}
@@ -350,15 +360,6 @@ def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig
     return state.agent, rows
 
 
-def _compiled(loop: DeviceLoop, vmapped: bool):
-    """``(init, run)`` of ``loop`` jitted (vmapped over seeds if ``vmapped``). Equal loops share them (a bounded
-    cache), so a run continued in the same process does not compile again."""
-    try:
-        return _compiled_cached(loop, vmapped)
-    except TypeError:  # an unhashable agent config or env: compiled for this run only
-        return _compile(loop, vmapped)
-
-
 def _compile(loop: DeviceLoop, vmapped: bool):
     if vmapped:
         return (jax.jit(jax.vmap(loop.init)),
@@ -366,7 +367,7 @@ def _compile(loop: DeviceLoop, vmapped: bool):
     return jax.jit(loop.init), jax.jit(loop.run, static_argnums=1)
 
 
-_compiled_cached = functools.lru_cache(maxsize=4)(_compile)
+_compile_cached = functools.lru_cache(maxsize=4)(_compile)
 
 
 def _env_settings(env) -> dict:

@@ -58,9 +58,10 @@ def chain_keys(key: jax.Array, n: int) -> tuple[jax.Array, jax.Array]:
     return jax.lax.scan(draw, key, None, length=n)
 
 
-def check_finite(finite: dict, first_step: int) -> None:
+def check_finite(finite: dict, first_step: int, unit: str = "update") -> None:
     """Raise :class:`NonFiniteError` at the first update of a call where anything was not finite, naming the
-    update's step (``first_step`` is the step of the call's first update) and the quantities."""
+    update's step (``first_step`` is the step of the call's first update) and the quantities. ``unit``: what one
+    entry of the flags is (``"iteration"`` for the device loop, whose flags are per iteration)."""
     finite = {name: np.asarray(value) for name, value in finite.items()}
     ok = np.logical_and.reduce(list(finite.values()))
     if ok.all():
@@ -68,6 +69,6 @@ def check_finite(finite: dict, first_step: int) -> None:
     index = int(np.argmin(ok))
     bad = sorted(name for name, value in finite.items() if not value[index])
     what = ", ".join(bad)
-    raise NonFiniteError(f"non-finite values at update {first_step + index}: {what} "
+    raise NonFiniteError(f"non-finite values at {unit} {first_step + index}: {what} "
                          "(NaN or inf; the run stopped before saving this state, so its last checkpoint is the last "
                          "good one). A NaN in the data, a too large learning rate or a diverging loss are the usual causes.")
