@@ -14,7 +14,8 @@ states (C.3's p_goal) and its BC goals future states Delta t ~ Geometric(0.01) a
 Contrastive RL and GCBC train on future-state goals (their own goal distribution). Inputs are normalised by
 the layout's extent (``Layout.obs_center/obs_scale``) for every method.
 
-Saves ``results.json`` (command, settings, per-seed scores, dataset sizes and times, the paper's numbers),
+Saves ``results.json`` (command, settings, per-seed scores, dataset sizes and times, the paper's numbers, and
+per seed the rank correlation of QRL's learned distance with the true shortest path for two goals),
 ``values.png`` (the learned distance d(s, g) over the maze for two goals per layout beside the true
 shortest-path distance in cells) and ``trajectories.png`` (QRL's single-goal episodes); prints the table.
 """
@@ -30,6 +31,7 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.stats
 import tyro
 
 from platonic_rl.agents.crl import CRLAgent, CRLConfig
@@ -109,7 +111,7 @@ def scales() -> dict[str, Scale]:
                      GCBCConfig(obs_dim=4, action_dim=2, hidden=(256, 256)),
                      _train(40_000, 256, 1_000), _train(30_000, 256, 1_000), _train(30_000, 256, 1_000),
                      episodes=100, mppi_samples=64, mppi_episodes=50,
-                     note="cpu: small networks and ~1/40 of the paper's samples (see --help); the paper's numbers "
+                     note="cpu: small networks and ~1/80 of the paper's samples (see --help); the paper's numbers "
                           "are at the paper scale"),
         "paper": Scale(None, _qrl((1024, 1024, 1024), 256, (1024, 1024), 64, 32, (1024, 1024, 1024), 3e-5),
                        CRLConfig(obs_dim=4, action_dim=2, hidden=(1024, 1024, 1024), repr_dim=16,
@@ -131,6 +133,9 @@ class Args:
     dataset_seed: int = 0
     dataset_size: int | None = None
     """Transitions per generated dataset (default: the scale's; cpu/paper: D4RL's sizes)."""
+    qrl_updates: int | None = None
+    """QRL's gradient updates (default: the scale's). A QRL run directory with the same settings and a smaller
+    budget continues to this one (copy it into a new --out-dir to keep both)."""
     dataset: str | None = None
     """Train on this dataset instead of generating one: a Minari dataset directory or local id (e.g. a copy of
     D4RL/pointmaze/medium-v2) or a D4RL maze2d .hdf5 file; needs exactly one --layouts."""
@@ -146,6 +151,8 @@ class Args:
     def __post_init__(self):
         if self.dataset is not None and len(self.layouts) != 1:
             raise ValueError(f"--dataset needs exactly one --layouts (the dataset's maze), got {self.layouts}")
+        if self.qrl_updates is not None and self.qrl_updates < 1:
+            raise ValueError(f"--qrl-updates must be >= 1, got {self.qrl_updates}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"--seeds must be distinct, got {self.seeds}")
 
@@ -232,23 +239,46 @@ def evaluate_method(method: str, stack: SeedStack, layout: maze2d.Layout, args: 
     return out
 
 
-def value_maps(agent: QRLContinuousAgent, layout: maze2d.Layout, goals: list[tuple[int, int]], per_cell: int = 8):
-    """The learned distance d(s, g) (mean over critics) on a grid of resting positions, and the
-    true shortest-path distance in cells, for each goal cell."""
+def resting_grid(layout: maze2d.Layout, per_cell: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """``per_cell x per_cell`` positions per maze cell (D4RL coordinates) ``[R, C, 2]`` and whether each is
+    inside a wall ``[R, C]``."""
     rows, cols = layout.shape
     a = (np.arange(rows * per_cell) + 0.5) / per_cell - 0.5 - maze2d.CELL_OFFSET
     b = (np.arange(cols * per_cell) + 0.5) / per_cell - 0.5 - maze2d.CELL_OFFSET
     grid = np.stack(np.meshgrid(a, b, indexing="ij"), -1)
-    walls = layout.walls[maze2d.cell_of(grid)[..., 0], maze2d.cell_of(grid)[..., 1]]
+    cells = maze2d.cell_of(grid)
+    return grid, layout.walls[cells[..., 0], cells[..., 1]]
+
+
+def shortest_path_rank_correlation(learned: np.ndarray, layout: maze2d.Layout, goal: tuple[int, int],
+                                   per_cell: int = 8) -> float:
+    """Spearman's rank correlation between a distance ``learned [R, C]`` on :func:`resting_grid`'s positions
+    and the true shortest-path distance (in cells) of each position's cell to ``goal``, over free positions
+    that can reach the goal. 1: the learned distance orders the maze as the shortest path does."""
+    grid, walls = resting_grid(layout, per_cell)
+    learned = np.asarray(learned, np.float64)
+    if learned.shape != walls.shape:
+        raise ValueError(f"learned must have the grid's shape {walls.shape}, got {learned.shape}")
+    cells = maze2d.cell_of(grid)
+    true = maze2d.cell_distances(layout, goal)[cells[..., 0], cells[..., 1]]
+    free = ~walls & np.isfinite(true)
+    return float(scipy.stats.spearmanr(learned[free], true[free]).statistic)
+
+
+def value_maps(agent: QRLContinuousAgent, layout: maze2d.Layout, goals: list[tuple[int, int]], per_cell: int = 8):
+    """The learned distance d(s, g) (mean over critics) on a grid of resting positions, the true
+    shortest-path distance in cells, and their rank correlation (:func:`shortest_path_rank_correlation`),
+    for each goal cell."""
+    grid, walls = resting_grid(layout, per_cell)
     states = maze2d.goal_states(grid.reshape(-1, 2))
     norm = normaliser(layout)
     maps = []
     for goal in goals:
         g = maze2d.goal_states(np.asarray(goal, np.float64))[None].repeat(len(states), 0)
-        learned = np.asarray(_GOAL_DISTANCES(agent, norm(states), norm(g))).mean(0)
-        true = maze2d.cell_distances(layout, goal)
-        maps.append(dict(goal=list(goal), learned=np.where(walls, np.nan, learned.reshape(grid.shape[:2])),
-                         true_cells=np.where(layout.walls, np.nan, true)))
+        learned = np.asarray(_GOAL_DISTANCES(agent, norm(states), norm(g))).mean(0).reshape(walls.shape)
+        maps.append(dict(goal=list(goal), learned=np.where(walls, np.nan, learned),
+                         true_cells=np.where(layout.walls, np.nan, maze2d.cell_distances(layout, goal)),
+                         rank_correlation=shortest_path_rank_correlation(learned, layout, goal, per_cell)))
     return maps
 
 
@@ -298,7 +328,8 @@ def plot_values(path: Path, maps: dict, title: str) -> None:
                           rows - 0.5 - maze2d.CELL_OFFSET, -0.5 - maze2d.CELL_OFFSET)
                 im = ax.imshow(img, extent=extent, cmap="viridis")
                 ax.plot(m["goal"][1], m["goal"][0], "r*", ms=12)
-                ax.set_title(f"{layout}: {name}, goal {tuple(m['goal'])}", fontsize=8)
+                rho = f", rank corr. {m['rank_correlation']:.2f}" if k == 0 and "rank_correlation" in m else ""
+                ax.set_title(f"{layout}: {name}, goal {tuple(m['goal'])}{rho}", fontsize=8)
                 ax.set_xlabel("y (D4RL coordinates)")
                 ax.set_ylabel("x (D4RL coordinates)")
                 fig.colorbar(im, ax=ax, fraction=0.046, label=unit)
@@ -341,9 +372,11 @@ def run(args: Args) -> dict:
     scale = scales()[args.scale]
     if args.dataset_size is not None:
         scale = dataclasses.replace(scale, dataset_size=args.dataset_size)
+    if args.qrl_updates is not None:
+        scale = dataclasses.replace(scale, qrl_train=dataclasses.replace(scale.qrl_train, steps=args.qrl_updates))
     out = Path(args.out_dir or f"results/maze2d/{args.scale}")
     (out / "evals").mkdir(parents=True, exist_ok=True)
-    datasets, maps, trajectories = {}, {}, {}
+    datasets, maps, trajectories, value_rank = {}, {}, {}, {}
     for layout_name in args.layouts:
         layout = maze2d.get_layout(layout_name)
         if args.dataset is not None:
@@ -379,7 +412,10 @@ def run(args: Args) -> dict:
             far = maze2d.cell_distances(layout, layout.goal_cell)  # the free cell farthest from D4RL's goal
             goals = [layout.goal_cell, tuple(int(c) for c in np.unravel_index(np.nanargmax(np.where(
                 np.isfinite(far), far, np.nan)), far.shape))]
-            maps[layout_name] = value_maps(stacks["qrl"].agent(0), layout, goals)
+            per_seed = [value_maps(stacks["qrl"].agent(i), layout, goals) for i in range(len(args.seeds))]
+            maps[layout_name] = per_seed[0]
+            value_rank[layout_name] = {str(tuple(m["goal"])): [seed_maps[j]["rank_correlation"] for seed_maps in per_seed]
+                                       for j, m in enumerate(per_seed[0])}
     summary = {}
     for method in ("qrl", "crl", "gcbc", "mppi"):
         for layout_name in LAYOUTS:
@@ -396,7 +432,7 @@ def run(args: Args) -> dict:
     record = dict(scale=args.scale, scale_note=scale.note, settings=dataclasses.asdict(scale), datasets=datasets,
                   summary={m: {l: {s: {k: v for k, v in r[s].items() if k != "trajectories"}
                                    for s in ("single", "multi")} for l, r in per.items()} for m, per in summary.items()},
-                  paper=PAPER)
+                  value_rank_correlation=value_rank, paper=PAPER)
     plots = {}
     if maps:
         plots["values.png"] = lambda p: plot_values(p, maps, f"maze2d, QRL seed {args.seeds[0]}: learned distance vs "

@@ -294,8 +294,28 @@ def test_benchmark_quick_run(tmp_path):
             assert len(r["scores"]) == 2 and np.isfinite(r["mean"])
     assert saved["datasets"]["umaze"]["transitions"] == 3_000
     assert "NOT comparable" in saved["table"]
+    ranks = saved["value_rank_correlation"]["umaze"]
+    assert len(ranks) == 2 and all(len(r) == 2 and all(-1 <= x <= 1 for x in r) for r in ranks.values())
     for name in ("results.json", "values.png", "trajectories.png"):
         assert (tmp_path / "out" / name).is_file()
     assert json.loads((tmp_path / "out" / "results.json").read_text())["command"].startswith("python -m")
     again = bench.run(args)  # a rerun reuses the finished evaluations and the trained runs
     assert again["summary"] == summary
+
+
+def test_shortest_path_rank_correlation_of_the_true_distance_is_one():
+    from platonic_rl.benchmarks import maze2d as bench
+
+    layout = maze2d.get_layout("medium")
+    goal = layout.goal_cell
+    grid, walls = bench.resting_grid(layout, per_cell=4)
+    cells = maze2d.cell_of(grid)
+    true = maze2d.cell_distances(layout, goal)[cells[..., 0], cells[..., 1]]
+    learned = np.where(walls, 1e6, np.nan_to_num(true, posinf=1e6))  # wall values must be ignored
+    learned = learned + 1e-3 * np.random.default_rng(0).random(learned.shape)  # ties within a cell
+    assert bench.shortest_path_rank_correlation(np.sqrt(learned), layout, goal, per_cell=4) > 0.99  # monotone
+    assert bench.shortest_path_rank_correlation(-learned, layout, goal, per_cell=4) < -0.99
+    scrambled = np.random.default_rng(1).permutation(learned.reshape(-1)).reshape(learned.shape)
+    assert abs(bench.shortest_path_rank_correlation(scrambled, layout, goal, per_cell=4)) < 0.2
+    with pytest.raises(ValueError, match="learned must have the grid's shape"):
+        bench.shortest_path_rank_correlation(learned[:-1], layout, goal, per_cell=4)
