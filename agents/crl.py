@@ -24,7 +24,7 @@ import optax
 from platonic_rl.agents.common import StatelessPolicy, as_batch, as_key, check_config, compiled_create
 from platonic_rl.common.losses import sac_actor_loss
 from platonic_rl.common.networks import MLP
-from platonic_rl.common.policies import TanhNormalPolicy, tanh_normal_sample
+from platonic_rl.common.policies import TanhNormalPolicy, tanh_normal_log_prob, tanh_normal_sample
 from platonic_rl.common.train_state import TrainState
 from platonic_rl.replearn.objectives import binary_nce, info_nce
 
@@ -43,7 +43,7 @@ class CRLConfig:
     critic_learning_rate: float = 3e-4
     actor_learning_rate: float = 3e-4
     entropy_weight: float = 0.0
-    bc_weight: float = 0.0  # > 0 adds bc_weight E||pi(s, g) - a||^2 to the actor loss (offline, C.3.2: 0.05)
+    bc_weight: float = 0.0  # > 0 adds bc_weight E[-log pi(a | s, g)] to the actor loss (offline, C.3.2: 0.05)
 
     def __post_init__(self):
         check_config(self)  # hidden, actor_hidden widths >= 1; critic/actor_learning_rate finite and > 0
@@ -137,7 +137,8 @@ class CRLAgent(StatelessPolicy, flax.struct.PyTreeNode):
 
     def actor_loss(self, actor_params, critic_params, batch: Batch, key):
         """-E[f(s, a, g)] + entropy_weight E[log pi(a | s, g)],  a ~ pi(. | s, g): SAC's actor loss with the
-        critic f as Q and a fixed entropy weight; + bc_weight E||tanh(mu(s, g)) - a_data||^2 if bc_weight > 0."""
+        critic f as Q and a fixed entropy weight; + bc_weight E[-log pi(a_data | s, g)] (the dataset action's
+        negative log-likelihood, as Contrastive RL's offline code) if bc_weight > 0."""
         obs, goals = batch["observations"], batch["goals"]
         mean, log_std = self.policy.apply(actor_params, jnp.concatenate([obs, goals], -1))
         actions, log_probs = tanh_normal_sample(key, mean, log_std)
@@ -145,8 +146,8 @@ class CRLAgent(StatelessPolicy, flax.struct.PyTreeNode):
         loss = sac_actor_loss(q[None], log_probs, self.config.entropy_weight)
         metrics = dict(actor_q=q.mean())
         if self.config.bc_weight:
-            bc = jnp.mean(jnp.sum(jnp.square(jnp.tanh(mean) - batch["actions"]), -1))
-            loss, metrics["bc_loss"] = loss + self.config.bc_weight * bc, bc
+            bc = -jnp.mean(tanh_normal_log_prob(mean, log_std, batch["actions"]))
+            loss, metrics["bc_nll"] = loss + self.config.bc_weight * bc, bc
         return loss, dict(actor_loss=loss, **metrics)
 
     def update(self, batch: Batch) -> tuple["CRLAgent", dict[str, jax.Array]]:

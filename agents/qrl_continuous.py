@@ -19,8 +19,9 @@ weight 0.1, 125 updates per 10 rollouts -- see ``IMAGE_DEFAULTS``).
   agent's critic and loss (:class:`~platonic_rl.agents.qrl.QuasimetricCritic`,
   :func:`~platonic_rl.agents.qrl.quasimetric_critic_loss`) with the actions as action features.
 * **Actor**: a tanh-Normal policy pi(a | s, g) minimising max_i d_i(T_i(f_i(s), a), f_i(g)) + alpha log pi,
-  with the entropy weight alpha adapted towards the target entropy -|A| (Haarnoja et al. 2018), plus an
-  optional behaviour-cloning term for offline data.
+  with the entropy weight alpha adapted towards the target entropy -|A| (Haarnoja et al. 2018; off with
+  ``adaptive_entropy=False``), plus for offline data an optional behaviour-cloning term
+  ``bc_weight * E[-log pi(a_data | s, g_bc)]``, the negative log-likelihood of the dataset's action.
 
 Defaults are the state-based Fetch settings of C.3.3.
 """
@@ -39,7 +40,7 @@ from platonic_rl.agents.common import StatelessPolicy, as_batch, as_key, check_c
 from platonic_rl.agents.qrl import (QuasimetricCritic, QuasimetricCriticConfig, check_critic_fields,
                                     quasimetric_critic_loss)
 from platonic_rl.common.losses import entropy_weight_loss
-from platonic_rl.common.policies import GoalConditionedPolicy, tanh_normal_sample
+from platonic_rl.common.policies import GoalConditionedPolicy, tanh_normal_log_prob, tanh_normal_sample
 from platonic_rl.common.train_state import TrainState
 from platonic_rl.qrl import losses
 
@@ -72,7 +73,8 @@ class QRLContinuousConfig:
     epsilon: float = 0.25
     lagrange_init: float = 0.01
     transition_weight: float = 0.2  # 0.1 for image observations
-    bc_weight: float = 0.0          # > 0 adds E||pi(s, g_bc) - a||^2 (offline; g_bc = batch["bc_goals"] or goals)
+    bc_weight: float = 0.0          # > 0 adds bc_weight * E[-log pi(a | s, g_bc)] (offline; g_bc = batch["bc_goals"] or goals)
+    adaptive_entropy: bool = True   # False: no entropy term in the actor loss (C.3.2's offline maze2d runs)
     # Optimisation.
     critic_learning_rate: float = 1e-4
     lagrange_learning_rate: float = 1e-2
@@ -231,13 +233,14 @@ class QRLContinuousAgent(StatelessPolicy, flax.struct.PyTreeNode):
         actions, log_probs = tanh_normal_sample(key, mean, log_std)
         distances = self.goal_distances_after(jax.lax.stop_gradient(critic_params), batch["observations"],
                                               actions, batch["goals"])
-        loss = losses.actor_loss(distances, log_probs, jnp.exp(self.log_entropy_weight))
+        entropy_weight = jnp.exp(self.log_entropy_weight) if self.config.adaptive_entropy else 0.0
+        loss = losses.actor_loss(distances, log_probs, entropy_weight)
         metrics = {}
         if self.config.bc_weight:
             if "bc_goals" in batch:  # behaviour cloning towards other goals (e.g. future states): its own forward pass
-                mean = self.policy.apply(actor_params, batch["observations"], batch["bc_goals"])[0]
-            bc = jnp.mean(jnp.sum(jnp.square(jnp.tanh(mean) - batch["actions"]), -1))
-            loss, metrics = loss + self.config.bc_weight * bc, dict(bc_loss=bc)
+                mean, log_std = self.policy.apply(actor_params, batch["observations"], batch["bc_goals"])
+            bc = -jnp.mean(tanh_normal_log_prob(mean, log_std, batch["actions"]))
+            loss, metrics = loss + self.config.bc_weight * bc, dict(bc_nll=bc)
         return loss, dict(actor_loss=loss, log_prob=log_probs.mean(), actor_distance=distances.max(0).mean(), **metrics)
 
     # ---------------------------------------------------------------------------------- update
@@ -261,12 +264,14 @@ class QRLContinuousAgent(StatelessPolicy, flax.struct.PyTreeNode):
             self.actor_params, critic_state.params, batch, actor_key)
         actor_state = self.actor_state.apply_gradients(a_grads)
 
-        e_grad = jax.grad(entropy_weight_loss)(self.log_entropy_weight, actor_metrics["log_prob"],
-                                               self.config.entropy_target)
-        entropy_state = self.entropy_state.apply_gradients(e_grad)
+        entropy_state = self.entropy_state
+        if self.config.adaptive_entropy:
+            e_grad = jax.grad(entropy_weight_loss)(self.log_entropy_weight, actor_metrics["log_prob"],
+                                                   self.config.entropy_target)
+            entropy_state = entropy_state.apply_gradients(e_grad)
 
         metrics = {f"critic{i}/{k}": v[i] for k, v in critic_metrics.items() for i in range(self.config.num_critics)}
-        metrics.update(actor_metrics, entropy_weight=jnp.exp(entropy_state.params),
+        metrics.update(actor_metrics, entropy_weight=jnp.exp(entropy_state.params) * self.config.adaptive_entropy,
                        critic_grad_norm=optax.global_norm(c_grads), actor_grad_norm=optax.global_norm(a_grads))
         agent = self.replace(critic_state=critic_state, lagrange_state=lagrange_state, actor_state=actor_state,
                              entropy_state=entropy_state, rng=rng)

@@ -78,12 +78,14 @@ class Scale:
 def _qrl(hidden: tuple[int, ...], latent: int, projector: tuple[int, ...], components: int, dims: int,
          actor: tuple[int, ...], actor_lr: float) -> QRLContinuousConfig:
     """C.3.2's QRL: 2 critics, residual T, IQE-maxmean, transition weight 1, lr 0.01 (lambda) / 5e-4 (critic),
-    BC weight 0.05, phi(x) = -softplus(500 - x, beta=0.01) (C.24)."""
+    BC weight 0.05 on the dataset action's negative log-likelihood, phi(x) = -softplus(500 - x, beta=0.01)
+    (C.24); as the official code's offline maze2d setting, no entropy term in the actor loss."""
     return QRLContinuousConfig(obs_dim=4, action_dim=2, encoder_hidden=hidden, latent_dim=latent,
                                projector_hidden=projector, iqe_components=components, iqe_dim_per_component=dims,
                                dynamics_hidden=hidden, actor_hidden=actor, num_critics=2, transition_weight=1.0,
                                phi_offset=500.0, phi_beta=0.01, lagrange_learning_rate=0.01,
-                               critic_learning_rate=5e-4, actor_learning_rate=actor_lr, bc_weight=0.05)
+                               critic_learning_rate=5e-4, actor_learning_rate=actor_lr, bc_weight=0.05,
+                               adaptive_entropy=False)
 
 
 def _train(steps: int, batch: int, log_every: int) -> TrainConfig:

@@ -149,3 +149,46 @@ def test_image_observations_use_conv_backbones():
         new.act(np.zeros((4, 5), np.float32), np.zeros((4, 5), np.float32))
     with pytest.raises(ValueError, match="observations"):
         QRLContinuousAgent.update(agent, batch())
+
+
+def _tanh_normal_nll_numpy(mean, log_std, actions, eps=1e-6):
+    """-mean_b sum_j log pi(a_j), pi = tanh(N(mu, sigma)), by the change of variables in float64."""
+    a = np.clip(np.asarray(actions, np.float64), -1 + eps, 1 - eps)
+    u, mean, std = np.arctanh(a), np.asarray(mean, np.float64), np.exp(np.asarray(log_std, np.float64))
+    log_density = stats.norm.logpdf(u, mean, std) - np.log(1 - a ** 2)
+    return -np.mean(log_density.sum(-1))
+
+
+def test_behaviour_cloning_is_the_dataset_actions_nll_and_entropy_can_be_off():
+    """bc_weight * E[-log pi(a | s, g_bc)] (the official QRL/CRL offline code's BC); adaptive_entropy=False
+    drops alpha log pi from the actor loss and keeps alpha fixed."""
+    config = dataclasses.replace(TINY, bc_weight=0.05, adaptive_entropy=False)
+    agent = QRLContinuousAgent.create(config, 0)
+    b = batch()
+    b["bc_goals"] = b["goals"][::-1].copy()
+    key = jax.random.PRNGKey(3)
+    loss, metrics = agent.actor_loss_fn(agent.actor_params, agent.critic_params, b, key)
+    mean, log_std = agent.policy.apply(agent.actor_params, b["observations"], b["bc_goals"])
+    nll = _tanh_normal_nll_numpy(mean, log_std, b["actions"])
+    np.testing.assert_allclose(metrics["bc_nll"], nll, rtol=1e-5)
+    mean, log_std = agent.policy.apply(agent.actor_params, b["observations"], b["goals"])
+    actions, _ = tanh_normal_sample(key, mean, log_std)
+    distances = agent.goal_distances_after(agent.critic_params, b["observations"], actions, b["goals"])
+    expected = float(np.max(np.asarray(distances), 0).mean() + 0.05 * nll)  # no alpha log pi term
+    assert abs(float(loss) - expected) <= 1e-4 * (1 + abs(expected))
+    with_entropy = dataclasses.replace(config, adaptive_entropy=True)
+    loss_on = agent.replace(config=with_entropy).actor_loss_fn(agent.actor_params, agent.critic_params, b, key)[0]
+    assert abs(float(loss_on) - expected) > 1e-3  # alpha = 1 adds E[log pi]
+    new, metrics = jax.jit(QRLContinuousAgent.update)(agent, b)
+    assert float(new.log_entropy_weight) == float(agent.log_entropy_weight) and float(metrics["entropy_weight"]) == 0
+
+
+def test_crl_behaviour_cloning_is_the_dataset_actions_nll():
+    from platonic_rl.agents.crl import CRLAgent, CRLConfig
+
+    config = CRLConfig(obs_dim=5, action_dim=2, hidden=(16,), repr_dim=8, actor_hidden=(16,), bc_weight=0.05)
+    agent = CRLAgent.create(config, 0)
+    b = batch()
+    _, metrics = agent.actor_loss(agent.actor_params, agent.critic_params, b, jax.random.PRNGKey(0))
+    mean, log_std = agent.policy.apply(agent.actor_params, np.concatenate([b["observations"], b["goals"]], -1))
+    np.testing.assert_allclose(metrics["bc_nll"], _tanh_normal_nll_numpy(mean, log_std, b["actions"]), rtol=1e-5)
