@@ -1,5 +1,6 @@
 """Offline goal reaching on D4RL maze2d: QRL (+BC), Contrastive RL (+BC), GCBC and MPPI with the QRL value
-(Table 4.2, section 4.5.1, appendix C.3.2).
+(Table 4.2, section 4.5.1, appendix C.3.2), and as a reference MPPI in the true dynamics with the true sparse
+reward (no training; it plans in the pure-JAX point maze of ``envs.point_maze``).
 
     python -m platonic_rl.benchmarks.maze2d --scale quick                       # minutes: a smoke run
     python -m platonic_rl.benchmarks.maze2d --scale cpu --layouts medium        # one layout, 3 seeds
@@ -41,10 +42,12 @@ from platonic_rl.agents.seeds import SeedStack
 from platonic_rl.benchmarks import report
 from platonic_rl.common.planning import mppi_step
 from platonic_rl.envs import maze2d
+from platonic_rl.envs.point_maze import PointMaze
 from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
 from platonic_rl.training.offline import TrainConfig, train_offline
 
-Method = Literal["qrl", "crl", "gcbc", "mppi"]
+Method = Literal["qrl", "crl", "gcbc", "mppi", "mppi_true"]
+METHODS = ("qrl", "crl", "gcbc", "mppi", "mppi_true")
 LAYOUTS = ("large", "medium", "umaze")
 
 # Table 4.2 (mean over 5 seeds), normalised scores: {method: {setting: {layout: score}}}.
@@ -52,11 +55,12 @@ PAPER = {
     "qrl": {"single": dict(large=191.52, medium=163.59, umaze=71.72), "multi": dict(large=187.71, medium=150.51, umaze=150.60)},
     "crl": {"single": dict(large=81.65, medium=10.11, umaze=95.11), "multi": dict(large=172.64, medium=137.01, umaze=142.43)},
     "mppi": {"single": dict(large=19.32, medium=58.06, umaze=74.85), "multi": dict(large=37.73, medium=56.79, umaze=87.49)},
-    "mppi_true_dynamics": {"single": dict(large=5.1, medium=10.2, umaze=33.2), "multi": dict(large=8.0, medium=15.4, umaze=41.2)},
+    "mppi_true": {"single": dict(large=5.1, medium=10.2, umaze=33.2), "multi": dict(large=8.0, medium=15.4, umaze=41.2)},
     "handcoded_controller": {"single": dict(large=128.13, medium=127.64, umaze=113.91),
                              "multi": dict(large=146.94, medium=119.97, umaze=128.53)},
 }
-NAMES = dict(qrl="QRL (+BC)", crl="Contrastive RL (+BC)", gcbc="GCBC", mppi="MPPI with QRL value")
+NAMES = dict(qrl="QRL (+BC)", crl="Contrastive RL (+BC)", gcbc="GCBC", mppi="MPPI with QRL value",
+             mppi_true="MPPI, true dynamics")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,8 +133,9 @@ class Args:
     """Table 4.2 on maze2d at a chosen scale (see the module docstring)."""
     scale: Literal["quick", "cpu", "paper"] = "quick"
     layouts: tuple[Literal["large", "medium", "umaze"], ...] = LAYOUTS
-    methods: tuple[Method, ...] = ("qrl", "crl", "gcbc", "mppi")
-    """mppi plans with the trained QRL agents (it needs qrl's run)."""
+    methods: tuple[Method, ...] = METHODS
+    """mppi plans with the trained QRL agents (it needs qrl's run); mppi_true plans in the true dynamics (the
+    JAX point maze) with the true sparse reward, as a reference (no training)."""
     seeds: tuple[int, ...] = (0, 1, 2)
     dataset_seed: int = 0
     dataset_size: int | None = None
@@ -219,15 +224,62 @@ def mppi_policy(agent: QRLContinuousAgent, layout: maze2d.Layout, num_samples: i
     return policy
 
 
-def evaluate_method(method: str, stack: SeedStack, layout: maze2d.Layout, args: Args, scale: Scale) -> dict:
+def true_dynamics_plan_costs(env: PointMaze, observation: jax.Array, goal: jax.Array, action_sequences: jax.Array
+                             ) -> jax.Array:
+    """Cost of each action sequence ``[K, H, A]`` rolled out from ``observation`` (D4RL's ``[x, y, vx, vy]``,
+    the whole state) in the true dynamics: minus the number of steps that end within reach of ``goal`` (the
+    sparse reward). ``[K]``."""
+    def rollout(actions):
+        def step(physics, action):
+            physics = env.dynamics(physics, action)
+            return physics, env.reached(env.observe(physics), goal)
+
+        physics = dict(position=observation[:2], velocity=observation[2:])
+        return -jnp.sum(jax.lax.scan(step, physics, actions)[1].astype(jnp.float32))
+
+    return jax.vmap(rollout)(action_sequences)
+
+
+@functools.partial(jax.jit, static_argnames=("env", "num_samples"))
+def _true_mppi_actions(env, key, plans, observations, goals, num_samples: int):
+    keys = jax.random.split(key, observations.shape[0])
+
+    def one(k, plan, obs, goal):  # as the QRL-value MPPI: horizon 5, noise variance 1, lambda 0.01
+        return mppi_step(k, plan, lambda seqs: true_dynamics_plan_costs(env, obs, goal, seqs), num_samples, 1.0, 0.01)
+
+    return jax.vmap(one)(keys, plans, observations, goals)
+
+
+def true_dynamics_mppi_policy(layout: maze2d.Layout, num_samples: int, seed: int, horizon: int = 5):
+    """MPPI with the true dynamics and reward (Table 4.2's reference row): plans in the pure-JAX point maze
+    (:class:`~platonic_rl.envs.point_maze.PointMaze`, equal to MuJoCo's step to ~2e-5 away from walls and
+    ~1e-3 at wall contacts) while the episodes run in MuJoCo."""
+    env = PointMaze(layout.name)
+    state = dict(plans=None, key=jax.random.PRNGKey(seed))
+
+    def policy(obs, goals):
+        if state["plans"] is None:
+            state["plans"] = jnp.zeros((obs.shape[0], horizon, 2))
+        state["key"], key = jax.random.split(state["key"])
+        actions, state["plans"] = _true_mppi_actions(env, key, state["plans"], jnp.asarray(obs, jnp.float32),
+                                                     jnp.asarray(goals, jnp.float32), num_samples)
+        return np.asarray(actions)
+
+    return policy
+
+
+def evaluate_method(method: str, stack: SeedStack | None, layout: maze2d.Layout, args: Args, scale: Scale) -> dict:
     out = {}
     for setting in ("single", "multi"):
         per_seed, trajectories = [], None
         for i, seed in enumerate(args.seeds):
-            agent = stack.agent(i)
+            agent = stack.agent(i) if stack is not None else None
             if method == "mppi":
                 episodes = args.episodes or scale.mppi_episodes
                 policy = mppi_policy(agent, layout, scale.mppi_samples, seed=1000 + seed)
+            elif method == "mppi_true":
+                episodes = args.episodes or scale.mppi_episodes
+                policy = true_dynamics_mppi_policy(layout, scale.mppi_samples, seed=1000 + seed)
             else:
                 episodes = args.episodes or scale.episodes
                 policy = greedy_policy(agent, layout)
@@ -290,7 +342,7 @@ def format_table(summary: dict, scale_name: str, note: str, seeds) -> str:
     header = f"{'method':<24}" + "".join(f"{s + ' ' + l:>24}" for s in ("single", "multi") for l in LAYOUTS) + \
              f"{'average':>18}"
     lines += [header, "-" * len(header)]
-    for method in ("qrl", "crl", "gcbc", "mppi"):
+    for method in METHODS:
         if method not in summary:
             continue
         cells, values = [], []
@@ -305,9 +357,7 @@ def format_table(summary: dict, scale_name: str, note: str, seeds) -> str:
         lines.append(f"{NAMES[method]:<24}" + "".join(f"{c:>24}" for c in cells) + f"{average:>18}")
     lines.append("each cell: ours (paper). References (paper): handcoded controller single "
                  + ", ".join(f"{l} {PAPER['handcoded_controller']['single'][l]}" for l in LAYOUTS)
-                 + "; MPPI with true dynamics single "
-                 + ", ".join(f"{l} {PAPER['mppi_true_dynamics']['single'][l]}" for l in LAYOUTS)
-                 + " (not run here: its sparse reward is invisible within a 5-step horizon from most states)")
+                 + " (the paper's MPPI with true dynamics: Janner et al. 2022's numbers)")
     return "\n".join(lines)
 
 
@@ -394,11 +444,13 @@ def run(args: Args) -> dict:
         data = dict(observations=np.asarray(norm(data["observations"])), actions=data["actions"].astype(np.float32),
                     next_observations=np.asarray(norm(data["next_observations"])), segment_end=data["segment_end"])
         stacks = {}
-        for method in [m for m in ("qrl", "crl", "gcbc", "mppi") if m in args.methods]:
+        for method in [m for m in METHODS if m in args.methods]:
             eval_path = out / "evals" / f"{layout_name}-{method}.json"
             if eval_path.is_file() and not args.overwrite and method != "qrl":
                 continue
             trained = "qrl" if method == "mppi" else method
+            if method == "mppi_true":
+                stacks[trained] = None  # nothing to train
             if trained not in stacks:
                 stacks[trained] = train_method(trained, scale, data, args.seeds, out / "runs" / f"{layout_name}-{trained}",
                                                overwrite=args.overwrite and method != "mppi")
@@ -419,7 +471,7 @@ def run(args: Args) -> dict:
             value_rank[layout_name] = {str(tuple(m["goal"])): [seed_maps[j]["rank_correlation"] for seed_maps in per_seed]
                                        for j, m in enumerate(per_seed[0])}
     summary = {}
-    for method in ("qrl", "crl", "gcbc", "mppi"):
+    for method in METHODS:
         for layout_name in LAYOUTS:
             path = out / "evals" / f"{layout_name}-{method}.json"
             if path.is_file():

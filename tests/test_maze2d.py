@@ -287,7 +287,7 @@ def test_benchmark_quick_run(tmp_path):
                       out_dir=str(tmp_path / "out"), data_root=str(tmp_path / "data"))
     saved = bench.run(args)
     summary = saved["summary"]
-    assert set(summary) == {"qrl", "crl", "gcbc", "mppi"}
+    assert set(summary) == {"qrl", "crl", "gcbc", "mppi", "mppi_true"}
     for method in summary:
         for setting in ("single", "multi"):
             r = summary[method]["umaze"][setting]
@@ -319,3 +319,22 @@ def test_shortest_path_rank_correlation_of_the_true_distance_is_one():
     assert abs(bench.shortest_path_rank_correlation(scrambled, layout, goal, per_cell=4)) < 0.2
     with pytest.raises(ValueError, match="learned must have the grid's shape"):
         bench.shortest_path_rank_correlation(learned[:-1], layout, goal, per_cell=4)
+
+
+def test_true_dynamics_plan_costs_count_the_steps_at_the_goal():
+    from platonic_rl.benchmarks import maze2d as bench
+    from platonic_rl.envs.point_maze import PointMaze
+
+    env = PointMaze("umaze")
+    goal = jnp.asarray([*env.maze.goal, 0.0, 0.0], jnp.float32)
+    start = jnp.asarray([env.maze.goal[0] - 0.52, env.maze.goal[1], 0.0, 0.0], jnp.float32)  # 0.52 short
+    toward, away = np.zeros((5, 2), np.float32), np.zeros((5, 2), np.float32)
+    toward[:, 0], away[:, 0] = 1.0, -1.0  # along +x / -x in D4RL's axes
+    costs = np.asarray(bench.true_dynamics_plan_costs(env, start, goal, jnp.asarray(np.stack([toward, away]))))
+    for sequence, cost in zip((toward, away), costs):  # by hand: roll out the same dynamics step by step
+        physics, reached = dict(position=start[:2], velocity=start[2:]), 0
+        for action in sequence:
+            physics = env.dynamics(physics, jnp.asarray(action))
+            reached += bool(env.reached(env.observe(physics), goal))
+        assert cost == -reached
+    assert costs[0] <= -2 and costs[1] == 0  # from rest, 5 steps at full action move ~0.036
