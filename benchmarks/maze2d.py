@@ -140,6 +140,8 @@ class Args:
     dataset_seed: int = 0
     dataset_size: int | None = None
     """Transitions per generated dataset (default: the scale's; cpu/paper: D4RL's sizes)."""
+    qrl_adaptive_entropy: bool = False
+    """Add QRL's adaptive entropy term to its actor loss (C.3.2's offline runs and the presets: off)."""
     qrl_updates: int | None = None
     """QRL's gradient updates (default: the scale's). A QRL run directory with the same settings and a smaller
     budget continues to this one (copy it into a new --out-dir to keep both)."""
@@ -424,6 +426,8 @@ def run(args: Args) -> dict:
     scale = scales()[args.scale]
     if args.dataset_size is not None:
         scale = dataclasses.replace(scale, dataset_size=args.dataset_size)
+    if args.qrl_adaptive_entropy:
+        scale = dataclasses.replace(scale, qrl=dataclasses.replace(scale.qrl, adaptive_entropy=True))
     if args.qrl_updates is not None:
         scale = dataclasses.replace(scale, qrl_train=dataclasses.replace(scale.qrl_train, steps=args.qrl_updates))
     out = Path(args.out_dir or f"results/maze2d/{args.scale}")
