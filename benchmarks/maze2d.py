@@ -202,28 +202,36 @@ def greedy_policy(agent, layout: maze2d.Layout):
 
 
 @functools.partial(jax.jit, static_argnames=("num_samples",))
-def _mppi_actions(agent, key, plans, observations, goals, num_samples: int):
+def _mppi_actions(plan_costs: jax.tree_util.Partial, key, plans, observations, goals, num_samples: int):
+    """One MPPI step for every episode of a batch; ``plan_costs(observation, goal, sequences [K, H, A]) -> [K]``."""
     keys = jax.random.split(key, observations.shape[0])
 
     def one(k, plan, obs, goal):  # C.3.2: horizon 5, noise variance 1, lambda 0.01
-        return mppi_step(k, plan, lambda seqs: agent.plan_costs(obs, goal, seqs), num_samples, 1.0, 0.01)
+        return mppi_step(k, plan, lambda seqs: plan_costs(obs, goal, seqs), num_samples, 1.0, 0.01)
 
     return jax.vmap(one)(keys, plans, observations, goals)
 
 
-def mppi_policy(agent: QRLContinuousAgent, layout: maze2d.Layout, num_samples: int, seed: int, horizon: int = 5):
-    """MPPI in QRL's learned dynamics with its Q as the per-step cost; the plan is carried between steps."""
-    norm = normaliser(layout)
+def _mppi_policy(plan_costs: jax.tree_util.Partial, preprocess, num_samples: int, seed: int, horizon: int):
+    """A host policy for :func:`maze2d.evaluate` planning with MPPI; each episode's plan is carried between
+    steps. ``preprocess`` maps raw observations and goals to what ``plan_costs`` takes."""
     state = dict(plans=None, key=jax.random.PRNGKey(seed))
 
     def policy(obs, goals):
         if state["plans"] is None:
             state["plans"] = jnp.zeros((obs.shape[0], horizon, 2))
         state["key"], key = jax.random.split(state["key"])
-        actions, state["plans"] = _mppi_actions(agent, key, state["plans"], norm(obs), norm(goals), num_samples)
+        actions, state["plans"] = _mppi_actions(plan_costs, key, state["plans"], preprocess(obs), preprocess(goals),
+                                                num_samples)
         return np.asarray(actions)
 
     return policy
+
+
+def mppi_policy(agent: QRLContinuousAgent, layout: maze2d.Layout, num_samples: int, seed: int, horizon: int = 5):
+    """MPPI in QRL's learned dynamics with its Q as the per-step cost; the plan is carried between steps."""
+    return _mppi_policy(jax.tree_util.Partial(QRLContinuousAgent.plan_costs, agent), normaliser(layout),
+                        num_samples, seed, horizon)
 
 
 def true_dynamics_plan_costs(env: PointMaze, observation: jax.Array, goal: jax.Array, action_sequences: jax.Array
@@ -242,32 +250,18 @@ def true_dynamics_plan_costs(env: PointMaze, observation: jax.Array, goal: jax.A
     return jax.vmap(rollout)(action_sequences)
 
 
-@functools.partial(jax.jit, static_argnames=("env", "num_samples"))
-def _true_mppi_actions(env, key, plans, observations, goals, num_samples: int):
-    keys = jax.random.split(key, observations.shape[0])
-
-    def one(k, plan, obs, goal):  # as the QRL-value MPPI: horizon 5, noise variance 1, lambda 0.01
-        return mppi_step(k, plan, lambda seqs: true_dynamics_plan_costs(env, obs, goal, seqs), num_samples, 1.0, 0.01)
-
-    return jax.vmap(one)(keys, plans, observations, goals)
+@functools.cache
+def _true_dynamics_costs(layout_name: str) -> jax.tree_util.Partial:
+    """:func:`true_dynamics_plan_costs` in one layout's point maze (one object per layout: one compilation)."""
+    return jax.tree_util.Partial(functools.partial(true_dynamics_plan_costs, PointMaze(layout_name)))
 
 
 def true_dynamics_mppi_policy(layout: maze2d.Layout, num_samples: int, seed: int, horizon: int = 5):
     """MPPI with the true dynamics and reward (Table 4.2's reference row): plans in the pure-JAX point maze
     (:class:`~platonic_rl.envs.point_maze.PointMaze`, equal to MuJoCo's step to ~2e-5 away from walls and
     ~1e-3 at wall contacts) while the episodes run in MuJoCo."""
-    env = PointMaze(layout.name)
-    state = dict(plans=None, key=jax.random.PRNGKey(seed))
-
-    def policy(obs, goals):
-        if state["plans"] is None:
-            state["plans"] = jnp.zeros((obs.shape[0], horizon, 2))
-        state["key"], key = jax.random.split(state["key"])
-        actions, state["plans"] = _true_mppi_actions(env, key, state["plans"], jnp.asarray(obs, jnp.float32),
-                                                     jnp.asarray(goals, jnp.float32), num_samples)
-        return np.asarray(actions)
-
-    return policy
+    return _mppi_policy(_true_dynamics_costs(layout.name), lambda x: jnp.asarray(x, jnp.float32), num_samples, seed,
+                        horizon)
 
 
 def evaluate_method(method: str, stack: SeedStack | None, layout: maze2d.Layout, args: Args, scale: Scale) -> dict:

@@ -27,14 +27,24 @@ def batch(n=32, seed=0):
                 goals=rng.normal(size=(n, 5)).astype(np.float32))
 
 
+def _tanh_normal_log_density_numpy(mean, log_std, actions, eps=1e-6):
+    """sum_j log pi(a_j) per row, pi = tanh(N(mu, sigma)), by the change of variables in float64 (actions
+    clipped to [-1 + eps, 1 - eps] as the library does)."""
+    a = np.clip(np.asarray(actions, np.float64), -1 + eps, 1 - eps)
+    u, mean, std = np.arctanh(a), np.asarray(mean, np.float64), np.exp(np.asarray(log_std, np.float64))
+    return np.sum(stats.norm.logpdf(u, mean, std) - np.log(1 - a ** 2), -1)
+
+
+def _tanh_normal_nll_numpy(mean, log_std, actions):
+    return -np.mean(_tanh_normal_log_density_numpy(mean, log_std, actions))
+
+
 def test_tanh_normal_log_density_matches_change_of_variables():
     mean, log_std = jnp.array([[0.3, -1.0]]), jnp.array([[-0.5, 0.2]])
     a, log_p = tanh_normal_sample(jax.random.PRNGKey(0), mean, log_std)
-    a = np.asarray(a[0], np.float64)
-    u = np.arctanh(a)
-    ref = np.sum(stats.norm.logpdf(u, np.asarray(mean[0]), np.exp(np.asarray(log_std[0]))) - np.log(1 - a ** 2))
+    ref = _tanh_normal_log_density_numpy(mean, log_std, a)[0]
     assert float(log_p[0]) == pytest.approx(ref, rel=1e-4)
-    assert np.all(np.abs(a) < 1)
+    assert np.all(np.abs(np.asarray(a)) < 1)
 
 
 def test_actor_loss_takes_the_pessimistic_critic():
@@ -149,14 +159,6 @@ def test_image_observations_use_conv_backbones():
         new.act(np.zeros((4, 5), np.float32), np.zeros((4, 5), np.float32))
     with pytest.raises(ValueError, match="observations"):
         QRLContinuousAgent.update(agent, batch())
-
-
-def _tanh_normal_nll_numpy(mean, log_std, actions, eps=1e-6):
-    """-mean_b sum_j log pi(a_j), pi = tanh(N(mu, sigma)), by the change of variables in float64."""
-    a = np.clip(np.asarray(actions, np.float64), -1 + eps, 1 - eps)
-    u, mean, std = np.arctanh(a), np.asarray(mean, np.float64), np.exp(np.asarray(log_std, np.float64))
-    log_density = stats.norm.logpdf(u, mean, std) - np.log(1 - a ** 2)
-    return -np.mean(log_density.sum(-1))
 
 
 def test_behaviour_cloning_is_the_dataset_actions_nll_and_entropy_can_be_off():
