@@ -1,5 +1,6 @@
 """maze2d: layouts, D4RL coordinates, the waypoint controller, datasets (Minari, D4RL hdf5), the segment goal
 sampler, seeds as one vmapped agent, MPPI, and the benchmark's quick run."""
+import dataclasses
 import json
 import os
 
@@ -280,10 +281,16 @@ def test_qrl_plan_costs_sum_the_learned_q_along_the_latent_rollout():
     assert d.shape == (2, 1) and np.all(np.asarray(d) >= 0)
 
 
-def test_benchmark_quick_run(tmp_path):
+def test_benchmark_quick_run(tmp_path, monkeypatch):
     from platonic_rl.benchmarks import maze2d as bench
 
-    args = bench.Args(scale="quick", layouts=("umaze",), seeds=(0, 1), dataset_size=3_000, episodes=2,
+    quick = bench.scales()["quick"]  # the pipeline end to end; 200 updates per method are enough for that
+    short = {m: dataclasses.replace(getattr(quick, f"{m}_train"), steps=200, log_every=100, checkpoint_every=100)
+             for m in ("qrl", "crl", "gcbc")}
+    smoke = dataclasses.replace(quick, **{f"{m}_train": t for m, t in short.items()})
+    every_scale = bench.scales
+    monkeypatch.setattr(bench, "scales", lambda: {**every_scale(), "quick": smoke})
+    args = bench.Args(scale="quick", layouts=("umaze",), seeds=(0, 1), dataset_size=3_000, episodes=1,
                       out_dir=str(tmp_path / "out"), data_root=str(tmp_path / "data"))
     saved = bench.run(args)
     summary = saved["summary"]
