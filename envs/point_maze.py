@@ -50,10 +50,12 @@ _NEIGHBOURS = ((0, 0), (-1, 0), (1, 0), (0, -1), (0, 1), (-1, -1), (-1, 1), (1, 
 
 @functools.lru_cache(maxsize=None)
 def _mjx_model(layout: str):
-    """The gymnasium-robotics MuJoCo model of ``layout``, on the device for MJX."""
+    """The gymnasium-robotics MuJoCo model of ``layout``, on the device for MJX. Cached, so it is built eagerly
+    even when first asked for inside a trace (a traced model would leak out of that trace through the cache)."""
     from mujoco import mjx
 
-    return mjx.put_model(maze2d.Maze2D(layout, 1).model)
+    with jax.ensure_compile_time_eval():
+        return mjx.put_model(maze2d.Maze2D(layout, 1).model)
 
 
 def collide(walls: jax.Array, position: jax.Array, velocity: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -89,6 +89,16 @@ def test_mjx_backend_follows_mujoco_within_tolerance(medium_reference):
     assert error[:, :20].max() < 1e-4 and error.mean() < 0.1, (error[:, :20].max(), error.mean())
 
 
+def test_mjx_model_first_built_inside_a_trace_does_not_leak_into_the_next():
+    from platonic_rl.envs import point_maze
+
+    point_maze._mjx_model.cache_clear()
+    env = PointMaze("umaze", backend="mjx")
+    first = jax.jit(env.reset)(jax.random.PRNGKey(0))  # the cached model is built inside this trace
+    again = jax.jit(lambda k: env.reset(k).observation)(jax.random.PRNGKey(0))  # a new trace reuses it
+    np.testing.assert_array_equal(np.asarray(again), np.asarray(first.observation))
+
+
 def test_point_maze_resets_goals_and_rewards():
     keys = jax.random.split(jax.random.PRNGKey(0), 500)
     state = jax.vmap(PointMaze("medium").reset)(keys)
