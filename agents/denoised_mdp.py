@@ -143,6 +143,12 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
     target_critic_params: Any          # SAC targets (a copy, unused by "imagine")
     entropy_state: TrainState | None   # SAC's log_entropy_weight (None for "imagine")
     rng: jax.Array
+    # State observations enter the model as (o - obs_mean) / obs_std (identity until
+    # with_observation_statistics sets them; unused for pixels): with unit-variance Gaussian likelihoods, a
+    # dimension of spread s is worth at most s^2 / 2 nats to reconstruct, so raw state vectors whose positions
+    # vary by 0.05 while velocities vary by 5 would leave the positions out of the latent.
+    obs_mean: jax.Array
+    obs_std: jax.Array
     config: DenoisedMDPConfig = flax.struct.field(pytree_node=False)
 
     @classmethod
@@ -161,13 +167,15 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
         else:
             critic_params = jax.vmap(lambda k: critic.init(k, feat, action))(jax.random.split(critic_key, 2))
         tx = _optimizers(config)
+        vector_dim = 0 if m.pixels else m.obs_shape[0]
         entropy_state = None
         if config.policy == "sac":
             entropy_state = TrainState.create(jnp.log(jnp.float32(config.sac_entropy_init)), tx["entropy"])
         return cls(model_state=TrainState.create(model_params, tx["model"]),
                    actor_state=TrainState.create(actor_params, tx["actor"]),
                    critic_state=TrainState.create(critic_params, tx["critic"]), target_critic_params=critic_params,
-                   entropy_state=entropy_state, rng=rng, config=config)
+                   entropy_state=entropy_state, rng=rng, obs_mean=jnp.zeros(vector_dim), obs_std=jnp.ones(vector_dim),
+                   config=config)
 
     # The parameters, read from their train states.
     model_params = property(lambda self: self.model_state.params)
@@ -178,6 +186,30 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
     @property
     def model(self) -> FactoredRSSM:
         return FactoredRSSM(self.config.model)
+
+    def normalise(self, observations: jax.Array) -> jax.Array:
+        """What the model sees and reconstructs: state observations standardised with :attr:`obs_mean` and
+        :attr:`obs_std`; pixels unchanged (uint8, scaled by the encoder)."""
+        if self.config.model.pixels:
+            return observations
+        return (observations - self.obs_mean) / self.obs_std
+
+    def with_observation_statistics(self, observations, min_std: float = 1e-3) -> "DenoisedMDPAgent":
+        """The agent with its observation normaliser set from ``observations`` ``[..., D]`` (e.g. the prefill
+        data): per-dimension mean and standard deviation, the latter at least ``min_std`` (a constant dimension is
+        centred, not blown up). Pixels need no statistics."""
+        m = self.config.model
+        if m.pixels:
+            raise ValueError("with_observation_statistics: pixel observations are not standardised (the encoder "
+                             "scales uint8 images to [-0.5, 0.5])")
+        observations = jnp.asarray(observations, jnp.float32)
+        if observations.ndim < 2 or observations.shape[-1] != m.obs_shape[0]:
+            raise ValueError(f"with_observation_statistics: observations must be [..., {m.obs_shape[0]}] with at "
+                             f"least one row, got {observations.shape}")
+        flat = observations.reshape((-1, m.obs_shape[0]))
+        if not bool(jnp.all(jnp.isfinite(flat))):
+            raise ValueError("with_observation_statistics: observations contain non-finite values")
+        return self.replace(obs_mean=flat.mean(0), obs_std=jnp.maximum(flat.std(0), min_std))
 
     @staticmethod
     def actor_module(config: DenoisedMDPConfig) -> TanhNormalPolicy:
@@ -192,9 +224,9 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
     def model_loss_fn(self, model_params, batch: Batch, key):
         """Eq. 5.4 on a batch of sequences; returns (loss, (posterior states, metrics))."""
         c, m = self.config, self.config.model
-        states, stats = observe(m, model_params, batch["observations"], batch["prev_actions"], key)
+        target = self.normalise(batch["observations"])
+        states, stats = observe(m, model_params, target, batch["prev_actions"], key)
         recon = self.model.apply(model_params, all_features(m, states), method="decode")
-        target = batch["observations"]
         if m.pixels:
             target = target.astype(jnp.float32) / 255.0 - 0.5
         recon_nll = losses.gaussian_nll(target, recon, len(m.obs_shape))
@@ -217,7 +249,9 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
         if c.imagine_starts is not None and c.imagine_starts < n:
             rows = jax.random.choice(subset_key, n, (c.imagine_starts,), replace=False)
             start = jax.tree.map(lambda s: s[rows], start)
-        policy = lambda feat, k: self._policy(actor_params, feat, k)[0]  # noqa: E731
+        # The actor reads detached features, as in Dreamer: its gradient flows through the imagined dynamics
+        # (the actions' effect on later states), not back through its own input.
+        policy = lambda feat, k: self._policy(actor_params, jax.lax.stop_gradient(feat), k)[0]  # noqa: E731
         imagined, _ = imagine_x(c.model, model_params, start, policy, c.horizon, key)
         feat = features(imagined, "x")                                              # [H + 1, N, F]
         rewards = self.model.apply(model_params, imagined, method="reward")["x"][1:]  # r_x(x_{t+1})
@@ -304,7 +338,7 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
 
     def filter(self, latent: dict, observations, prev_actions, rng) -> dict:
         """One posterior step: the latent after seeing ``observations`` [N, ...] reached by ``prev_actions``."""
-        embed = self.model.apply(self.model_params, observations, method="encode")
+        embed = self.model.apply(self.model_params, self.normalise(observations), method="encode")
         return self.model.apply(self.model_params, latent, prev_actions, embed, rng, method="observe_step")[0]
 
     def act(self, latent: dict, observations, prev_actions, rng: jax.Array | None = None):

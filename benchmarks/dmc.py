@@ -71,6 +71,10 @@ class Args:
     """Free nats on Denoised MDP's KL_x (Dreamer keeps its own 3)."""
     kl_split: bool = False
     """Denoised MDP with D.2.1's KL-x split: free nats only on beta KL_x, (1 - beta) KL_x always paid."""
+    eval_episodes: int = 10
+    """Deterministic episodes per evaluation (every 10k env steps and at the budget)."""
+    normalise_observations: bool = True
+    """Standardise state observations with the prefill's per-dimension statistics (off: raw vectors)."""
     probe_train: int = 4
     probe_test: int = 2
     out_dir: str = "results/dmc"
@@ -134,7 +138,9 @@ def run(args: Args) -> dict:
                     p = PRESETS[args.preset]
                     loop = DMCOnlineConfig(task=task, variant=variant, env_steps=args.env_steps, seed=seed,
                                            batch_size=p["batch_size"], chunk=p["chunk"],
-                                           eval_every=max(args.env_steps // 5, 1000), overwrite=args.overwrite)
+                                           eval_every=min(10_000, args.env_steps), eval_episodes=args.eval_episodes,
+                                           normalise_observations=args.normalise_observations,
+                                           overwrite=args.overwrite)
                     agent = make_agent(method, task, variant, obs_dim, action_dim, args.preset, args.policy, seed,
                                        args.free_nats, args.kl_split)
                     start = time.time()
@@ -146,6 +152,7 @@ def run(args: Args) -> dict:
                                      train_return=[r["train_return"] for r in history],
                                      eval_steps=[r["env_steps"] for r in evals],
                                      eval_return=[r["eval_return"] for r in evals],
+                                     eval_return_std=[r.get("eval_return_std", 0.0) for r in evals],
                                      probe=probe(agent, loop, args, seed), seconds=time.time() - start,
                                      agent_config=dataclasses.asdict(agent.config), loop=dataclasses.asdict(loop)))
                     print(f"{task} {variant} {method} seed {seed}: final eval return {runs[-1]['eval_return'][-1]:.1f}"
@@ -157,9 +164,9 @@ def run(args: Args) -> dict:
                            table=format_table(args, summary), plots=plots, total_seconds=time.time() - t0)
 
 
-def final_return(run: dict, last: int = 2) -> float:
-    """Mean of the last ``last`` evaluation returns (one deterministic episode each)."""
-    return float(np.mean(run["eval_return"][-last:]))
+def final_return(run: dict) -> float:
+    """The evaluation at the budget (the mean return of ``eval_episodes`` deterministic episodes)."""
+    return float(run["eval_return"][-1])
 
 
 def summarise(runs: list[dict]) -> dict:

@@ -29,7 +29,7 @@ def test_summary_table_and_plots(tmp_path):
                      {"x->agent_state": 0.9, "x->distractor_state": 0.95})]
     summary = bd.summarise(runs)
     entry = summary["distractors"]["denoised"]
-    assert entry["mean_return"] == pytest.approx((20.0 + 60.0) / 2)  # mean of the last two evaluations
+    assert entry["mean_return"] == pytest.approx((30.0 + 70.0) / 2)  # the evaluation at the budget, over tasks
     assert entry["mean_probe"]["x->distractor_state"] == pytest.approx(0.2)
     args = bd.Args(tasks=("cheetah-run", "reacher-easy"), variants=("distractors",), out_dir=str(tmp_path))
     table = bd.format_table(args, summary)

@@ -120,6 +120,36 @@ def test_dreamer_is_the_x_only_model_with_dreamers_loss():
     np.testing.assert_allclose(loss, expected, rtol=1e-5)
 
 
+def test_observation_statistics_standardise_what_the_model_sees_and_reconstructs():
+    agent = DenoisedMDPAgent.create(DenoisedMDPConfig(model=WorldModelConfig(**SMALL), actor_hidden=(8,),
+                                                      critic_hidden=(8,)), 0)
+    np.testing.assert_array_equal(agent.obs_mean, 0.0)  # identity until statistics are set
+    np.testing.assert_array_equal(agent.obs_std, 1.0)
+    data = sequences()
+    scale = jnp.asarray([0.05, 1.0, 5.0, 20.0, 1.0])  # positions and velocities of very different spreads
+    raw = dict(data, observations=data["observations"] * scale + 3.0)
+    raw["observations"] = raw["observations"].at[..., 4].set(7.0)  # a constant dimension
+    fitted = agent.with_observation_statistics(raw["observations"])
+    flat = np.asarray(raw["observations"]).reshape(-1, 5)
+    np.testing.assert_allclose(fitted.obs_mean, flat.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(fitted.obs_std[:4], flat.std(0)[:4], rtol=1e-4)
+    assert float(fitted.obs_std[4]) == pytest.approx(1e-3)  # floored: centred, not divided by ~0
+    # The fitted agent on raw observations computes exactly what the plain agent computes on standardised ones.
+    standardised = dict(raw, observations=(raw["observations"] - fitted.obs_mean) / fitted.obs_std)
+    key = jax.random.PRNGKey(3)
+    loss_fitted = fitted.model_loss_fn(fitted.model_params, raw, key)[0]
+    loss_plain = agent.model_loss_fn(agent.model_params, standardised, key)[0]
+    np.testing.assert_allclose(loss_fitted, loss_plain, rtol=1e-6)
+    latent = agent.initial_latent(3)
+    a_fitted, _ = fitted.act(latent, raw["observations"][:, 0], raw["prev_actions"][:, 0])
+    a_plain, _ = agent.act(latent, standardised["observations"][:, 0], raw["prev_actions"][:, 0])
+    np.testing.assert_allclose(a_fitted, a_plain, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"observations must be \[..., 5\]"):
+        agent.with_observation_statistics(np.zeros((4, 3)))
+    with pytest.raises(ValueError, match="non-finite"):
+        agent.with_observation_statistics(np.full((4, 5), np.nan))
+
+
 def test_lambda_returns_match_a_python_reference():
     rng = np.random.default_rng(0)
     rewards, values = rng.normal(size=(5, 3)), rng.normal(size=(6, 3))

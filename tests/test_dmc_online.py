@@ -28,11 +28,14 @@ def toy_agent():
 def test_runs_logs_and_resumes_exactly(tmp_path):
     full, history = train_dmc_online(toy_agent(), TOY)  # no run dir: nothing saved
     assert [r["env_steps"] for r in history] == [1000, 2000, 3000, 4000]
-    assert "model_loss" in history[-1] and "eval_return" in history[-1]
+    assert "model_loss" in history[-1] and "eval_return" in history[-1] and "eval_return_std" in history[-1]
+    # The prefill's statistics standardise the observations from the first update on (kept across the resume).
+    assert float(full.obs_std.min()) > 0 and not np.allclose(full.obs_std, 1.0)
     train_dmc_online(toy_agent(), dataclasses.replace(TOY, env_steps=3000), tmp_path / "split")
     resumed, resumed_history = train_dmc_online(toy_agent(), TOY, tmp_path / "split")
     for a, b in zip(jax.tree.leaves(full.model_params), jax.tree.leaves(resumed.model_params)):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+    np.testing.assert_array_equal(resumed.obs_mean, full.obs_mean)
     assert resumed_history[-1]["train_return"] == history[-1]["train_return"]
     logged = [json.loads(line)["env_steps"] for line in (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()]
     assert logged == [1000, 2000, 3000, 4000]

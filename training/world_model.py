@@ -5,8 +5,10 @@ actions, then repeat: ``updates_per_collect`` gradient steps (one
 :func:`~platonic_rl.training.updates.update_steps` call on a :class:`~platonic_rl.envs.replay.SequenceSampler`
 of ``batch_size`` x ``chunk`` sequences) and one exploration episode (the agent's action + N(0, noise^2),
 clipped), i.e. 100 updates every 1000 env steps. Env steps are control steps: one episode is 1000 of
-them (500 agent steps at action repeat 2). A deterministic evaluation episode runs every ``eval_every``
-env steps. The run directory (:class:`~platonic_rl.training.run.RunDirectory`) holds the settings, the
+them (500 agent steps at action repeat 2). Before the first update, state observations' per-dimension
+statistics over the prefill episodes set the agent's normaliser (``normalise_observations``; kept in its
+checkpoints). Every ``eval_every`` env steps, ``eval_episodes`` deterministic episodes are evaluated (mean
+return, and its spread). The run directory (:class:`~platonic_rl.training.run.RunDirectory`) holds the settings, the
 metrics and orbax checkpoints of the agent, the sequence buffer and the loop's counters and key; every
 episode resets the env with a seed derived from its index, so a resumed run continues exactly.
 """
@@ -42,6 +44,8 @@ class DMCOnlineConfig:
     chunk: int = 50
     exploration_noise: float = 0.3
     eval_every: int = 10_000
+    eval_episodes: int = 10            # deterministic episodes per evaluation (mean return; each seeded)
+    normalise_observations: bool = True  # state observations standardised with the prefill's statistics
     num_distractors: int = 8
     seed: int = 0
     checkpoint_every: int = 5          # episodes; 0 disables
@@ -51,7 +55,8 @@ class DMCOnlineConfig:
                                         # resumed with a larger env_steps gets its buffer enlarged)
 
     def __post_init__(self):
-        for name in ("env_steps", "updates_per_collect", "action_repeat", "batch_size", "chunk", "eval_every"):
+        for name in ("env_steps", "updates_per_collect", "action_repeat", "batch_size", "chunk", "eval_every",
+                     "eval_episodes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"DMCOnlineConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.chunk > self.episode_length + 1:
@@ -155,6 +160,9 @@ def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None 
         else:
             key, train_key, act_key = jax.random.split(state["key"], 3)
             first = (index - math.ceil(config.prefill_steps / EPISODE_STEPS)) * config.updates_per_collect + 1
+            if first == 1 and config.normalise_observations and len(env.observation_space.shape) == 1:
+                stored = state["buffer"].observations[:int(state["buffer"].size)]  # the prefill episodes
+                state["agent"] = state["agent"].with_observation_statistics(stored)
             state["agent"], metrics = train_chunk(state["agent"], state["buffer"], train_key,
                                                   config.updates_per_collect, config.batch_size, config.chunk, first)
             state["key"] = key
@@ -164,8 +172,10 @@ def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None 
         row = {"env_steps": int(state["env_steps"]), "episode": index + 1, "train_return": episode["episode_return"],
                **row}
         if evaluations.due(int(state["env_steps"]), final=int(state["env_steps"]) >= config.env_steps):
-            evaluation = run_episode(env, state["agent"], seed=eval_seed(index), greedy=True)
-            row["eval_return"] = evaluation["episode_return"]
+            returns = [run_episode(env, state["agent"], seed=eval_seed(index) + 1_000_000 * i, greedy=True)["episode_return"]
+                       for i in range(config.eval_episodes)]
+            row["eval_return"] = float(np.mean(returns))
+            row["eval_return_std"] = float(np.std(returns))
             bar.set_postfix(eval_return=f"{row['eval_return']:.0f}")
         finish_row(run, history, row, int(state["env_steps"]), state,
                    due=checkpoint_due(index + 1, config.checkpoint_every, int(state["env_steps"]) >= config.env_steps))
@@ -185,7 +195,7 @@ def latent_probe_data(agent, config: DMCOnlineConfig, episodes: int, seed: int, 
     for i in range(episodes):
         key = jax.random.PRNGKey(seed + i)
         ep = run_episode(env, agent, key, noise, seed=seed + i)
-        states, _ = _observe_jit(m, agent.model_params, jnp.asarray(ep["observations"][None]),
+        states, _ = _observe_jit(m, agent.model_params, agent.normalise(jnp.asarray(ep["observations"][None])),
                                  jnp.asarray(ep["prev_actions"][None]), key)
         out["x"].append(np.asarray(features(states, "x"))[0])
         if "y" in m.factors:
