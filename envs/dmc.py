@@ -23,18 +23,35 @@ state-observation analogues here (cumulative, like the paper's):
   first two action dimensions, appended to the observation) + a smooth random-walk offset (the paper's
   camera-jitter process, per dimension) added to the observed positions/orientations.
 
+**Pixels** (``observation="pixels"``): 64x64 RGB uint8 images ``[H, W, 3]`` from camera 0, rendered once per
+agent step, with Table D.1's pixel variants as the official code defines them (each after the first adds to
+``distractors``):
+
+* ``noiseless``: the rendered image.
+* ``distractors`` (the video background): pixels where blue dominates (strictly greater than red and green;
+  walker: greater or equal) show a grayscale video frame instead, one frame per physics step. Frames come from
+  :class:`ProceduralVideo` (drifting gratings driven by smooth random phases; no data needed) or, with
+  ``video_dir``, from a user's folder of videos (:class:`VideoFolder`).
+* ``noisy_sensor``: + the reward sensor perturbed by n = (mean of the frame's patch [s/8, 3s/8) x [s/8, 3s/8)
+  / 255 - 0.5) before every physics step, the reward recomputed from it as for states (the pixels are not
+  perturbed).
+* ``jitter``: + the camera translated by :class:`CameraJitter` (120 dt pixels; bilinear, black border), after
+  the background is put in.
+
 Episodes last 1000 control steps (``1000 / action_repeat`` agent steps; rewards are summed over the
 repeat). ``info`` holds, for evaluation only: ``agent_state`` (the MuJoCo state, qpos and qvel, without
 the horizontal root position of cheetah and walker, which their observations and rewards deliberately
 ignore) and ``distractor_state`` (every distractor variable of the variant: signals, point mass, jitter
-offsets).
+offsets; for pixels: the video's state, the sensor noise n and the camera shift).
 """
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+from scipy import ndimage
 
 TASKS = {"cheetah-run": ("cheetah", "run"), "walker-walk": ("walker", "walk"), "reacher-easy": ("reacher", "easy")}
 VARIANTS = ("noiseless", "distractors", "noisy_sensor", "jitter")
@@ -42,6 +59,8 @@ EPISODE_STEPS = 1000  # control steps
 # Observation keys treated as positions by the jitter variant.
 POSITION_KEYS = {"cheetah-run": ("position",), "walker-walk": ("orientations", "height"),
                  "reacher-easy": ("position",)}
+OBSERVATIONS = ("state", "pixels")
+VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".gif")
 
 
 @dataclasses.dataclass
@@ -93,13 +112,134 @@ class JitterWalk:
         return self.scale * self.d
 
 
+@dataclasses.dataclass
+class CameraJitter:
+    """The official camera-jitter walk in 2-D: starts at dt ~ N(0, 0.075^2 / 2 I), v ~ N(0, 0.005^2 I); each
+    :meth:`step` emits the shift ``pixels * dt`` (x, y), then a ~ N(0, 0.005^2 I), replaced by -0.1 dt when
+    ||dt|| >= 0.075; v = (v + 0.5 a) 0.9^0.5; dt += 0.5 v."""
+
+    rng: np.random.Generator
+    pixels: float = 120.0
+
+    def __post_init__(self):
+        self.d = self.rng.normal(size=2) * 0.075 / np.sqrt(2.0)
+        self.v = self.rng.normal(size=2) * 0.005
+
+    @property
+    def shift(self) -> np.ndarray:
+        return self.pixels * self.d
+
+    def step(self) -> np.ndarray:
+        shift = self.shift
+        a = self.rng.normal(0.0, 0.005, 2)
+        if np.linalg.norm(self.d) >= 0.075:
+            a = -0.1 * self.d
+        self.v = (self.v + 0.5 * a) * 0.9 ** 0.5
+        self.d = self.d + 0.5 * self.v
+        return shift
+
+
+@dataclasses.dataclass
+class ProceduralVideo:
+    """A grayscale moving texture, one frame per :meth:`step`: the mean of ``gratings`` sinusoidal gratings of
+    random orientation and frequency whose phases drift with smooth random speeds (the official code's natural
+    videos are not available offline). ``state`` (sin and cos of the phases, and the speeds) determines the
+    frame."""
+
+    size: int
+    rng: np.random.Generator
+    gratings: int = 3
+
+    def __post_init__(self):
+        angle = self.rng.uniform(0, np.pi, self.gratings)
+        frequency = self.rng.uniform(1.5, 4.0, self.gratings) * 2 * np.pi / self.size
+        yy, xx = np.mgrid[:self.size, :self.size].astype(np.float64)
+        self._waves = (np.cos(angle)[:, None, None] * xx + np.sin(angle)[:, None, None] * yy) * frequency[:, None, None]
+        self.phase = self.rng.uniform(0, 2 * np.pi, self.gratings)
+        self._speed = SmoothSignals(self.gratings, self.rng)
+
+    @property
+    def frame(self) -> np.ndarray:
+        value = np.sin(self._waves + self.phase[:, None, None]).mean(0)
+        return np.round(127.5 + 127.5 * value).astype(np.uint8)
+
+    @property
+    def state(self) -> np.ndarray:
+        return np.concatenate([np.sin(self.phase), np.cos(self.phase), self._speed.value])
+
+    def step(self) -> np.ndarray:
+        self.phase = (self.phase + 0.6 * self._speed.step()) % (2 * np.pi)  # up to 0.3 rad per physics step
+        return self.frame
+
+
+class VideoFolder:
+    """Grayscale frames from a folder of videos (read with imageio: GIFs work as installed; MP4 and other
+    containers need ``pip install imageio-ffmpeg``), resized to ``size`` x ``size`` and concatenated in a seeded
+    random order up to ``total_frames``; playback starts at a random frame and wraps (the official code's
+    ``RandomVideoSource``). ``state`` is the frame index."""
+
+    def __init__(self, folder: str | Path, size: int, rng: np.random.Generator, total_frames: int = 1000):
+        folder = Path(folder)
+        files = sorted(f for f in folder.glob("*") if f.suffix.lower() in VIDEO_SUFFIXES) if folder.is_dir() else []
+        if not files:
+            raise ValueError(f"video_dir={str(folder)!r} must be a folder holding videos ({', '.join(VIDEO_SUFFIXES)})")
+        import imageio.v3 as iio
+        from PIL import Image
+
+        frames = []
+        for f in rng.permutation(len(files)):
+            try:
+                clip = iio.imread(files[f], index=None)
+            except Exception as error:  # noqa: BLE001 -- name the file and the likely missing plugin
+                raise ValueError(f"video_dir: cannot read {files[f]} ({error}); MP4 needs `pip install "
+                                 f"imageio-ffmpeg`") from error
+            for image in np.asarray(clip).reshape((-1, *np.shape(clip)[-3:]) if np.ndim(clip) >= 3 else (1, *np.shape(clip))):
+                gray = Image.fromarray(np.asarray(image, np.uint8)).convert("L").resize((size, size), Image.BILINEAR)
+                frames.append(np.asarray(gray))
+                if len(frames) == total_frames:
+                    break
+            if len(frames) == total_frames:
+                break
+        self.frames = np.stack(frames)
+        self.index = int(rng.integers(len(self.frames)))
+
+    @property
+    def frame(self) -> np.ndarray:
+        return self.frames[self.index % len(self.frames)]
+
+    @property
+    def state(self) -> np.ndarray:
+        return np.array([self.index % len(self.frames)], np.float64)
+
+    def step(self) -> np.ndarray:
+        self.index += 1
+        return self.frame
+
+
+def background_mask(image: np.ndarray, task: str) -> np.ndarray:
+    """Where an RGB image ``[H, W, 3]`` shows background: blue strictly above red and green (walker: at least
+    as large, the official code's rule for it)."""
+    r, g, b = (image[..., i].astype(np.int16) for i in range(3))
+    if task == "walker-walk":
+        return (b >= r) & (b >= g)
+    return (b > r) & (b > g)
+
+
+def translate(image: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """``image`` [H, W, C] moved by ``shift`` = (x, y) pixels (bilinear; uncovered pixels black)."""
+    moved = ndimage.shift(image.astype(np.float32), (shift[1], shift[0], 0), order=1, mode="constant", cval=0.0)
+    return np.clip(np.round(moved), 0, 255).astype(np.uint8)
+
+
 class DMCEnv(gym.Env):
     """A dm_control task as a gymnasium env with one of :data:`VARIANTS` (see the module docstring)."""
 
     metadata = {"render_modes": []}
 
     def __init__(self, task: str = "cheetah-run", variant: str = "noiseless", seed: int | None = None,
-                 action_repeat: int = 2, num_distractors: int = 8, distractor_scale: float = 4.0):
+                 action_repeat: int = 2, num_distractors: int = 8, distractor_scale: float = 4.0,
+                 observation: str = "state", image_size: int = 64, video_dir: str | Path | None = None,
+                 cheap_visuals: bool = False):
         from dm_control import suite
 
         if task not in TASKS:
@@ -108,19 +248,35 @@ class DMCEnv(gym.Env):
             raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
         if action_repeat < 1 or EPISODE_STEPS % action_repeat:
             raise ValueError(f"action_repeat must divide {EPISODE_STEPS}, got {action_repeat}")
-        if variant != "noiseless" and num_distractors < 1:
+        if observation not in OBSERVATIONS:
+            raise ValueError(f"observation must be one of {OBSERVATIONS}, got {observation!r}")
+        self.pixels = observation == "pixels"
+        if self.pixels and (isinstance(image_size, bool) or int(image_size) != image_size or image_size < 16):
+            raise ValueError(f"image_size must be an int >= 16, got {image_size!r}")
+        if not self.pixels and variant != "noiseless" and num_distractors < 1:
             raise ValueError(f"num_distractors must be >= 1 for variant {variant!r}, got {num_distractors}")
+        if video_dir is not None and not self.pixels:
+            raise ValueError("video_dir is for observation='pixels' (state observations use smooth signals)")
         self.task, self.variant, self.action_repeat = task, variant, action_repeat
+        self.image_size, self.video_dir = int(image_size), video_dir
         self.distractor_scale = distractor_scale
-        self.num_distractors = 0 if variant == "noiseless" else num_distractors
+        self.num_distractors = 0 if variant == "noiseless" or self.pixels else num_distractors
         domain, name = TASKS[task]
         self._env = suite.load(domain, name, task_kwargs=dict(random=np.random.RandomState(seed)))
+        if cheap_visuals:  # shadows, reflections and multisampling off: faster rendering, plainer images
+            model = self._env.physics.model
+            model.light_castshadow[:] = 0
+            model.mat_reflectance[:] = 0
+            model.vis.quality.offsamples = 0
         self._rng = np.random.default_rng(seed)
         spec = self._env.action_spec()
         self.action_space = gym.spaces.Box(spec.minimum.astype(np.float32), spec.maximum.astype(np.float32))
         self._steps = 0
         obs, _ = self.reset(seed=seed)
-        self.observation_space = gym.spaces.Box(-np.inf, np.inf, obs.shape, np.float32)
+        if self.pixels:
+            self.observation_space = gym.spaces.Box(0, 255, obs.shape, np.uint8)
+        else:
+            self.observation_space = gym.spaces.Box(-np.inf, np.inf, obs.shape, np.float32)
 
     # ------------------------------------------------------------------------------- variants
     def _sensor(self) -> float:
@@ -155,7 +311,36 @@ class DMCEnv(gym.Env):
         radii = physics.named.model.geom_size[["target", "finger"], 0].sum()
         return float(rewards.tolerance(sensor, (0, radii)))
 
+    def _render(self) -> np.ndarray:
+        image = self._env.physics.render(self.image_size, self.image_size, camera_id=0)
+        if self.variant != "noiseless":
+            mask = background_mask(image, self.task)
+            image = np.where(mask[..., None], self._video.frame[..., None], image)
+        if self.variant == "jitter":
+            image = translate(image, self._camera.shift)
+        return np.ascontiguousarray(image, np.uint8)
+
+    def _agent_state(self) -> np.ndarray:
+        state = self._env.physics.get_state()
+        if self.task in ("cheetah-run", "walker-walk"):  # qpos[0] is rootx: unobservable by design
+            state = state[1:]
+        return state.astype(np.float32)
+
+    def _observe_pixels(self) -> tuple[np.ndarray, dict]:
+        distractor = []
+        if self.variant != "noiseless":
+            distractor.append(self._video.state)
+        if self.variant == "noisy_sensor":
+            distractor.append([self._noise()])
+        if self.variant == "jitter":
+            distractor.append(self._camera.shift)
+        info = dict(agent_state=self._agent_state(),
+                    distractor_state=(np.concatenate(distractor) if distractor else np.zeros(0)).astype(np.float32))
+        return self._render(), info
+
     def _observe(self, time_step) -> tuple[np.ndarray, dict]:
+        if self.pixels:
+            return self._observe_pixels()
         parts = []
         for key, value in time_step.observation.items():
             value = np.asarray(value, np.float64).ravel().copy()
@@ -174,15 +359,20 @@ class DMCEnv(gym.Env):
         if self.variant == "jitter":
             parts.append(np.concatenate([self._mass_pos, self._mass_vel]))
             distractor += [self._mass_pos, self._mass_vel, self._jitter.offset]
-        state = self._env.physics.get_state()
-        if self.task in ("cheetah-run", "walker-walk"):  # qpos[0] is rootx: unobservable by design
-            state = state[1:]
-        info = dict(agent_state=state.astype(np.float32),
+        info = dict(agent_state=self._agent_state(),
                     distractor_state=(np.concatenate(distractor) if distractor else np.zeros(0)).astype(np.float32))
         return np.concatenate(parts).astype(np.float32), info
 
+    def _noise(self) -> float:
+        """The sensor's perturbation n in [-0.5, 0.5]: the first smooth signal (states) or the mean of the video
+        frame's patch (pixels)."""
+        if not self.pixels:
+            return float(self._signals.value[0])
+        lo, hi = self.image_size // 8, self.image_size // 8 + self.image_size // 4
+        return float(self._video.frame[lo:hi, lo:hi].mean() / 255.0 - 0.5)
+
     def _perturbed_sensor(self) -> float:
-        return self._sensor() + self._sensor_scale() * self._signals.value[0]
+        return self._sensor() + self._sensor_scale() * self._noise()
 
     # ------------------------------------------------------------------------------ gym API
     def reset(self, *, seed: int | None = None, options=None):
@@ -199,6 +389,11 @@ class DMCEnv(gym.Env):
         self._jitter_slices = {k: slice(starts[i], starts[i + 1]) for i, k in enumerate(positions)}
         self._jitter = JitterWalk(int(starts[-1]), self._rng)
         self._mass_pos, self._mass_vel = self._rng.uniform(-0.5, 0.5, 2), np.zeros(2)
+        if self.pixels and self.variant != "noiseless" and (seed is not None or not hasattr(self, "_video")):
+            # The video plays on across episodes (as the official source does) unless the env is re-seeded.
+            self._video = (VideoFolder(self.video_dir, self.image_size, self._rng) if self.video_dir is not None
+                           else ProceduralVideo(self.image_size, self._rng))
+        self._camera = CameraJitter(self._rng, pixels=120.0 * self.image_size / 64)
         return self._observe(time_step)
 
     def step(self, action):
@@ -214,7 +409,7 @@ class DMCEnv(gym.Env):
             self._steps += 1
             if self.num_distractors:
                 self._signals.step()
-            if self.variant == "jitter":
+            if self.variant == "jitter" and not self.pixels:
                 self._jitter.step()
                 self._mass_vel = 0.8 * self._mass_vel + 0.2 * action[:2]
                 self._mass_pos = np.clip(self._mass_pos + 0.1 * self._mass_vel, -1.0, 1.0)
@@ -222,6 +417,10 @@ class DMCEnv(gym.Env):
                 reward += self._reward_from_sensor(self._perturbed_sensor())
             else:
                 reward += float(time_step.reward or 0.0)
+            if self.pixels and self.variant != "noiseless":  # the frame that perturbed this step's sensor, then on
+                self._video.step()
+            if self.pixels and self.variant == "jitter":
+                self._camera.step()
         obs, info = self._observe(time_step)
         truncated = self._steps >= EPISODE_STEPS
         return obs, reward, False, truncated, info

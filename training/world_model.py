@@ -47,6 +47,9 @@ class DMCOnlineConfig:
     eval_episodes: int = 10            # deterministic episodes per evaluation (mean return; each seeded)
     normalise_observations: bool = True  # state observations standardised with the prefill's statistics
     num_distractors: int = 8
+    observation: str = "state"         # or "pixels": 64x64 RGB (stored as uint8)
+    video_dir: str | None = None       # pixels: a folder of background videos (default: procedural)
+    cheap_visuals: bool = False        # pixels: shadows, reflections and multisampling off
     seed: int = 0
     checkpoint_every: int = 5          # episodes; 0 disables
     resume: bool = True
@@ -67,7 +70,8 @@ class DMCOnlineConfig:
         return EPISODE_STEPS // self.action_repeat
 
     def make_env(self) -> DMCEnv:
-        return DMCEnv(self.task, self.variant, self.seed, self.action_repeat, self.num_distractors)
+        return DMCEnv(self.task, self.variant, self.seed, self.action_repeat, self.num_distractors,
+                      observation=self.observation, video_dir=self.video_dir, cheap_visuals=self.cheap_visuals)
 
 
 def train_chunk(agent, buffer: SequenceBuffer, key, updates: int, batch_size: int, chunk: int, first_step: int = 1):
@@ -130,7 +134,7 @@ def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None 
     env = config.make_env()
     capacity = config.buffer_episodes or math.ceil(config.env_steps / EPISODE_STEPS) + 1
     buffer = SequenceBuffer.create(capacity, config.episode_length + 1, env.observation_space.shape,
-                                   env.action_space.shape[0])
+                                   env.action_space.shape[0], dtype=env.observation_space.dtype)
     state = dict(agent=agent, buffer=buffer, key=jax.random.PRNGKey(config.seed), env_steps=jnp.int32(0),
                  episode=jnp.int32(0))
     run = None
