@@ -167,7 +167,7 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
         else:
             critic_params = jax.vmap(lambda k: critic.init(k, feat, action))(jax.random.split(critic_key, 2))
         tx = _optimizers(config)
-        vector_dim = 0 if m.pixels else m.obs_shape[0]
+        vector_dim = () if m.pixels else (m.obs_shape[0],)  # pixels: unused scalars (checkpoints refuse size 0)
         entropy_state = None
         if config.policy == "sac":
             entropy_state = TrainState.create(jnp.log(jnp.float32(config.sac_entropy_init)), tx["entropy"])

@@ -1,4 +1,5 @@
-"""Denoised MDP vs Dreamer on DeepMind Control with noise distractors (state observations; Table 5.1).
+"""Denoised MDP vs Dreamer on DeepMind Control with noise distractors (state observations, or 64x64 pixels with
+``--observation pixels``; Table 5.1).
 
     python -m platonic_rl.benchmarks.dmc                                   # 3 tasks x 4 variants, CPU preset, 1 seed
     python -m platonic_rl.benchmarks.dmc --tasks cheetah-run --variants noisy_sensor --seeds 0 1 2 --env-steps 50000
@@ -24,13 +25,15 @@ import time
 from pathlib import Path
 from typing import Literal
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import tyro
 
 from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
 from platonic_rl.benchmarks import report
-from platonic_rl.training.world_model import DMCOnlineConfig, latent_probe_data, train_dmc_online
-from platonic_rl.denoised.model import WorldModelConfig
+from platonic_rl.training.world_model import DMCOnlineConfig, latent_probe_data, run_episode, train_dmc_online
+from platonic_rl.denoised.model import WorldModelConfig, all_features, observe
 from platonic_rl.envs.dmc import TASKS, VARIANTS, DMCEnv
 from platonic_rl.replearn.probes import ridge_probe_r2
 
@@ -52,6 +55,8 @@ PRESETS = {
                 agent=dict(actor_hidden=(128, 128), critic_hidden=(128, 128), imagine_starts=128),
                 batch_size=16, chunk=32),
 }
+# Pixels (64x64 RGB): D.2.1's conv encoder/decoder, width k (paper 32); the cpu preset halves it.
+PIXEL_MODEL = {"paper": dict(conv_width=32, embed_dim=1024), "cpu": dict(conv_width=16, embed_dim=256)}
 Method = Literal["denoised", "dreamer"]
 
 
@@ -75,6 +80,15 @@ class Args:
     """Deterministic episodes per evaluation (every 10k env steps and at the budget)."""
     normalise_observations: bool = True
     """Standardise state observations with the prefill's per-dimension statistics (off: raw vectors)."""
+    observation: Literal["state", "pixels"] = "state"
+    """``pixels``: 64x64 RGB images with the pixel variants (video background, noisy sensor, camera jitter)."""
+    video_dir: str | None = None
+    """Pixels: a folder of background videos (default: the procedural moving texture)."""
+    cheap_visuals: bool = False
+    """Pixels: render without shadows, reflections and multisampling (faster)."""
+    reconstructions: int = 4
+    """Pixels: frames of an evaluation episode shown in reconstructions.png (observation, decoded from x alone,
+    from y alone)."""
     probe_train: int = 4
     probe_test: int = 2
     out_dir: str = "results/dmc"
@@ -90,10 +104,12 @@ class Args:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
 
 
-def make_agent(method: str, task: str, variant: str, obs_dim: int, action_dim: int, preset: str, policy: str,
-               seed: int, free_nats: float = 3.0, kl_split: bool = False) -> DenoisedMDPAgent:
+def make_agent(method: str, task: str, variant: str, obs_shape: tuple[int, ...], action_dim: int, preset: str,
+               policy: str, seed: int, free_nats: float = 3.0, kl_split: bool = False) -> DenoisedMDPAgent:
     p = PRESETS[preset]
-    model = WorldModelConfig(obs_shape=(obs_dim,), action_dim=action_dim, **p["model"])
+    pixels = len(obs_shape) == 3
+    model = WorldModelConfig(obs_shape=tuple(obs_shape), action_dim=action_dim,
+                             **{**p["model"], **(PIXEL_MODEL[preset] if pixels else {})})
     if method == "denoised":
         config = DenoisedMDPConfig(model=model, beta=BETAS[task][variant], policy=policy, free_nats=free_nats,
                                    kl_split=kl_split, **p["agent"])
@@ -128,11 +144,11 @@ def run(args: Args) -> dict:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    runs = []
+    runs, pictures = [], {}
     for task in args.tasks:
         for variant in args.variants:
-            env = DMCEnv(task, variant, 0)
-            obs_dim, action_dim = env.observation_space.shape[0], env.action_space.shape[0]
+            env = DMCEnv(task, variant, 0, observation=args.observation, video_dir=args.video_dir)
+            obs_shape, action_dim = env.observation_space.shape, env.action_space.shape[0]
             for method in args.methods:
                 for seed in args.seeds:
                     p = PRESETS[args.preset]
@@ -140,8 +156,9 @@ def run(args: Args) -> dict:
                                            batch_size=p["batch_size"], chunk=p["chunk"],
                                            eval_every=min(10_000, args.env_steps), eval_episodes=args.eval_episodes,
                                            normalise_observations=args.normalise_observations,
-                                           overwrite=args.overwrite)
-                    agent = make_agent(method, task, variant, obs_dim, action_dim, args.preset, args.policy, seed,
+                                           observation=args.observation, video_dir=args.video_dir,
+                                           cheap_visuals=args.cheap_visuals, overwrite=args.overwrite)
+                    agent = make_agent(method, task, variant, obs_shape, action_dim, args.preset, args.policy, seed,
                                        args.free_nats, args.kl_split)
                     start = time.time()
                     agent, history = train_dmc_online(agent, loop, out / f"{task}_{variant}_{method}_seed{seed}",
@@ -155,11 +172,15 @@ def run(args: Args) -> dict:
                                      eval_return_std=[r.get("eval_return_std", 0.0) for r in evals],
                                      probe=probe(agent, loop, args, seed), seconds=time.time() - start,
                                      agent_config=dataclasses.asdict(agent.config), loop=dataclasses.asdict(loop)))
+                    if args.observation == "pixels" and args.reconstructions and method == "denoised":
+                        pictures[f"reconstructions_{task}_{variant}_seed{seed}.png"] = (
+                            lambda path, a=agent, lp=loop, t=f"{task} / {variant}, seed {seed}":
+                            plot_reconstructions(path, a, lp, args.reconstructions, t, _budget(args)))
                     print(f"{task} {variant} {method} seed {seed}: final eval return {runs[-1]['eval_return'][-1]:.1f}"
                           f", probe {json.dumps({k: round(v, 3) for k, v in runs[-1]['probe'].items()})}", flush=True)
     summary = summarise(runs)
     plots = {"returns.png": lambda path: plot_returns(path, args, runs),
-             "probe.png": lambda path: plot_probe(path, args, summary)}
+             "probe.png": lambda path: plot_probe(path, args, summary), **pictures}
     return report.save_run(out, "platonic_rl.benchmarks.dmc", args, dict(runs=runs, summary=summary),
                            table=format_table(args, summary), plots=plots, total_seconds=time.time() - t0)
 
@@ -186,7 +207,7 @@ def summarise(runs: list[dict]) -> dict:
 
 
 def format_table(args: Args, summary: dict) -> str:
-    lines = [f"DMC (state observations), {len(args.tasks)} task(s), {len(args.seeds)} seed(s), {args.env_steps} env "
+    lines = [f"DMC ({args.observation} observations), {len(args.tasks)} task(s), {len(args.seeds)} seed(s), {args.env_steps} env "
              f"steps, preset {args.preset!r}, policy {args.policy!r}; returns averaged over tasks",
              f"{'variant':14s}{'method':10s}{'return':>9s}{'x->agent':>10s}{'x->distr':>10s}{'y->agent':>10s}"
              f"{'y->distr':>10s}   Table 5.1 (pixels, 1M steps)"]
@@ -203,7 +224,7 @@ def format_table(args: Args, summary: dict) -> str:
 
 def _budget(args: Args) -> str:
     return (f"{len(args.tasks)} task(s) x {len(args.variants)} variant(s), {len(args.seeds)} seed(s), "
-            f"{args.env_steps:,} env steps per run, preset {args.preset!r}, policy {args.policy!r}")
+            f"{args.env_steps:,} env steps per run, {args.observation}, preset {args.preset!r}, policy {args.policy!r}")
 
 
 def plot(out: Path, args: Args, runs: list[dict], summary: dict) -> dict:
@@ -280,6 +301,60 @@ def plot_probe(path: Path, args: Args, summary: dict):
                  f"{_budget(args)}; probe: {args.probe_train} train / {args.probe_test} test episodes", fontsize=9)
     ax.axhline(0, color="k", lw=0.5)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="latent -> target", title_fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return fig
+
+
+def factor_reconstructions(agent: DenoisedMDPAgent, observations, prev_actions, key) -> dict[str, np.ndarray]:
+    """Filter one episode (observations ``[L, ...]``) with the posterior and decode each step three ways: from
+    every factor (``all``), from x with y at its prior mean (``x``: y's features [h^y, mean of p(y | h^y)]), and
+    from y with x at its prior mean (``y``). Pixels come back as uint8 images; states in observation units."""
+    m = agent.config.model
+    if "y" not in m.factors:
+        raise ValueError("factor_reconstructions needs a model with a y factor (Dreamer has x only)")
+    model = agent.model
+    states, stats = observe(m, agent.model_params, agent.normalise(jnp.asarray(observations)[None]),
+                            jnp.asarray(prev_actions)[None], key)
+    at_prior = lambda f: dict(states, **{f: stats[f][0]})  # noqa: E731 -- the factor's state at its prior mean
+    out = {}
+    for name, state in (("all", states), ("x", at_prior("y")), ("y", at_prior("x"))):
+        decoded = model.apply(agent.model_params, all_features(m, state), method="decode")[0]
+        if m.pixels:
+            decoded = jnp.clip(jnp.round((decoded + 0.5) * 255.0), 0, 255).astype(jnp.uint8)
+        else:
+            decoded = decoded * agent.obs_std + agent.obs_mean
+        out[name] = np.asarray(decoded)
+    return out
+
+
+def plot_reconstructions(path: Path, agent: DenoisedMDPAgent, loop: DMCOnlineConfig, frames: int, title: str,
+                         budget: str):
+    """Figure 5-7's picture: for ``frames`` evenly spaced steps of a deterministic evaluation episode, the
+    observation, the reconstruction from all factors, from x alone and from y alone (the other factor at its
+    prior mean). Returns the (closed) Figure."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    episode = run_episode(loop.make_env(), agent, seed=30_000_000 + loop.seed, greedy=True)
+    decoded = factor_reconstructions(agent, episode["observations"], episode["prev_actions"], jax.random.PRNGKey(0))
+    steps = np.linspace(0, len(episode["observations"]) - 1, frames + 2).astype(int)[1:-1]
+    rows = [("observation", episode["observations"]), ("from x and y", decoded["all"]),
+            ("from x alone\n(y at its prior mean)", decoded["x"]), ("from y alone\n(x at its prior mean)", decoded["y"])]
+    fig, axes = plt.subplots(len(rows), frames, squeeze=False, figsize=(1.8 * frames + 1.0, 1.9 * len(rows) + 0.6))
+    for i, (label, images) in enumerate(rows):
+        for j, step in enumerate(steps):
+            ax = axes[i, j]
+            ax.imshow(images[step])
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if i == 0:
+                ax.set_title(f"agent step {step}", fontsize=8)
+            if j == 0:
+                ax.set_ylabel(label, fontsize=8)
+    fig.suptitle(f"Denoised MDP reconstructions, {title} (64x64 pixels)\n{budget}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -38,6 +38,10 @@ agent step, with Table D.1's pixel variants as the official code defines them (e
 * ``jitter``: + the camera translated by :class:`CameraJitter` (120 dt pixels; bilinear, black border), after
   the background is put in.
 
+Rendering is off-screen: like :mod:`platonic_rl.envs.fetch`, this module sets ``MUJOCO_GL=egl`` unless the
+variable is already set (EGL works on CPUs through Mesa; ``MUJOCO_GL=osmesa`` after ``apt-get install
+libosmesa6`` where it is missing); it must be set before dm_control is first imported.
+
 Episodes last 1000 control steps (``1000 / action_repeat`` agent steps; rewards are summed over the
 repeat). ``info`` holds, for evaluation only: ``agent_state`` (the MuJoCo state, qpos and qvel, without
 the horizontal root position of cheetah and walker, which their observations and rewards deliberately
@@ -47,6 +51,7 @@ offsets; for pixels: the video's state, the sensor noise n and the camera shift)
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import gymnasium as gym
@@ -60,6 +65,7 @@ EPISODE_STEPS = 1000  # control steps
 POSITION_KEYS = {"cheetah-run": ("position",), "walker-walk": ("orientations", "height"),
                  "reacher-easy": ("position",)}
 OBSERVATIONS = ("state", "pixels")
+os.environ.setdefault("MUJOCO_GL", "egl")
 VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".gif")
 
 
@@ -312,7 +318,12 @@ class DMCEnv(gym.Env):
         return float(rewards.tolerance(sensor, (0, radii)))
 
     def _render(self) -> np.ndarray:
-        image = self._env.physics.render(self.image_size, self.image_size, camera_id=0)
+        try:
+            image = self._env.physics.render(self.image_size, self.image_size, camera_id=0)
+        except Exception as error:  # e.g. GLFW without a display
+            raise RuntimeError(f"off-screen rendering failed ({error!r}) with MUJOCO_GL="
+                               f"{os.environ.get('MUJOCO_GL')!r}. Set MUJOCO_GL=egl (or osmesa) in the environment "
+                               "before dm_control is first imported") from error
         if self.variant != "noiseless":
             mask = background_mask(image, self.task)
             image = np.where(mask[..., None], self._video.frame[..., None], image)

@@ -47,3 +47,32 @@ def test_unknown_settings_are_rejected(tmp_path):
         bd.run(bd.Args(tasks=("cartpole",), out_dir=str(tmp_path)))
     with pytest.raises(ValueError, match="unknown variant"):
         bd.run(bd.Args(variants=("video",), out_dir=str(tmp_path)))
+
+
+def test_factor_reconstructions_decode_each_factor_with_the_other_at_its_prior_mean():
+    import jax
+    import jax.numpy as jnp
+
+    from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
+    from platonic_rl.denoised.model import WorldModelConfig, all_features, observe
+
+    model = WorldModelConfig(obs_shape=(5,), action_dim=2, x_belief=8, x_state=3, y_belief=6, y_state=2, hidden=16,
+                             embed_dim=16, mlp_encoder_hidden=(16,), mlp_decoder_hidden=(16,))
+    rng = np.random.default_rng(0)
+    observations = rng.normal(size=(7, 5)).astype(np.float32) * 3 + 1
+    prev_actions = rng.uniform(-1, 1, (7, 2)).astype(np.float32)
+    agent = DenoisedMDPAgent.create(DenoisedMDPConfig(model=model, actor_hidden=(8,), critic_hidden=(8,)), 0)
+    agent = agent.with_observation_statistics(observations)
+    key = jax.random.PRNGKey(1)
+    out = bd.factor_reconstructions(agent, observations, prev_actions, key)
+    assert set(out) == {"all", "x", "y"} and all(v.shape == (7, 5) for v in out.values())
+    # By hand: y's state replaced by its prior mean before decoding, then back to observation units.
+    states, stats = observe(model, agent.model_params, agent.normalise(jnp.asarray(observations))[None],
+                            jnp.asarray(prev_actions)[None], key)
+    by_hand = agent.model.apply(agent.model_params, all_features(model, dict(states, y=stats["y"][0])),
+                                method="decode")[0] * agent.obs_std + agent.obs_mean
+    np.testing.assert_allclose(out["x"], by_hand, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(out["x"], out["y"]) and not np.allclose(out["x"], out["all"])
+    dreamer = DenoisedMDPAgent.create(DenoisedMDPConfig.dreamer(model, actor_hidden=(8,), critic_hidden=(8,)), 0)
+    with pytest.raises(ValueError, match="needs a model with a y factor"):
+        bd.factor_reconstructions(dreamer, observations, prev_actions, key)
