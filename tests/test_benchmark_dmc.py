@@ -76,3 +76,19 @@ def test_factor_reconstructions_decode_each_factor_with_the_other_at_its_prior_m
     dreamer = DenoisedMDPAgent.create(DenoisedMDPConfig.dreamer(model, actor_hidden=(8,), critic_hidden=(8,)), 0)
     with pytest.raises(ValueError, match="needs a model with a y factor"):
         bd.factor_reconstructions(dreamer, observations, prev_actions, key)
+
+
+@pytest.mark.slow  # ~1 min: a 500-step pixel episode and a small conv model
+def test_reconstruction_picture_from_pixels(tmp_path):
+    from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
+    from platonic_rl.denoised.model import WorldModelConfig
+    from platonic_rl.training.world_model import DMCOnlineConfig
+
+    model = WorldModelConfig(obs_shape=(64, 64, 3), action_dim=6, x_belief=8, x_state=2, y_belief=4, y_state=2,
+                             hidden=8, embed_dim=16, conv_width=4)
+    agent = DenoisedMDPAgent.create(DenoisedMDPConfig(model=model, actor_hidden=(8,), critic_hidden=(8,)), 0)
+    loop = DMCOnlineConfig(task="cheetah-run", variant="distractors", observation="pixels")
+    fig = bd.plot_reconstructions(tmp_path / "r.png", agent, loop, 3, "cheetah-run / distractors", "untrained")
+    assert (tmp_path / "r.png").stat().st_size > 0
+    assert [ax.get_ylabel().split("\n")[0] for ax in fig.axes[::3]] == [
+        "observation", "from x and y", "from x alone", "from y alone"]
