@@ -404,7 +404,8 @@ class DMCEnv(gym.Env):
             # The video plays on across episodes (as the official source does) unless the env is re-seeded.
             self._video = (VideoFolder(self.video_dir, self.image_size, self._rng) if self.video_dir is not None
                            else ProceduralVideo(self.image_size, self._rng))
-        self._camera = CameraJitter(self._rng, pixels=120.0 * self.image_size / 64)
+        if self.pixels and self.variant == "jitter":  # drawn only here: state variants keep their random streams
+            self._camera = CameraJitter(self._rng, pixels=120.0 * self.image_size / 64)
         return self._observe(time_step)
 
     def step(self, action):
