@@ -163,9 +163,9 @@ class ProceduralVideo:
         self._waves = (np.cos(angle)[:, None, None] * xx + np.sin(angle)[:, None, None] * yy) * frequency[:, None, None]
         self.phase = self.rng.uniform(0, 2 * np.pi, self.gratings)
         self._speed = SmoothSignals(self.gratings, self.rng)
+        self.frame = self._draw()  # drawn once per step, read by the renderer and the noisy sensor
 
-    @property
-    def frame(self) -> np.ndarray:
+    def _draw(self) -> np.ndarray:
         value = np.sin(self._waves + self.phase[:, None, None]).mean(0)
         return np.round(127.5 + 127.5 * value).astype(np.uint8)
 
@@ -175,7 +175,21 @@ class ProceduralVideo:
 
     def step(self) -> np.ndarray:
         self.phase = (self.phase + 0.6 * self._speed.step()) % (2 * np.pi)  # up to 0.3 rad per physics step
+        self.frame = self._draw()
         return self.frame
+
+
+def _clip_frames(clip) -> np.ndarray:
+    """What imageio read, as uint8 frames ``[T, H, W]`` or ``[T, H, W, C]`` (C = 3 or 4): a still image
+    (``[H, W]``, ``[H, W, C]``) is one frame; a single channel is dropped."""
+    clip = np.asarray(clip, np.uint8)
+    if clip.ndim == 2 or (clip.ndim == 3 and clip.shape[-1] in (1, 3, 4)):
+        clip = clip[None]
+    if clip.ndim == 4 and clip.shape[-1] == 1:
+        clip = clip[..., 0]
+    if clip.ndim not in (3, 4):
+        raise ValueError(f"video_dir: expected frames [T, H, W(, C)], got an array of shape {clip.shape}")
+    return clip
 
 
 class VideoFolder:
@@ -199,8 +213,8 @@ class VideoFolder:
             except Exception as error:  # noqa: BLE001 -- name the file and the likely missing plugin
                 raise ValueError(f"video_dir: cannot read {files[f]} ({error}); MP4 needs `pip install "
                                  f"imageio-ffmpeg`") from error
-            for image in np.asarray(clip).reshape((-1, *np.shape(clip)[-3:]) if np.ndim(clip) >= 3 else (1, *np.shape(clip))):
-                gray = Image.fromarray(np.asarray(image, np.uint8)).convert("L").resize((size, size), Image.BILINEAR)
+            for image in _clip_frames(clip):
+                gray = Image.fromarray(image).convert("L").resize((size, size), Image.BILINEAR)
                 frames.append(np.asarray(gray))
                 if len(frames) == total_frames:
                     break

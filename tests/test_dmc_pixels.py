@@ -117,6 +117,18 @@ def test_a_folder_of_videos_gives_the_background(tmp_path):
         VideoFolder(tmp_path / "missing", 16, np.random.default_rng(0))
 
 
+def test_video_clips_of_every_layout_become_frames():
+    from platonic_rl.envs.dmc import _clip_frames
+
+    assert _clip_frames(np.zeros((7, 20, 30))).shape == (7, 20, 30)  # a grayscale video
+    assert _clip_frames(np.zeros((7, 20, 30, 3))).shape == (7, 20, 30, 3)  # RGB
+    assert _clip_frames(np.zeros((7, 20, 30, 1))).shape == (7, 20, 30)  # one channel
+    assert _clip_frames(np.zeros((20, 30))).shape == (1, 20, 30)  # a still image
+    assert _clip_frames(np.zeros((20, 30, 4))).shape == (1, 20, 30, 4)  # a still RGBA image
+    with pytest.raises(ValueError, match=r"expected frames \[T, H, W\(, C\)\]"):
+        _clip_frames(np.zeros((2, 3, 20, 30, 3)))
+
+
 def test_bad_pixel_arguments():
     with pytest.raises(ValueError, match="observation must be one of"):
         DMCEnv("cheetah-run", observation="rgb")
