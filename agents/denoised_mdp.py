@@ -336,6 +336,12 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
     def initial_latent(self, batch_size: int) -> dict:
         return initial_state(self.config.model, (batch_size,))
 
+    def posterior(self, observations, prev_actions, key):
+        """Filter whole sequences of raw observations ``[B, T, ...]`` (reached by ``prev_actions`` ``[B, T, A]``)
+        from the zero latent: :func:`~platonic_rl.denoised.model.observe` on what the model sees. Returns (states,
+        stats) as ``observe`` does."""
+        return observe(self.config.model, self.model_params, self.normalise(observations), prev_actions, key)
+
     def filter(self, latent: dict, observations, prev_actions, rng) -> dict:
         """One posterior step: the latent after seeing ``observations`` [N, ...] reached by ``prev_actions``."""
         embed = self.model.apply(self.model_params, self.normalise(observations), method="encode")

@@ -33,7 +33,7 @@ import tyro
 from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
 from platonic_rl.benchmarks import report
 from platonic_rl.training.world_model import DMCOnlineConfig, latent_probe_data, run_episode, train_dmc_online
-from platonic_rl.denoised.model import WorldModelConfig, all_features, observe
+from platonic_rl.denoised.model import WorldModelConfig, all_features
 from platonic_rl.envs.dmc import TASKS, VARIANTS, DMCEnv
 from platonic_rl.replearn.probes import ridge_probe_r2
 
@@ -315,8 +315,7 @@ def factor_reconstructions(agent: DenoisedMDPAgent, observations, prev_actions, 
     if "y" not in m.factors:
         raise ValueError("factor_reconstructions needs a model with a y factor (Dreamer has x only)")
     model = agent.model
-    states, stats = observe(m, agent.model_params, agent.normalise(jnp.asarray(observations)[None]),
-                            jnp.asarray(prev_actions)[None], key)
+    states, stats = agent.posterior(jnp.asarray(observations)[None], jnp.asarray(prev_actions)[None], key)
     at_prior = lambda f: dict(states, **{f: stats[f][0]})  # noqa: E731 -- the factor's state at its prior mean
     out = {}
     for name, state in (("all", states), ("x", at_prior("y")), ("y", at_prior("x"))):

@@ -24,7 +24,7 @@ import numpy as np
 from tqdm import tqdm
 
 from platonic_rl.agents.contract import check_agent
-from platonic_rl.denoised.model import features, observe
+from platonic_rl.denoised.model import features
 from platonic_rl.envs.dmc import EPISODE_STEPS, DMCEnv
 from platonic_rl.envs.replay import SequenceBuffer, SequenceSampler
 from platonic_rl.training.run import RunDirectory, agent_settings, finish_row
@@ -199,8 +199,7 @@ def latent_probe_data(agent, config: DMCOnlineConfig, episodes: int, seed: int, 
     for i in range(episodes):
         key = jax.random.PRNGKey(seed + i)
         ep = run_episode(env, agent, key, noise, seed=seed + i)
-        states, _ = _observe_jit(m, agent.model_params, agent.normalise(jnp.asarray(ep["observations"][None])),
-                                 jnp.asarray(ep["prev_actions"][None]), key)
+        states, _ = _posterior(agent, ep["observations"][None], ep["prev_actions"][None], key)
         out["x"].append(np.asarray(features(states, "x"))[0])
         if "y" in m.factors:
             out["y"].append(np.asarray(features(states, "y"))[0])
@@ -210,4 +209,4 @@ def latent_probe_data(agent, config: DMCOnlineConfig, episodes: int, seed: int, 
     return {k: np.concatenate(v) for k, v in out.items() if v}
 
 
-_observe_jit = jax.jit(observe, static_argnums=0)
+_posterior = jax.jit(lambda agent, observations, prev_actions, key: agent.posterior(observations, prev_actions, key))
