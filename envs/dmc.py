@@ -345,11 +345,14 @@ class DMCEnv(gym.Env):
             image = translate(image, self._camera.shift)
         return np.ascontiguousarray(image, np.uint8)
 
-    def _agent_state(self) -> np.ndarray:
+    def _info(self, distractor: list) -> dict:
+        """``info``: the agent's MuJoCo state (without cheetah's and walker's rootx, unobservable by design) and the
+        variant's distractor variables concatenated."""
         state = self._env.physics.get_state()
-        if self.task in ("cheetah-run", "walker-walk"):  # qpos[0] is rootx: unobservable by design
+        if self.task in ("cheetah-run", "walker-walk"):
             state = state[1:]
-        return state.astype(np.float32)
+        return dict(agent_state=state.astype(np.float32),
+                    distractor_state=(np.concatenate(distractor) if distractor else np.zeros(0)).astype(np.float32))
 
     def _observe_pixels(self) -> tuple[np.ndarray, dict]:
         distractor = []
@@ -359,8 +362,7 @@ class DMCEnv(gym.Env):
             distractor.append([self._noise()])
         if self.variant == "jitter":
             distractor.append(self._camera.shift)
-        info = dict(agent_state=self._agent_state(),
-                    distractor_state=(np.concatenate(distractor) if distractor else np.zeros(0)).astype(np.float32))
+        info = self._info(distractor)
         return self._render(), info
 
     def _observe(self, time_step) -> tuple[np.ndarray, dict]:
@@ -384,8 +386,7 @@ class DMCEnv(gym.Env):
         if self.variant == "jitter":
             parts.append(np.concatenate([self._mass_pos, self._mass_vel]))
             distractor += [self._mass_pos, self._mass_vel, self._jitter.offset]
-        info = dict(agent_state=self._agent_state(),
-                    distractor_state=(np.concatenate(distractor) if distractor else np.zeros(0)).astype(np.float32))
+        info = self._info(distractor)
         return np.concatenate(parts).astype(np.float32), info
 
     def _noise(self) -> float:
