@@ -38,10 +38,17 @@ The union length is computed without sorting, as  sum(right boundaries) - sum(le
 union's disjoint segments. A start s_k is a left boundary iff its interval is non-empty and no other
 non-empty interval covers it from the left (s_j < s_k <= e_j, or an equal start with a lower index);
 an end e_k is a right boundary iff no other non-empty interval covers it from the right
-(s_j <= e_k < e_j, or an equal end with a lower index). The boundary indicators are O(l^2) comparisons
-and piecewise constant, so the gradient is +1 on right and -1 on left boundaries. On CPU this is 10-20x
-faster (forward + backward) than the sort-and-count formulation, whose sort and max reductions have slow
-backward passes in XLA; the two agree to float precision (see tests).
+(s_j <= e_k < e_j, or an equal end with a lower index). Each test is one pass over the l^2 pairs of a
+component: the farthest end among the intervals ordered before k is compared with s_k, and the farthest
+end among the intervals that start at or before e_k (an equal end counts as farther if its index is lower)
+with e_k. The passes compare int32 keys that order like the float32 values (-0.0 and +0.0 share a key),
+so the index tie-break is one integer subtraction. The union length is piecewise linear with gradient
++1 on right and -1 on left boundaries; a custom JVP gives exactly that from the two boundary masks, so the
+backward pass is two selects (the masks are piecewise constant and need no derivative). On CPU this is
+~1.5-1.8x faster forward + backward than comparing floats with the tie rule inside the pair loop and
+10-20x faster than the sort-and-count formulation (XLA's CPU sort is slow); all agree to float precision
+(see tests). Sorting networks (bitonic, Batcher; O(l log^2 l) compare-exchanges) lose on XLA CPU: every
+layer is a pass over memory and autodiff through min/max is slow.
 """
 from __future__ import annotations
 
@@ -62,30 +69,60 @@ def _check_pair(x: jax.Array, y: jax.Array) -> None:
         raise ValueError(f"x and y must have the same last dimension, got shapes {x.shape} and {y.shape}")
 
 
+_KEY_FLOOR = np.iinfo(np.int32).min  # below the key of every float32, NaNs included
+
+
+def _order_keys(a: jax.Array) -> jax.Array:
+    """int32 keys ordered as the float32 values ``a`` (-0.0 and +0.0 both get key 0)."""
+    bits = jax.lax.bitcast_convert_type(a, jnp.int32)
+    return jnp.where(bits < 0, -(bits & 0x7FFFFFFF), bits)
+
+
+def _union_boundaries(starts: jax.Array, ends: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Masks ``(left, right)`` ``[..., l]``: which starts / ends are boundaries of the union's segments."""
+    nonempty = ends > starts
+    key_s, key_e = _order_keys(starts), _order_keys(ends)
+    reach = jnp.where(nonempty, key_e, _KEY_FLOOR)  # empty intervals cover nothing
+    count = starts.shape[-1]
+    lower = np.tril(np.ones((count, count), np.int32), -1)  # [k, j] = 1 where j < k
+    k_, j_ = (lambda a: a[..., :, None]), (lambda a: a[..., None, :])
+    # j is ordered before k iff s_j < s_k, or s_j == s_k and j < k, i.e. key_s[j] - lower[k, j] < key_s[k].
+    reach_before = jnp.max(jnp.where(j_(key_s) - lower < k_(key_s), j_(reach), _KEY_FLOOR), axis=-1)
+    left = nonempty & (key_s > reach_before)
+    # e_k is covered iff some j with s_j <= e_k reaches past it (an equal end with a lower index counts).
+    reach_after = jnp.max(jnp.where(j_(key_s) <= k_(key_e), j_(reach) + lower, _KEY_FLOOR), axis=-1)
+    right = nonempty & (reach_after <= key_e)
+    return left, right
+
+
+@jax.custom_jvp
+def _union_lengths(starts: jax.Array, ends: jax.Array) -> jax.Array:
+    left, right = _union_boundaries(starts, ends)
+    return jnp.sum(jnp.where(right, ends, 0.0) - jnp.where(left, starts, 0.0), axis=-1)
+
+
+@_union_lengths.defjvp
+def _union_lengths_jvp(primals, tangents):
+    starts, ends = primals
+    d_starts, d_ends = tangents
+    left, right = _union_boundaries(starts, ends)
+    length = jnp.sum(jnp.where(right, ends, 0.0) - jnp.where(left, starts, 0.0), axis=-1)
+    return length, jnp.sum(jnp.where(right, d_ends, 0.0) - jnp.where(left, d_starts, 0.0), axis=-1)
+
+
 def iqe_components(x: jax.Array, y: jax.Array, dim_per_component: int) -> jax.Array:
-    """Per-component IQE distances ``[..., num_components]`` (union-of-intervals lengths)."""
+    """Per-component IQE distances ``[..., num_components]`` (union-of-intervals lengths, float32)."""
     x, y = jnp.asarray(x), jnp.asarray(y)
     _check_pair(x, y)
     dim = x.shape[-1]
     if dim_per_component < 1 or dim % dim_per_component:
         raise ValueError(f"latent dimension {dim} must be a positive multiple of dim_per_component="
                          f"{dim_per_component}")
-    x, y = jnp.broadcast_arrays(x, y)
+    # float32 keys are exact for float32, bfloat16 and float16 inputs (compute_dtype leaves IQE in float32).
+    x, y = jnp.broadcast_arrays(x.astype(jnp.float32), y.astype(jnp.float32))
     shape = x.shape[:-1] + (dim // dim_per_component, dim_per_component)
     starts = x.reshape(shape)
-    ends = jnp.maximum(starts, y.reshape(shape))
-    s, e = jax.lax.stop_gradient(starts), jax.lax.stop_gradient(ends)
-    nonempty = e > s
-    index = jnp.arange(dim_per_component)
-    lower_index = index[None, :] < index[:, None]  # [k, j]: j comes before k
-    s_k, s_j = s[..., :, None], s[..., None, :]
-    e_k, e_j = e[..., :, None], e[..., None, :]
-    other = nonempty[..., None, :]
-    start_covered = other & (((s_j < s_k) & (s_k <= e_j)) | ((s_j == s_k) & lower_index))
-    end_covered = other & (((s_j <= e_k) & (e_k < e_j)) | ((e_j == e_k) & lower_index))
-    left = nonempty & ~jnp.any(start_covered, axis=-1)
-    right = nonempty & ~jnp.any(end_covered, axis=-1)
-    return jnp.sum(jnp.where(right, ends, 0.0) - jnp.where(left, starts, 0.0), axis=-1)
+    return _union_lengths(starts, jnp.maximum(starts, y.reshape(shape)))
 
 
 def maxmean(components: jax.Array, alpha: jax.Array) -> jax.Array:

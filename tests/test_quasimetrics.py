@@ -1,4 +1,5 @@
 import jax
+import jax.test_util  # noqa: F401  (check_grads)
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -106,6 +107,51 @@ def test_jit_vmap_grad_finite_including_x_equals_y(name):
             jnp.array([0.0, 1.0]), jnp.array([2.0, 3.0]))  # [0, 2] U [1, 3] = [0, 3]
         np.testing.assert_array_equal(gx, [-1.0, 0.0])
         np.testing.assert_array_equal(gy, [0.0, 1.0])
+
+
+def _spaced_pairs(rng, batch, dim):
+    """x, y whose 2 * dim entries per row are distinct multiples of 0.1: no two endpoints within 0.1."""
+    values = np.stack([rng.permutation(np.arange(-dim, dim)) for _ in range(batch)]) * 0.1
+    return values[:, :dim].astype(np.float32), values[:, dim:].astype(np.float32)
+
+
+def test_iqe_gradient_equals_finite_differences_of_brute_force():
+    rng = np.random.default_rng(5)
+    x, y = _spaced_pairs(rng, batch=8, dim=16)
+    weights = rng.normal(size=(8, 2)).astype(np.float32)  # one random weight per component
+    gx, gy = jax.jit(jax.grad(lambda a, b: jnp.sum(weights * qm.iqe_components(a, b, 8)), argnums=(0, 1)))(x, y)
+
+    def brute(a, b):  # float64, merge-based, independent of the kernel
+        return sum(weights[r, c] * union_length(a[r, 8 * c:8 * c + 8], b[r, 8 * c:8 * c + 8])
+                   for r in range(8) for c in range(2))
+
+    h = 0.01  # < half the 0.1 spacing: no step crosses a kink, so central differences are exact up to rounding
+    x64, y64 = np.float64(x), np.float64(y)
+    for got, arg in ((gx, 0), (gy, 1)):
+        fd = np.zeros_like(x64)
+        for r, c in np.ndindex(*x.shape):
+            plus, minus = [x64.copy(), y64.copy()], [x64.copy(), y64.copy()]
+            plus[arg][r, c] += h
+            minus[arg][r, c] -= h
+            fd[r, c] = (brute(*plus) - brute(*minus)) / (2 * h)
+        assert set(np.unique(np.round(fd / np.abs(weights).max(), 6))) != {0.0}  # some entries move the union
+        np.testing.assert_allclose(np.asarray(got), fd, atol=1e-9 + 1e-6 * np.abs(weights).max())
+
+
+def test_iqe_forward_and_reverse_mode_agree():
+    x, y = _spaced_pairs(np.random.default_rng(6), batch=4, dim=16)
+    f = lambda a, b: qm.iqe(a, b, 8, "maxmean", 0.3)  # noqa: E731
+    jax.test_util.check_grads(f, (x, y), order=1, modes=("fwd", "rev"), eps=0.01)
+
+
+def test_iqe_negative_zero_touches_positive_zero():
+    # [-1.5, -0.0] and [+0.0, 1] touch: one segment [-1.5, 1], whose boundaries are x[0] and y[1] only.
+    x = jnp.array([-1.5, 0.0])
+    y = jnp.array([-0.0, 1.0])
+    assert float(qm.iqe(x, y, 2, "sum")) == pytest.approx(2.5)
+    gx, gy = jax.jit(jax.grad(lambda a, b: qm.iqe(a, b, 2, "sum"), argnums=(0, 1)))(x, y)
+    np.testing.assert_array_equal(gx, [-1.0, 0.0])
+    np.testing.assert_array_equal(gy, [0.0, 1.0])
 
 
 def test_any_leading_shape_and_broadcast():
