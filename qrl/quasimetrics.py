@@ -96,18 +96,22 @@ def _union_boundaries(starts: jax.Array, ends: jax.Array) -> tuple[jax.Array, ja
 
 
 @jax.custom_jvp
-def _union_lengths(starts: jax.Array, ends: jax.Array) -> jax.Array:
+def _union_lengths(starts: jax.Array, targets: jax.Array) -> jax.Array:
+    """Length of the union of the intervals [starts, max(starts, targets)] along the last axis."""
+    ends = jnp.maximum(starts, targets)
     left, right = _union_boundaries(starts, ends)
     return jnp.sum(jnp.where(right, ends, 0.0) - jnp.where(left, starts, 0.0), axis=-1)
 
 
 @_union_lengths.defjvp
 def _union_lengths_jvp(primals, tangents):
-    starts, ends = primals
-    d_starts, d_ends = tangents
+    # A right boundary ends a non-empty interval, whose end is its target; a left boundary is its start.
+    starts, targets = primals
+    d_starts, d_targets = tangents
+    ends = jnp.maximum(starts, targets)
     left, right = _union_boundaries(starts, ends)
     length = jnp.sum(jnp.where(right, ends, 0.0) - jnp.where(left, starts, 0.0), axis=-1)
-    return length, jnp.sum(jnp.where(right, d_ends, 0.0) - jnp.where(left, d_starts, 0.0), axis=-1)
+    return length, jnp.sum(jnp.where(right, d_targets, 0.0) - jnp.where(left, d_starts, 0.0), axis=-1)
 
 
 def iqe_components(x: jax.Array, y: jax.Array, dim_per_component: int) -> jax.Array:
@@ -121,8 +125,7 @@ def iqe_components(x: jax.Array, y: jax.Array, dim_per_component: int) -> jax.Ar
     # float32 keys are exact for float32, bfloat16 and float16 inputs (compute_dtype leaves IQE in float32).
     x, y = jnp.broadcast_arrays(x.astype(jnp.float32), y.astype(jnp.float32))
     shape = x.shape[:-1] + (dim // dim_per_component, dim_per_component)
-    starts = x.reshape(shape)
-    return _union_lengths(starts, jnp.maximum(starts, y.reshape(shape)))
+    return _union_lengths(x.reshape(shape), y.reshape(shape))
 
 
 def maxmean(components: jax.Array, alpha: jax.Array) -> jax.Array:

@@ -1,0 +1,385 @@
+"""Speed report: every agent's update (ms, samples/s, matmul FLOPs, share of this machine's matmul peak) and
+the IQE head alone, measured in one run on one machine.
+
+    python -m platonic_rl.benchmarks.speed                      # ~5 min on 2 CPU cores
+    python -m platonic_rl.benchmarks.speed --scale quick        # tiny sizes, seconds (the tests run this)
+
+For each case the update is timed as one jitted call (``jax.jit(Agent.update)``) and inside a ``lax.scan`` of
+``--scan-length`` updates (the training layer's ``update_steps``, which every loop uses), each as the median of
+``--repeats`` timed calls after compiling. Matmul FLOPs are counted from the update's jaxpr (``dot_general`` and
+convolutions, scans multiplied by their length), and divided by the time and by this machine's float32 matmul
+peak, measured in the same run as the best of large square matmuls. The IQE head alone is timed forward +
+backward on ``--iqe-pairs`` pairs for each exact kernel (the library's, and the alternatives it was chosen
+over), and its share of the QRL update is the update's time minus the same update with an l2 head on the same
+projector. Absolute times depend on the machine; the ratios (share of peak, speed-ups, shares of the update)
+are what compare across machines.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import time
+from pathlib import Path
+from typing import Callable, Literal
+
+import flax.struct
+import jax
+import jax.extend.core
+import jax.numpy as jnp
+import numpy as np
+import tyro
+
+from platonic_rl.agents import (CRLAgent, CRLConfig, DDPGHERAgent, DDPGHERConfig, DenoisedMDPAgent,
+                                DenoisedMDPConfig, GCBCAgent, GCBCConfig, QRLAgent, QRLConfig,
+                                QRLContinuousAgent, QRLContinuousConfig)
+from platonic_rl.benchmarks import report
+from platonic_rl.denoised.model import WorldModelConfig
+from platonic_rl.qrl import quasimetrics as qm
+from platonic_rl.training.updates import update_steps
+
+Scale = Literal["quick", "full"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+    scale: Scale = "full"
+    """full: the agents at their default and CPU-preset sizes; quick: tiny networks (seconds; for the tests)."""
+    cases: tuple[str, ...] = ()
+    """Only these cases (names as printed; default: all of the scale)."""
+    repeats: int = 5
+    """Timed calls per measurement (the median is reported), after one call that compiles."""
+    scan_length: int = 10
+    """Updates per scanned call."""
+    iqe_pairs: int = 4096
+    """Pairs for the IQE head alone (latent 64 x 32 at full scale)."""
+    out_dir: str = "docs/results/speed"
+
+    def __post_init__(self):
+        for name in ("repeats", "scan_length", "iqe_pairs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+
+
+# ----------------------------------------------------------------------------------------------- FLOPs
+
+
+def matmul_flops(jaxpr) -> int:
+    """FLOPs of the matrix products in ``jaxpr`` (a ``Jaxpr`` or ``ClosedJaxpr``): 2 per multiply-add of every
+    ``dot_general`` and convolution, sub-jaxprs included, a scan's body times its length, a ``cond`` as its
+    most expensive branch and a ``while`` body once (its trip count is not static)."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    total = 0
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name == "dot_general":
+            (lhs_contract, _), _ = eqn.params["dimension_numbers"]
+            lhs = eqn.invars[0].aval.shape
+            total += 2 * math.prod(eqn.outvars[0].aval.shape) * math.prod(lhs[i] for i in lhs_contract)
+        elif name == "conv_general_dilated":
+            rhs = eqn.invars[1].aval.shape
+            spec = eqn.params["dimension_numbers"].rhs_spec  # (out features, in features, *spatial)
+            per_output = math.prod(rhs[i] for i in spec[1:])  # in features per group x kernel window
+            total += 2 * math.prod(eqn.outvars[0].aval.shape) * per_output
+        if name == "cond":
+            total += max(_sub_flops(b) for b in eqn.params["branches"])
+        elif name == "scan":
+            total += eqn.params["length"] * _sub_flops(eqn.params["jaxpr"])
+        else:
+            total += sum(_sub_flops(value) for value in eqn.params.values())
+    return total
+
+
+def _sub_flops(value) -> int:
+    if isinstance(value, (jax.extend.core.Jaxpr, jax.extend.core.ClosedJaxpr)):
+        return matmul_flops(value)
+    if isinstance(value, (tuple, list)):
+        return sum(_sub_flops(v) for v in value)
+    return 0
+
+
+def measure_matmul_peak(sizes=(1024, 2048), repeats: int = 5) -> float:
+    """This machine's float32 matmul rate, FLOP/s: the best median over square matmuls of ``sizes``."""
+    best = 0.0
+    for n in sizes:
+        a, b = (jax.random.normal(jax.random.PRNGKey(i), (n, n), jnp.float32) for i in range(2))
+        seconds = time_call(jax.jit(jnp.matmul), (a, b), repeats)
+        best = max(best, 2 * n ** 3 / seconds)
+    return best
+
+
+def time_call(fn: Callable, args: tuple, repeats: int) -> float:
+    """Median seconds of ``fn(*args)`` (results blocked on) over ``repeats`` calls, after one that compiles."""
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+# ----------------------------------------------------------------------------------------------- cases
+
+
+@flax.struct.dataclass
+class FixedBatch:
+    """A sampler that returns the same batch (the scan measures the update, not sampling)."""
+    batch: dict
+
+    def sample(self, key):
+        del key
+        return self.batch
+
+
+def goal_batch(n: int, obs_dim: int, action_dim: int, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    obs = rng.normal(size=(n, obs_dim)).astype(np.float32)
+    return dict(observations=obs, actions=rng.uniform(-1, 1, (n, action_dim)).astype(np.float32),
+                next_observations=obs + 0.1 * rng.normal(size=obs.shape).astype(np.float32),
+                rewards=-np.ones(n, np.float32), goals=rng.normal(size=(n, obs_dim)).astype(np.float32))
+
+
+def discrete_batch(n: int, obs_dim: int, num_actions: int, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    obs = rng.normal(size=(n, obs_dim)).astype(np.float32)
+    return dict(observations=obs, actions=rng.integers(0, num_actions, n).astype(np.int32),
+                next_observations=obs + 0.1 * rng.normal(size=obs.shape).astype(np.float32),
+                rewards=-np.ones(n, np.float32))
+
+
+def sequence_batch(b: int, t: int, obs_dim: int, action_dim: int, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return dict(observations=rng.normal(size=(b, t, obs_dim)).astype(np.float32),
+                prev_actions=rng.uniform(-1, 1, (b, t, action_dim)).astype(np.float32),
+                rewards=rng.normal(size=(b, t)).astype(np.float32))
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    size: str         # what the sizes are, for the table
+    build: Callable   # () -> (agent, batch)
+    samples: int      # samples per update (transitions, or sequence steps)
+
+
+def _fetch_qrl(**overrides) -> Callable:
+    # Fetch: 10-d state observations and goals, 4-d actions (FetchReach), batch 256 (C.3.3).
+    return lambda: (QRLContinuousAgent.create(QRLContinuousConfig(**overrides), 0), goal_batch(256, 10, 4))
+
+
+def _world_model(dreamer: bool, preset: str) -> Callable:
+    from platonic_rl.benchmarks.dmc import PRESETS  # cheetah-run: 17-d states, 6-d actions
+
+    def build():
+        p = PRESETS[preset]
+        model = WorldModelConfig(obs_shape=(17,), action_dim=6, **p["model"])
+        config = (DenoisedMDPConfig.dreamer(dataclasses.replace(model, **p["dreamer"]), **p["agent"]) if dreamer
+                  else DenoisedMDPConfig(model=model, **p["agent"]))
+        return DenoisedMDPAgent.create(config, 0), sequence_batch(p["batch_size"], p["chunk"], 17, 6)
+    return build
+
+
+def full_cases() -> list[Case]:
+    from platonic_rl.benchmarks.fetch import QRL_PRESETS
+    from platonic_rl.benchmarks.dmc import PRESETS
+
+    seq = {p: PRESETS[p]["batch_size"] * PRESETS[p]["chunk"] for p in PRESETS}
+    return [
+        Case("qrl_continuous", "Fetch, C.3.3 (IQE 64x32, 2 critics)", _fetch_qrl(), 256),
+        Case("qrl_continuous_l2", "Fetch, C.3.3 with an l2 head", _fetch_qrl(head="l2"), 256),
+        Case("qrl_continuous_cpu", "Fetch, cpu preset (IQE 16x32)", _fetch_qrl(**QRL_PRESETS["cpu"]), 256),
+        Case("qrl", "MountainCar, C.3.1 (batch 1024)",
+             lambda: (QRLAgent.create(QRLConfig(), 0), discrete_batch(1024, 3, 3)), 1024),
+        Case("crl", "Fetch, default (batch 256)",
+             lambda: (CRLAgent.create(CRLConfig(), 0), goal_batch(256, 10, 4)), 256),
+        Case("gcbc", "Fetch, default (batch 256)",
+             lambda: (GCBCAgent.create(GCBCConfig(), 0), goal_batch(256, 10, 4)), 256),
+        Case("ddpg_her", "Fetch, default MLP critic (batch 256)",
+             lambda: (DDPGHERAgent.create(DDPGHERConfig(), 0), goal_batch(256, 10, 4)), 256),
+        Case("denoised_mdp_cpu", "cheetah states, cpu preset (16 x 32 steps)", _world_model(False, "cpu"), seq["cpu"]),
+        Case("dreamer_cpu", "cheetah states, cpu preset (16 x 32 steps)", _world_model(True, "cpu"), seq["cpu"]),
+        Case("denoised_mdp", "cheetah states, Table D.4 (50 x 50 steps)", _world_model(False, "paper"),
+             seq["paper"]),
+    ]
+
+
+def quick_cases() -> list[Case]:
+    tiny = dict(encoder_hidden=(32,), latent_dim=16, projector_hidden=(32,), iqe_components=4,
+                iqe_dim_per_component=8, dynamics_hidden=(32,), actor_hidden=(32,))
+    small_model = WorldModelConfig(obs_shape=(5,), action_dim=2, x_belief=16, x_state=4, y_belief=8, y_state=2,
+                                   hidden=16, embed_dim=16, mlp_encoder_hidden=(16,), mlp_decoder_hidden=(16,))
+    return [
+        Case("qrl_continuous", "tiny", _fetch_qrl(**tiny), 256),
+        Case("qrl_continuous_l2", "tiny, l2 head", _fetch_qrl(**tiny, head="l2", l2_dim=32), 256),
+        Case("gcbc", "tiny", lambda: (GCBCAgent.create(GCBCConfig(hidden=(32,)), 0), goal_batch(64, 10, 4)), 64),
+        Case("denoised_mdp", "tiny", lambda: (DenoisedMDPAgent.create(DenoisedMDPConfig(
+            model=small_model, actor_hidden=(16,), critic_hidden=(16,), horizon=3, imagine_starts=8), 0),
+            sequence_batch(4, 6, 5, 2)), 24),
+    ]
+
+
+# ----------------------------------------------------------------------------------------------- IQE kernels
+
+
+def iqe_float_pairs(x: jax.Array, y: jax.Array, dim_per_component: int) -> jax.Array:
+    """The previous kernel: the same boundary rule, floats compared with the index tie-break inside the pair loop,
+    gradient by autodiff through the boundary selects."""
+    shape = x.shape[:-1] + (x.shape[-1] // dim_per_component, dim_per_component)
+    starts = x.reshape(shape)
+    ends = jnp.maximum(starts, y.reshape(shape))
+    s, e = jax.lax.stop_gradient(starts), jax.lax.stop_gradient(ends)
+    nonempty = e > s
+    lower = np.tril(np.ones((dim_per_component,) * 2, bool), -1)  # [k, j]: j < k
+    s_k, s_j, e_k, e_j = s[..., :, None], s[..., None, :], e[..., :, None], e[..., None, :]
+    other = nonempty[..., None, :]
+    start_covered = other & (((s_j < s_k) & (s_k <= e_j)) | ((s_j == s_k) & lower))
+    end_covered = other & (((s_j <= e_k) & (e_k < e_j)) | ((e_j == e_k) & lower))
+    left = nonempty & ~jnp.any(start_covered, -1)
+    right = nonempty & ~jnp.any(end_covered, -1)
+    return jnp.sum(jnp.where(right, ends, 0.0) - jnp.where(left, starts, 0.0), -1)
+
+
+def iqe_sort(x: jax.Array, y: jax.Array, dim_per_component: int) -> jax.Array:
+    """Sort the intervals by start; each adds what reaches past the farthest end before it (autodiff)."""
+    shape = x.shape[:-1] + (x.shape[-1] // dim_per_component, dim_per_component)
+    starts = x.reshape(shape)
+    starts, ends = jax.lax.sort((starts, jnp.maximum(starts, y.reshape(shape))), dimension=len(shape) - 1,
+                                num_keys=1)
+    reach = jax.lax.cummax(ends, axis=len(shape) - 1)
+    before = jnp.concatenate([jnp.full_like(reach[..., :1], -jnp.inf), reach[..., :-1]], -1)
+    return jnp.sum(jnp.maximum(ends - jnp.maximum(starts, before), 0.0), -1)
+
+
+IQE_KERNELS = {"int keys + custom JVP (library)": qm.iqe_components,
+               "float pairs + autodiff (previous)": iqe_float_pairs,
+               "sort + cummax": iqe_sort}
+
+
+def time_iqe(pairs: int, components: int, dim: int, repeats: int) -> dict:
+    x, y = (jax.random.normal(jax.random.PRNGKey(i), (pairs, components * dim)) for i in range(2))
+    reference = np.asarray(qm.iqe_components(x, y, dim))
+    out = {}
+    for name, kernel in IQE_KERNELS.items():
+        value = np.asarray(jax.jit(kernel, static_argnums=2)(x, y, dim))
+        forward = jax.jit(lambda a, b, k=kernel: k(a, b, dim).mean(-1))
+        both = jax.jit(jax.value_and_grad(lambda a, b, k=kernel: k(a, b, dim).mean(), argnums=(0, 1)))
+        out[name] = dict(forward_ms=1e3 * time_call(forward, (x, y), repeats),
+                         forward_backward_ms=1e3 * time_call(both, (x, y), repeats),
+                         max_abs_difference=float(np.abs(value - reference).max()))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- run
+
+
+def time_update(case: Case, args: Args, peak: float) -> dict:
+    agent, batch = case.build()
+    batch = jax.tree.map(jnp.asarray, batch)
+    update = jax.jit(type(agent).update)
+    one = time_call(update, (agent, batch), args.repeats)
+    keys = jax.random.split(jax.random.PRNGKey(0), args.scan_length)
+    scanned = time_call(update_steps, (agent, FixedBatch(batch), keys), args.repeats) / args.scan_length
+    flops = matmul_flops(jax.make_jaxpr(type(agent).update)(agent, batch))
+    return dict(size=case.size, samples=case.samples, ms_one_call=1e3 * one, ms_in_scan=1e3 * scanned,
+                samples_per_s=case.samples / scanned, matmul_gflops=flops / 1e9,
+                peak_fraction_one_call=flops / one / peak, peak_fraction_in_scan=flops / scanned / peak)
+
+
+def table(record: dict) -> str:
+    lines = [f"float32 matmul peak measured here: {record['matmul_peak_gflops']:.1f} GFLOP/s "
+             f"({record['devices']}; scale {record['scale']})", "",
+             "| update | sizes | ms (one call) | ms (in scan) | samples/s | matmul GFLOP | % of peak (one call / scan) |",
+             "|---|---|---|---|---|---|---|"]
+    for name, r in record["updates"].items():
+        lines.append(f"| {name} | {r['size']} | {r['ms_one_call']:.3g} | {r['ms_in_scan']:.3g} | "
+                     f"{r['samples_per_s']:,.0f} | {r['matmul_gflops']:.3g} | "
+                     f"{100 * r['peak_fraction_one_call']:.0f} / {100 * r['peak_fraction_in_scan']:.0f} |")
+    share = record.get("iqe_share")
+    if share:
+        lines += ["", f"IQE share of the QRL update (one call; l2 head on the same projector as the baseline): "
+                      f"{share['iqe_ms']:.1f} of {share['update_ms']:.1f} ms = {100 * share['fraction']:.0f}%"]
+    iqe = record["iqe"]
+    base = iqe["float pairs + autodiff (previous)"]["forward_backward_ms"]
+    lines += ["", f"IQE head alone, {record['iqe_shape']}:", "",
+              "| kernel | forward ms | forward+backward ms | speed-up (fwd+bwd) vs previous | max abs diff |",
+              "|---|---|---|---|---|"]
+    for name, r in iqe.items():
+        lines.append(f"| {name} | {r['forward_ms']:.1f} | {r['forward_backward_ms']:.1f} | "
+                     f"{base / r['forward_backward_ms']:.2f}x | {r['max_abs_difference']:.1e} |")
+    return "\n".join(lines)
+
+
+def plot(path: Path, record: dict) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    updates = record["updates"]
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 0.5 * max(len(updates), 4) + 1.5),
+                                 gridspec_kw=dict(width_ratios=(3, 2)))
+    names = list(updates)[::-1]
+    y = np.arange(len(names))
+    ax.barh(y - 0.2, [updates[n]["ms_one_call"] for n in names], 0.4, label="one jitted call")
+    ax.barh(y + 0.2, [updates[n]["ms_in_scan"] for n in names], 0.4, label=f"in a scan of {record['scan_length']}")
+    for i, n in enumerate(names):
+        ax.text(max(updates[n]["ms_one_call"], updates[n]["ms_in_scan"]), i,
+                f"  {100 * updates[n]['peak_fraction_in_scan']:.0f}% of peak in scan", va="center", fontsize=8)
+    ax.set_yticks(y, names)
+    ax.set_xlabel("ms per update")
+    ax.set_xscale("log")
+    ax.set_xlim(right=30 * max(max(r["ms_one_call"], r["ms_in_scan"]) for r in updates.values()))
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, fontsize=8)
+    ax.set_title(f"updates (peak {record['matmul_peak_gflops']:.0f} GFLOP/s f32 matmul)")
+    kernels = list(record["iqe"])
+    ms = [record["iqe"][k]["forward_backward_ms"] for k in kernels]
+    bx.barh(np.arange(len(kernels)), ms, color="C2")
+    for i, value in enumerate(ms):
+        bx.text(value, i, f" {value:.0f} ms", va="center", fontsize=8)
+    bx.set_yticks(np.arange(len(kernels)), [k.replace(" (", "\n(") for k in kernels], fontsize=8)
+    bx.set_xscale("log")
+    bx.set_xlim(min(ms) / 10, 10 * max(ms))
+    bx.set_xlabel("ms, forward + backward (log scale)")
+    bx.set_title(f"IQE head alone, {record['iqe_shape']}")
+    fig.suptitle(f"speed report, scale {record['scale']}, {record['devices']} (median of {record['repeats']} calls)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(args: Args) -> dict:
+    start = time.perf_counter()
+    cases = {c.name: c for c in (full_cases() if args.scale == "full" else quick_cases())}
+    unknown = sorted(set(args.cases) - set(cases))
+    if unknown:
+        raise ValueError(f"--cases: unknown {unknown}; known at scale {args.scale!r}: {sorted(cases)}")
+    chosen = [cases[n] for n in (args.cases or cases)]
+    peak = measure_matmul_peak((1024, 2048) if args.scale == "full" else (256,), args.repeats)
+    print(f"float32 matmul peak: {peak / 1e9:.1f} GFLOP/s", flush=True)
+    updates = {}
+    for case in chosen:
+        updates[case.name] = time_update(case, args, peak)
+        r = updates[case.name]
+        print(f"{case.name}: {r['ms_one_call']:.1f} ms one call, {r['ms_in_scan']:.1f} ms in scan, "
+              f"{100 * r['peak_fraction_one_call']:.0f}% of peak", flush=True)
+    components, dim = (64, 32) if args.scale == "full" else (4, 8)
+    record = dict(scale=args.scale, devices=f"{jax.device_count()} x {jax.devices()[0].device_kind}",
+                  repeats=args.repeats, scan_length=args.scan_length, matmul_peak_gflops=peak / 1e9,
+                  updates=updates, iqe_shape=f"{args.iqe_pairs} pairs, {components} x {dim}",
+                  iqe=time_iqe(args.iqe_pairs, components, dim, args.repeats))
+    base, l2 = "qrl_continuous", "qrl_continuous_l2"
+    if base in updates and l2 in updates:
+        iqe_ms = updates[base]["ms_one_call"] - updates[l2]["ms_one_call"]
+        record["iqe_share"] = dict(update_ms=updates[base]["ms_one_call"], iqe_ms=iqe_ms,
+                                   fraction=iqe_ms / updates[base]["ms_one_call"])
+    return report.save_run(args.out_dir, "platonic_rl.benchmarks.speed", args, record, table(record),
+                           plots={"speed.png": lambda path: plot(path, record)},
+                           total_seconds=time.perf_counter() - start)
+
+
+def main() -> None:
+    run(tyro.cli(Args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from platonic_rl.benchmarks import speed
+
+
+def test_matmul_flops_hand_counted():
+    a, w = jnp.ones((4, 8)), jnp.ones((8, 16))
+    assert speed.matmul_flops(jax.make_jaxpr(jnp.matmul)(a, w)) == 2 * 4 * 8 * 16
+    # The gradient of sum(a @ w) wrt w adds a^T g: one more product of the same size.
+    grad = jax.make_jaxpr(jax.grad(lambda w: jnp.sum(a @ w)))(w)
+    assert speed.matmul_flops(grad) == 2 * (2 * 4 * 8 * 16)
+    # A scan's body counts once per step; jit (pjit) bodies are entered.
+    scanned = jax.make_jaxpr(lambda w: jax.lax.scan(lambda c, _: (jax.jit(jnp.matmul)(c, w[:, :8]), None), a, None,
+                                                    length=3)[0])(w)
+    assert speed.matmul_flops(scanned) == 3 * 2 * 4 * 8 * 8
+    # A batched dot: [2, 4, 8] x [2, 8, 16] is 2 * 4 * 16 outputs of 8 multiply-adds.
+    assert speed.matmul_flops(jax.make_jaxpr(jnp.matmul)(jnp.ones((2, 4, 8)), jnp.ones((2, 8, 16)))) == 2 * 128 * 8
+    # A convolution: 8 x 8 x 4 outputs, each 3 x 3 x 3 multiply-adds; a cond counts its dearer branch.
+    image, kernel = jnp.ones((1, 8, 8, 3)), jnp.ones((3, 3, 3, 4))
+    conv = lambda x, k: jax.lax.conv_general_dilated(x, k, (1, 1), "SAME",  # noqa: E731
+                                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    assert speed.matmul_flops(jax.make_jaxpr(conv)(image, kernel)) == 2 * 8 * 8 * 4 * 27
+    branches = jax.make_jaxpr(lambda p, a, w: jax.lax.cond(p, lambda: a @ w, lambda: jnp.zeros((4, 16))))(True, a, w)
+    assert speed.matmul_flops(branches) == 2 * 4 * 8 * 16
+
+
+def test_quick_run_saves_the_report(tmp_path):
+    args = speed.Args(scale="quick", cases=("gcbc",), repeats=1, scan_length=2, iqe_pairs=64, out_dir=str(tmp_path))
+    record = speed.run(args)
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["command"].startswith("python -m platonic_rl.benchmarks.speed")
+    gcbc = saved["updates"]["gcbc"]
+    assert gcbc["ms_one_call"] > 0 and gcbc["ms_in_scan"] > 0 and gcbc["matmul_gflops"] > 0
+    assert gcbc["samples_per_s"] == pytest.approx(64 / (gcbc["ms_in_scan"] / 1e3))
+    assert gcbc["peak_fraction_in_scan"] == pytest.approx(
+        gcbc["matmul_gflops"] * 1e9 / (gcbc["ms_in_scan"] / 1e3) / (saved["matmul_peak_gflops"] * 1e9))
+    # Every IQE kernel computes the same distances (the alternatives are exact too).
+    assert set(record["iqe"]) == set(speed.IQE_KERNELS)
+    assert all(r["max_abs_difference"] < 1e-5 for r in record["iqe"].values())
+    assert "iqe_share" not in saved  # needs both QRL cases
+    assert "| gcbc | tiny |" in saved["table"]
+    assert (tmp_path / "speed.png").stat().st_size > 10_000
+
+
+def test_the_previous_and_sorting_kernels_match_the_library_with_ties():
+    rng = np.random.default_rng(0)
+    x, y = (np.round(rng.normal(size=(2, 32, 16)) * 2) / 2).astype(np.float32)
+    reference = np.asarray(speed.qm.iqe_components(x, y, 8))
+    for kernel in (speed.iqe_float_pairs, speed.iqe_sort):
+        np.testing.assert_allclose(np.asarray(kernel(x, y, 8)), reference, atol=1e-5)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="--cases: unknown"):
+        speed.run(speed.Args(scale="quick", cases=("nope",)))
+    with pytest.raises(ValueError, match="--repeats must be >= 1"):
+        speed.Args(repeats=0)
