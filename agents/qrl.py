@@ -31,7 +31,7 @@ import numpy as np
 import optax
 
 from platonic_rl.agents.common import StatelessPolicy, as_batch, as_key, check_config, compiled_create
-from platonic_rl.common.networks import MLP, AtariConvBackbone
+from platonic_rl.common.networks import MLP, AtariConvBackbone, compute_dtype
 from platonic_rl.common.train_state import TrainState
 from platonic_rl.qrl import losses
 from platonic_rl.qrl.quasimetrics import make_head
@@ -69,6 +69,9 @@ class QuasimetricCriticConfig:
     obs_center: tuple[float, ...] | None = None
     obs_scale: tuple[float, ...] | None = None
     image_shape: tuple[int, int, int] | None = None
+    # Networks compute in this dtype ("bfloat16" for GPU/TPU); parameters, optimizer state, latents, the head
+    # and the losses stay float32.
+    compute_dtype: str = "float32"
 
     def __post_init__(self):
         check_config(self)  # hidden widths >= 1
@@ -100,6 +103,7 @@ def check_critic_fields(config: Any) -> None:
     if config.epsilon <= 0 or config.lagrange_init <= 0:
         raise ValueError(f"{owner}.epsilon and lagrange_init must be > 0, got {config.epsilon}, "
                          f"{config.lagrange_init}")
+    compute_dtype(config)  # a known compute_dtype
 
 
 class QuasimetricCritic(nn.Module):
@@ -109,13 +113,14 @@ class QuasimetricCritic(nn.Module):
 
     def setup(self):
         c = self.config
-        self.encoder = MLP(c.encoder_hidden, c.latent_dim)
-        self.projector = MLP(c.projector_hidden, c.head_dim)
+        dtype = compute_dtype(c)
+        self.encoder = MLP(c.encoder_hidden, c.latent_dim, dtype=dtype)
+        self.projector = MLP(c.projector_hidden, c.head_dim, dtype=dtype)
         head_kwargs = (dict(dim_per_component=c.iqe_dim_per_component, reduction=c.iqe_reduction)
                        if c.head == "iqe" else {})
         self.head = make_head(c.head, **head_kwargs)
-        self.residual = MLP(c.dynamics_hidden, c.latent_dim, zero_init_last=True)
-        self.backbone = AtariConvBackbone() if c.image_shape is not None else None
+        self.residual = MLP(c.dynamics_hidden, c.latent_dim, zero_init_last=True, dtype=dtype)
+        self.backbone = AtariConvBackbone(dtype=dtype) if c.image_shape is not None else None
 
     def encode(self, obs):
         c = self.config
@@ -205,6 +210,8 @@ class QRLConfig:
     goal_mode: Literal["multi", "single"] = "multi"
     p_general_goal: float = 0.05
     general_goal: tuple[float, ...] | None = (0.5, 0.0, 1.0)
+    # Networks compute in this dtype ("bfloat16" for GPU/TPU); parameters and losses stay float32.
+    compute_dtype: str = "float32"
 
     def __post_init__(self):
         check_config(self)  # hidden widths >= 1; learning_rate, lagrange_learning_rate finite and > 0

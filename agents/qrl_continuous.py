@@ -40,6 +40,7 @@ from platonic_rl.agents.common import StatelessPolicy, as_batch, as_key, check_c
 from platonic_rl.agents.qrl import (QuasimetricCritic, QuasimetricCriticConfig, check_critic_fields,
                                     quasimetric_critic_loss)
 from platonic_rl.common.losses import entropy_weight_loss
+from platonic_rl.common.networks import compute_dtype
 from platonic_rl.common.policies import GoalConditionedPolicy, tanh_normal_log_prob, tanh_normal_sample
 from platonic_rl.common.train_state import TrainState
 from platonic_rl.qrl import losses
@@ -82,6 +83,9 @@ class QRLContinuousConfig:
     entropy_init: float = 1.0
     entropy_learning_rate: float = 3e-4
     target_entropy: float | None = None  # None: -action_dim
+    # Networks (critics and actor) compute in this dtype ("bfloat16" for GPU/TPU); parameters, optimizer state,
+    # latents, IQE and the losses stay float32.
+    compute_dtype: str = "float32"
 
     def __post_init__(self):
         check_config(self)  # hidden widths >= 1; every *_learning_rate finite and > 0
@@ -177,7 +181,8 @@ class QRLContinuousAgent(StatelessPolicy, flax.struct.PyTreeNode):
 
     @staticmethod
     def policy_module(config: QRLContinuousConfig) -> GoalConditionedPolicy:
-        return GoalConditionedPolicy(config.actor_hidden, config.action_dim, image=config.image_shape is not None)
+        return GoalConditionedPolicy(config.actor_hidden, config.action_dim, image=config.image_shape is not None,
+                                     dtype=compute_dtype(config))
 
     # ---------------------------------------------------------------------------------- losses
     def critic_loss(self, params, lagrange_raw, batch: Batch):

@@ -188,6 +188,8 @@ def full_cases() -> list[Case]:
     return [
         Case("qrl_continuous", "Fetch, C.3.3 (IQE 64x32, 2 critics)", _fetch_qrl(), 256),
         Case("qrl_continuous_l2", "Fetch, C.3.3 with an l2 head", _fetch_qrl(head="l2"), 256),
+        Case("qrl_continuous_bf16", "Fetch, C.3.3, compute_dtype bfloat16", _fetch_qrl(compute_dtype="bfloat16"),
+             256),
         Case("qrl_continuous_cpu", "Fetch, cpu preset (IQE 16x32)", _fetch_qrl(**QRL_PRESETS["cpu"]), 256),
         Case("qrl", "MountainCar, C.3.1 (batch 1024)",
              lambda: (QRLAgent.create(QRLConfig(), 0), discrete_batch(1024, 3, 3)), 1024),

@@ -1,7 +1,7 @@
 """Network pieces shared by the agents, the world model and the benchmarks."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
@@ -13,20 +13,36 @@ class MLP(nn.Module):
 
     ``activation`` names a ``flax.linen`` function ("relu" for the RL agents, "elu" for the Dreamer-style world
     model); ``zero_init_last`` starts the output layer at zero (a residual branch that begins as the identity).
+    ``dtype`` is the computation dtype (e.g. ``jnp.bfloat16`` on GPU/TPU; None: float32): parameters stay
+    float32, inputs, matmuls and activations run in ``dtype``, and the output is returned as float32.
     """
 
     hidden: Sequence[int]
     out_dim: int
     activation: str = "relu"
     zero_init_last: bool = False
+    dtype: Any = None
 
     @nn.compact
     def __call__(self, x):
         act = getattr(nn, self.activation)
         for width in self.hidden:
-            x = act(nn.Dense(width)(x))
+            x = act(nn.Dense(width, dtype=self.dtype)(x))
         init = nn.initializers.zeros if self.zero_init_last else nn.initializers.lecun_normal()
-        return nn.Dense(self.out_dim, kernel_init=init, bias_init=nn.initializers.zeros)(x)
+        out = nn.Dense(self.out_dim, kernel_init=init, bias_init=nn.initializers.zeros, dtype=self.dtype)(x)
+        return out if self.dtype is None else out.astype(jnp.float32)
+
+
+COMPUTE_DTYPES = {"float32": None, "bfloat16": jnp.bfloat16}
+"""``compute_dtype`` names the configs accept -> the ``dtype`` of the network modules (None: float32)."""
+
+
+def compute_dtype(config: Any) -> Any:
+    """The module ``dtype`` of ``config.compute_dtype``; raises ``ValueError`` naming the config's field."""
+    if config.compute_dtype not in COMPUTE_DTYPES:
+        raise ValueError(f"{type(config).__name__}.compute_dtype must be one of {sorted(COMPUTE_DTYPES)}, got "
+                         f"{config.compute_dtype!r}")
+    return COMPUTE_DTYPES[config.compute_dtype]
 
 
 class AtariConvBackbone(nn.Module):
@@ -38,6 +54,8 @@ class AtariConvBackbone(nn.Module):
     goal) runs the same copy on both.
     """
 
+    dtype: Any = None  # computation dtype (see MLP); features are returned in it
+
     @nn.compact
     def __call__(self, images: jax.Array) -> jax.Array:
         if images.ndim < 3:
@@ -46,5 +64,5 @@ class AtariConvBackbone(nn.Module):
         batch = x.shape[:-3]
         x = x.reshape((-1, *x.shape[-3:]))
         for features, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
-            x = nn.relu(nn.Conv(features, (kernel, kernel), (stride, stride), padding="VALID")(x))
+            x = nn.relu(nn.Conv(features, (kernel, kernel), (stride, stride), padding="VALID", dtype=self.dtype)(x))
         return x.reshape((*batch, -1))

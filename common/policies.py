@@ -2,7 +2,7 @@
 log-densities of given actions."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
@@ -18,12 +18,13 @@ class TanhNormalPolicy(nn.Module):
 
     hidden: Sequence[int]
     action_dim: int
+    dtype: Any = None  # computation dtype of the MLP (None: float32); mean and log sigma are float32
 
     @nn.compact
     def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
         for width in self.hidden:
-            x = nn.relu(nn.Dense(width)(x))
-        out = nn.Dense(2 * self.action_dim)(x)
+            x = nn.relu(nn.Dense(width, dtype=self.dtype)(x))
+        out = nn.Dense(2 * self.action_dim, dtype=self.dtype)(x).astype(jnp.float32)
         mean, log_std = jnp.split(out, 2, axis=-1)
         return mean, jnp.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)
 
@@ -35,13 +36,14 @@ class GoalConditionedPolicy(nn.Module):
     hidden: Sequence[int]
     action_dim: int
     image: bool = False
+    dtype: Any = None  # computation dtype (None: float32)
 
     @nn.compact
     def __call__(self, observations: jax.Array, goals: jax.Array) -> tuple[jax.Array, jax.Array]:
         if self.image:
-            backbone = AtariConvBackbone()
+            backbone = AtariConvBackbone(dtype=self.dtype)
             observations, goals = backbone(observations), backbone(goals)
-        return TanhNormalPolicy(self.hidden, self.action_dim)(jnp.concatenate([observations, goals], -1))
+        return TanhNormalPolicy(self.hidden, self.action_dim, dtype=self.dtype)(jnp.concatenate([observations, goals], -1))
 
 
 def tanh_normal_sample(key: jax.Array, mean: jax.Array, log_std: jax.Array
