@@ -34,6 +34,7 @@ import optax
 
 from platonic_rl.agents.common import as_batch, as_key, check_config, compiled_create
 from platonic_rl.common import losses as rl_losses
+from platonic_rl.common.networks import compute_dtype
 from platonic_rl.common.policies import TanhNormalPolicy, tanh_normal_sample
 from platonic_rl.common.train_state import TrainState, polyak_update
 from platonic_rl.denoised import losses
@@ -84,7 +85,8 @@ class DenoisedMDPConfig:
     def dreamer(cls, model: WorldModelConfig, **kwargs) -> "DenoisedMDPConfig":
         """Dreamer: x only, alpha = 1, beta irrelevant (no y/z)."""
         kept = {k: getattr(model, k) for k in ("obs_shape", "action_dim", "hidden", "embed_dim",
-                                                 "mlp_encoder_hidden", "mlp_decoder_hidden", "conv_width")}
+                                                 "mlp_encoder_hidden", "mlp_decoder_hidden", "conv_width",
+                                                 "compute_dtype")}
         sizes = dict(x_belief=model.x_belief, x_state=model.x_state)
         return cls(model=WorldModelConfig.dreamer(**kept, **sizes), **{"alpha": 1.0, "beta": 1.0, **kwargs})
 
@@ -93,14 +95,15 @@ class Critic(nn.Module):
     """V(x) (``with_action=False``) or Q(x, a)."""
 
     hidden: tuple[int, ...]
+    dtype: Any = None  # computation dtype (None: float32); values are returned as float32
 
     @nn.compact
     def __call__(self, x, action=None):
         if action is not None:
             x = jnp.concatenate([x, action], -1)
         for width in self.hidden:
-            x = nn.elu(nn.Dense(width)(x))
-        return nn.Dense(1)(x)[..., 0]
+            x = nn.elu(nn.Dense(width, dtype=self.dtype)(x))
+        return nn.Dense(1, dtype=self.dtype)(x)[..., 0].astype(jnp.float32)
 
 
 def _adam(lr, c: DenoisedMDPConfig, clip: bool = True):
@@ -136,6 +139,10 @@ def validate_batch(batch: Batch, c: WorldModelConfig) -> None:
                          f"{batch['observations'].shape}")
 
 
+def critic_module(config: DenoisedMDPConfig) -> Critic:
+    return Critic(config.critic_hidden, compute_dtype(config.model))
+
+
 class DenoisedMDPAgent(flax.struct.PyTreeNode):
     model_state: TrainState            # model_params
     actor_state: TrainState            # actor_params
@@ -161,7 +168,7 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
         action = jnp.zeros((1, m.action_dim))
         model_params = init_params(m, model_key)
         actor_params = cls.actor_module(config).init(actor_key, feat)
-        critic = Critic(config.critic_hidden)
+        critic = critic_module(config)
         if config.policy == "imagine":
             critic_params = critic.init(critic_key, feat)
         else:
@@ -214,7 +221,8 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
     @staticmethod
     def actor_module(config: DenoisedMDPConfig) -> TanhNormalPolicy:
         """pi(a | x): reads x's features [h^x, x] only."""
-        return TanhNormalPolicy(config.actor_hidden, config.model.action_dim)
+        return TanhNormalPolicy(config.actor_hidden, config.model.action_dim,
+                                dtype=compute_dtype(config.model))
 
     def _policy(self, actor_params, feat, key):
         mean, log_std = self.actor_module(self.config).apply(actor_params, feat)
@@ -255,10 +263,10 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
         imagined, _ = imagine_x(c.model, model_params, start, policy, c.horizon, key)
         feat = features(imagined, "x")                                              # [H + 1, N, F]
         rewards = self.model.apply(model_params, imagined, method="reward")["x"][1:]  # r_x(x_{t+1})
-        values = Critic(c.critic_hidden).apply(jax.lax.stop_gradient(critic_params), feat)
+        values = critic_module(c).apply(jax.lax.stop_gradient(critic_params), feat)
         returns = losses.lambda_returns(rewards, values, c.discount, c.lam)
         actor_loss = losses.imagination_actor_loss(returns, c.discount)
-        critic_values = Critic(c.critic_hidden).apply(critic_params, jax.lax.stop_gradient(feat[:-1]))
+        critic_values = critic_module(c).apply(critic_params, jax.lax.stop_gradient(feat[:-1]))
         critic_loss = losses.value_loss(critic_values, returns, c.discount)
         return actor_loss + critic_loss, dict(actor_loss=actor_loss, value_loss=critic_loss,
                                               imagined_return=returns[0].mean(), imagined_reward=rewards.mean())
@@ -274,15 +282,15 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
     def sac_critic_loss(self, critic_params, transitions, key):
         c = self.config
         x, a, r, x_next = transitions
-        q = jax.vmap(lambda p: Critic(c.critic_hidden).apply(p, x, a))(critic_params)
+        q = jax.vmap(lambda p: critic_module(c).apply(p, x, a))(critic_params)
         next_a, next_log_prob = self._policy(self.actor_params, x_next, key)
-        next_q = jax.vmap(lambda p: Critic(c.critic_hidden).apply(p, x_next, next_a))(self.target_critic_params)
+        next_q = jax.vmap(lambda p: critic_module(c).apply(p, x_next, next_a))(self.target_critic_params)
         target = rl_losses.sac_critic_target(r, next_q, next_log_prob, jnp.exp(self.log_entropy_weight), c.discount)
         return jnp.mean(jnp.square(q - jax.lax.stop_gradient(target)[None])), dict(q=q.mean())
 
     def sac_actor_loss(self, actor_params, critic_params, x, key):
         a, log_prob = self._policy(actor_params, x, key)
-        q = jax.vmap(lambda p: Critic(self.config.critic_hidden).apply(p, x, a))(critic_params)
+        q = jax.vmap(lambda p: critic_module(self.config).apply(p, x, a))(critic_params)
         return rl_losses.sac_actor_loss(q, log_prob, jnp.exp(self.log_entropy_weight)), log_prob.mean()
 
     # ---------------------------------------------------------------------------------- update

@@ -168,12 +168,12 @@ def _fetch_qrl(**overrides) -> Callable:
     return lambda: (QRLContinuousAgent.create(QRLContinuousConfig(**overrides), 0), goal_batch(256, 10, 4))
 
 
-def _world_model(dreamer: bool, preset: str) -> Callable:
+def _world_model(dreamer: bool, preset: str, compute_dtype: str = "float32") -> Callable:
     from platonic_rl.benchmarks.dmc import PRESETS  # cheetah-run: 17-d states, 6-d actions
 
     def build():
         p = PRESETS[preset]
-        model = WorldModelConfig(obs_shape=(17,), action_dim=6, **p["model"])
+        model = WorldModelConfig(obs_shape=(17,), action_dim=6, compute_dtype=compute_dtype, **p["model"])
         config = (DenoisedMDPConfig.dreamer(dataclasses.replace(model, **p["dreamer"]), **p["agent"]) if dreamer
                   else DenoisedMDPConfig(model=model, **p["agent"]))
         return DenoisedMDPAgent.create(config, 0), sequence_batch(p["batch_size"], p["chunk"], 17, 6)
@@ -200,6 +200,8 @@ def full_cases() -> list[Case]:
         Case("ddpg_her", "Fetch, default MLP critic (batch 256)",
              lambda: (DDPGHERAgent.create(DDPGHERConfig(), 0), goal_batch(256, 10, 4)), 256),
         Case("denoised_mdp_cpu", "cheetah states, cpu preset (16 x 32 steps)", _world_model(False, "cpu"), seq["cpu"]),
+        Case("denoised_mdp_cpu_bf16", "cheetah states, cpu preset, compute_dtype bfloat16",
+             _world_model(False, "cpu", "bfloat16"), seq["cpu"]),
         Case("dreamer_cpu", "cheetah states, cpu preset (16 x 32 steps)", _world_model(True, "cpu"), seq["cpu"]),
         Case("denoised_mdp", "cheetah states, Table D.4 (50 x 50 steps)", _world_model(False, "paper"),
              seq["paper"]),

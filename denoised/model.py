@@ -24,12 +24,13 @@ observation t). The whole sequence is filtered in one ``lax.scan`` (:func:`obser
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from platonic_rl.common.networks import MLP
+from platonic_rl.common.networks import MLP, compute_dtype
 
 FACTORS = ("x", "y", "z")
 MIN_STD = 0.1
@@ -53,6 +54,9 @@ class WorldModelConfig:
     mlp_encoder_hidden: tuple[int, ...] = (400, 400)
     mlp_decoder_hidden: tuple[int, ...] = (400, 400)
     conv_width: int = 32                    # k of the D.2.1 conv encoder/decoder
+    # The networks (and the agent's actor and critic) compute in this dtype ("bfloat16" for GPU/TPU);
+    # parameters, optimizer state, the recurrent beliefs, the Gaussians' parameters and the losses stay float32.
+    compute_dtype: str = "float32"
 
     def __post_init__(self):
         for f in FACTORS:
@@ -70,6 +74,7 @@ class WorldModelConfig:
                 raise ValueError(f"WorldModelConfig.{name} must hold layer widths >= 1, got {tuple(widths)}")
         if self.conv_width < 1:
             raise ValueError(f"WorldModelConfig.conv_width must be >= 1, got {self.conv_width}")
+        compute_dtype(self)  # a known compute_dtype
         if len(self.obs_shape) not in (1, 3) or (len(self.obs_shape) == 3 and tuple(self.obs_shape) != (64, 64, 3)):
             raise ValueError(f"WorldModelConfig.obs_shape must be (D,) or (64, 64, 3), got {self.obs_shape}")
 
@@ -101,6 +106,7 @@ class ConvEncoder(nn.Module):
 
     width: int = 32
     embed_dim: int = 1024
+    dtype: Any = None  # computation dtype (None: float32); the embedding is returned as float32
 
     @nn.compact
     def __call__(self, images):
@@ -108,9 +114,9 @@ class ConvEncoder(nn.Module):
         batch = x.shape[:-3]
         x = x.reshape((-1, *x.shape[-3:]))
         for mult in (1, 2, 4, 8):
-            x = nn.relu(nn.Conv(mult * self.width, (4, 4), (2, 2), padding="VALID")(x))
+            x = nn.relu(nn.Conv(mult * self.width, (4, 4), (2, 2), padding="VALID", dtype=self.dtype)(x))
         x = x.reshape((*batch, -1))
-        return nn.Dense(self.embed_dim)(x)
+        return nn.Dense(self.embed_dim, dtype=self.dtype)(x).astype(jnp.float32)
 
 
 class ConvDecoder(nn.Module):
@@ -119,15 +125,16 @@ class ConvDecoder(nn.Module):
 
     width: int = 32
     embed_dim: int = 1024
+    dtype: Any = None  # computation dtype (None: float32); the image mean is returned as float32
 
     @nn.compact
     def __call__(self, features):
         batch = features.shape[:-1]
-        x = nn.Dense(self.embed_dim)(features).reshape((-1, 1, 1, self.embed_dim))
+        x = nn.Dense(self.embed_dim, dtype=self.dtype)(features).reshape((-1, 1, 1, self.embed_dim))
         for i, (ch, k) in enumerate(((4 * self.width, 5), (2 * self.width, 5), (self.width, 6), (3, 6))):
-            x = nn.ConvTranspose(ch, (k, k), (2, 2), padding="VALID")(x)
+            x = nn.ConvTranspose(ch, (k, k), (2, 2), padding="VALID", dtype=self.dtype)(x)
             x = nn.relu(x) if i < 3 else x
-        return x.reshape((*batch, 64, 64, 3))
+        return x.reshape((*batch, 64, 64, 3)).astype(jnp.float32)
 
 
 def gaussian_params(out: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -149,18 +156,19 @@ class FactoredRSSM(nn.Module):
 
     def setup(self):
         c = self.config
+        dtype = compute_dtype(c)
         if c.pixels:
-            self.encoder = ConvEncoder(c.conv_width, c.embed_dim)
-            self.decoder = ConvDecoder(c.conv_width, c.embed_dim)
+            self.encoder = ConvEncoder(c.conv_width, c.embed_dim, dtype=dtype)
+            self.decoder = ConvDecoder(c.conv_width, c.embed_dim, dtype=dtype)
         else:
-            self.encoder = MLP(c.mlp_encoder_hidden, c.embed_dim, ELU)
-            self.decoder = MLP(c.mlp_decoder_hidden, c.obs_shape[0], ELU)
-        self.cells = {f: nn.GRUCell(getattr(c, f"{f}_belief")) for f in c.factors}
-        self.inputs = {f: nn.Dense(c.hidden) for f in c.factors}
-        self.priors = {f: MLP((c.hidden,), 2 * getattr(c, f"{f}_state"), ELU) for f in c.factors}
-        self.posteriors = {f: MLP((c.hidden,), 2 * getattr(c, f"{f}_state"), ELU)
+            self.encoder = MLP(c.mlp_encoder_hidden, c.embed_dim, ELU, dtype=dtype)
+            self.decoder = MLP(c.mlp_decoder_hidden, c.obs_shape[0], ELU, dtype=dtype)
+        self.cells = {f: nn.GRUCell(getattr(c, f"{f}_belief"), dtype=dtype) for f in c.factors}
+        self.inputs = {f: nn.Dense(c.hidden, dtype=dtype) for f in c.factors}
+        self.priors = {f: MLP((c.hidden,), 2 * getattr(c, f"{f}_state"), ELU, dtype=dtype) for f in c.factors}
+        self.posteriors = {f: MLP((c.hidden,), 2 * getattr(c, f"{f}_state"), ELU, dtype=dtype)
                            for f in c.factors}
-        self.rewards = {f: MLP((c.hidden, c.hidden), 1, ELU) for f in ("x", "y") if f in c.factors}
+        self.rewards = {f: MLP((c.hidden, c.hidden), 1, ELU, dtype=dtype) for f in ("x", "y") if f in c.factors}
 
     # -------------------------------------------------------------------------------- pieces
     def encode(self, observations):
@@ -177,7 +185,7 @@ class FactoredRSSM(nn.Module):
 
     def _belief(self, factor, state, inputs):
         x = nn.elu(self.inputs[factor](jnp.concatenate(inputs, -1)))
-        return self.cells[factor](state[f"h{factor}"], x)[0]
+        return self.cells[factor](state[f"h{factor}"], x)[0].astype(jnp.float32)  # beliefs stay float32
 
     def x_prior_step(self, state: dict, action, key):
         """One step of the x prior alone (imagination): h^x_t, then x_t ~ p(x_t | h^x_t)."""

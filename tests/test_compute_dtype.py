@@ -4,8 +4,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from platonic_rl.agents import QRLAgent, QRLConfig, QRLContinuousAgent, QRLContinuousConfig
-from platonic_rl.benchmarks.speed import discrete_batch, goal_batch, matmul_flops
+from platonic_rl.agents import (DenoisedMDPAgent, DenoisedMDPConfig, QRLAgent, QRLConfig, QRLContinuousAgent,
+                                QRLContinuousConfig)
+from platonic_rl.benchmarks.speed import discrete_batch, goal_batch, matmul_flops, sequence_batch
+from platonic_rl.denoised.model import WorldModelConfig
 
 TINY = dict(encoder_hidden=(64,), latent_dim=32, projector_hidden=(64,), iqe_components=8, iqe_dim_per_component=8,
             dynamics_hidden=(64,))
@@ -15,6 +17,11 @@ CASES = {
         lambda s: goal_batch(128, 10, 4, s)),
     "qrl": (lambda dt: QRLAgent.create(QRLConfig(**TINY, compute_dtype=dt, cosine_decay_steps=None), 0),
             lambda s: discrete_batch(128, 3, 3, s)),
+    "denoised_mdp": (lambda dt: DenoisedMDPAgent.create(DenoisedMDPConfig(
+        model=WorldModelConfig(obs_shape=(5,), action_dim=2, x_belief=32, x_state=8, y_belief=16, y_state=4, hidden=32,
+                               embed_dim=32, mlp_encoder_hidden=(32,), mlp_decoder_hidden=(32,), compute_dtype=dt),
+        actor_hidden=(32,), critic_hidden=(32,), horizon=4, imagine_starts=16), 0),
+        lambda s: sequence_batch(8, 6, 5, 2, s)),
 }
 
 
@@ -31,7 +38,8 @@ def _dot_dtypes(jaxpr) -> set:
     return found
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "denoised_mdp" else n
+                                  for n in sorted(CASES)])  # the world model's two compiles take ~40 s
 def test_bfloat16_losses_track_float32_over_a_few_updates(name):
     make, batch = CASES[name]
     history = {}
@@ -69,3 +77,28 @@ def test_unknown_compute_dtype_is_rejected():
         QRLContinuousConfig(compute_dtype="float16")
     with pytest.raises(ValueError, match=r"QRLConfig\.compute_dtype"):
         QRLConfig(compute_dtype="bf16")
+    with pytest.raises(ValueError, match=r"WorldModelConfig\.compute_dtype"):
+        WorldModelConfig(compute_dtype="float64")
+
+
+def test_dreamer_keeps_the_model_compute_dtype():
+    config = DenoisedMDPConfig.dreamer(WorldModelConfig(compute_dtype="bfloat16"))
+    assert config.model.compute_dtype == "bfloat16"
+
+
+def test_world_model_filters_in_bfloat16_with_float32_beliefs():
+    from platonic_rl.denoised.model import init_params, observe
+
+    configs = {dt: WorldModelConfig(obs_shape=(5,), action_dim=2, x_belief=32, x_state=8, y_belief=16, y_state=4,
+                                    hidden=32, embed_dim=32, mlp_encoder_hidden=(32,), mlp_decoder_hidden=(32,),
+                                    compute_dtype=dt) for dt in ("float32", "bfloat16")}
+    params = init_params(configs["float32"], jax.random.PRNGKey(0))  # the same float32 parameters for both
+    batch = jax.tree.map(jnp.asarray, sequence_batch(4, 6, 5, 2))
+    out = {dt: jax.jit(lambda p, o, a, c=c: observe(c, p, o, a, jax.random.PRNGKey(1)))(
+        params, batch["observations"], batch["prev_actions"]) for dt, c in configs.items()}
+    states = {dt: out[dt][0] for dt in out}
+    assert all(v.dtype == jnp.float32 for v in jax.tree_util.tree_leaves(out["bfloat16"]))
+    # Beliefs are tanh-bounded GRU states: bf16 rounding (2^-9 relative per op) over 6 recurrent steps stays
+    # within 0.05 of float32 (measured ~0.01); the posterior samples add noise scaled by std >= 0.1 alike.
+    np.testing.assert_allclose(states["bfloat16"]["hx"], states["float32"]["hx"], atol=0.05)
+    assert float(jnp.abs(states["bfloat16"]["hx"] - states["float32"]["hx"]).max()) > 0  # bf16 really ran
