@@ -16,6 +16,7 @@ are what compare across machines.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import statistics
@@ -161,6 +162,7 @@ class Case:
     size: str         # what the sizes are, for the table
     build: Callable   # () -> (agent, batch)
     samples: int      # samples per update (transitions, or sequence steps)
+    iqe_kernel: str = "int keys + custom JVP (library)"  # the IQE kernel the update is traced with
 
 
 def _fetch_qrl(**overrides) -> Callable:
@@ -188,6 +190,8 @@ def full_cases() -> list[Case]:
     return [
         Case("qrl_continuous", "Fetch, C.3.3 (IQE 64x32, 2 critics)", _fetch_qrl(), 256),
         Case("qrl_continuous_l2", "Fetch, C.3.3 with an l2 head", _fetch_qrl(head="l2"), 256),
+        Case("qrl_continuous_previous_iqe", "Fetch, C.3.3 with the previous IQE kernel", _fetch_qrl(), 256,
+             iqe_kernel="float pairs + autodiff (previous)"),
         Case("qrl_continuous_bf16", "Fetch, C.3.3, compute_dtype bfloat16", _fetch_qrl(compute_dtype="bfloat16"),
              256),
         Case("qrl_continuous_cpu", "Fetch, cpu preset (IQE 16x32)", _fetch_qrl(**QRL_PRESETS["cpu"]), 256),
@@ -277,7 +281,24 @@ def time_iqe(pairs: int, components: int, dim: int, repeats: int) -> dict:
 # ----------------------------------------------------------------------------------------------- run
 
 
+@contextlib.contextmanager
+def iqe_kernel(name: str):
+    """Trace IQE heads with the kernel ``name`` of :data:`IQE_KERNELS` inside this block (for comparing kernels
+    inside an update; the library's is restored after)."""
+    library = qm.iqe_components
+    qm.iqe_components = IQE_KERNELS[name]
+    try:
+        yield
+    finally:
+        qm.iqe_components = library
+
+
 def time_update(case: Case, args: Args, peak: float) -> dict:
+    with iqe_kernel(case.iqe_kernel):
+        return _time_update(case, args, peak)
+
+
+def _time_update(case: Case, args: Args, peak: float) -> dict:
     agent, batch = case.build()
     batch = jax.tree.map(jnp.asarray, batch)
     update = jax.jit(type(agent).update)
@@ -299,10 +320,10 @@ def table(record: dict) -> str:
         lines.append(f"| {name} | {r['size']} | {r['ms_one_call']:.3g} | {r['ms_in_scan']:.3g} | "
                      f"{r['samples_per_s']:,.0f} | {r['matmul_gflops']:.3g} | "
                      f"{100 * r['peak_fraction_one_call']:.0f} / {100 * r['peak_fraction_in_scan']:.0f} |")
-    share = record.get("iqe_share")
-    if share:
-        lines += ["", f"IQE share of the QRL update (one call; l2 head on the same projector as the baseline): "
-                      f"{share['iqe_ms']:.1f} of {share['update_ms']:.1f} ms = {100 * share['fraction']:.0f}%"]
+    for base, share in record.get("iqe_share", {}).items():
+        lines += ["", f"IQE share of the {base} update (one call; the update with an l2 head on the same projector "
+                      f"as the baseline): {share['iqe_ms']:.1f} of {share['update_ms']:.1f} ms = "
+                      f"{100 * share['fraction']:.0f}%"]
     iqe = record["iqe"]
     base = iqe["float pairs + autodiff (previous)"]["forward_backward_ms"]
     lines += ["", f"IQE head alone, {record['iqe_shape']}:", "",
@@ -371,11 +392,12 @@ def run(args: Args) -> dict:
                   repeats=args.repeats, scan_length=args.scan_length, matmul_peak_gflops=peak / 1e9,
                   updates=updates, iqe_shape=f"{args.iqe_pairs} pairs, {components} x {dim}",
                   iqe=time_iqe(args.iqe_pairs, components, dim, args.repeats))
-    base, l2 = "qrl_continuous", "qrl_continuous_l2"
-    if base in updates and l2 in updates:
-        iqe_ms = updates[base]["ms_one_call"] - updates[l2]["ms_one_call"]
-        record["iqe_share"] = dict(update_ms=updates[base]["ms_one_call"], iqe_ms=iqe_ms,
-                                   fraction=iqe_ms / updates[base]["ms_one_call"])
+    shares = {base: updates[base]["ms_one_call"] - updates["qrl_continuous_l2"]["ms_one_call"]
+              for base in ("qrl_continuous", "qrl_continuous_previous_iqe")
+              if base in updates and "qrl_continuous_l2" in updates}
+    if shares:
+        record["iqe_share"] = {base: dict(update_ms=updates[base]["ms_one_call"], iqe_ms=ms,
+                                          fraction=ms / updates[base]["ms_one_call"]) for base, ms in shares.items()}
     return report.save_run(args.out_dir, "platonic_rl.benchmarks.speed", args, record, table(record),
                            plots={"speed.png": lambda path: plot(path, record)},
                            total_seconds=time.perf_counter() - start)

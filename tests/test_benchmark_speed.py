@@ -60,3 +60,14 @@ def test_bad_arguments():
         speed.run(speed.Args(scale="quick", cases=("nope",)))
     with pytest.raises(ValueError, match="--repeats must be >= 1"):
         speed.Args(repeats=0)
+
+
+def test_iqe_kernel_swaps_the_head_kernel_and_restores_it():
+    library = speed.qm.iqe_components
+    x, y = np.random.default_rng(1).normal(size=(2, 4, 16)).astype(np.float32)
+    with pytest.raises(RuntimeError):
+        with speed.iqe_kernel("sort + cummax"):
+            assert speed.qm.iqe_components is speed.iqe_sort
+            np.testing.assert_allclose(speed.qm.iqe(x, y, 8, "sum"), speed.iqe_sort(x, y, 8).sum(-1), rtol=1e-6)
+            raise RuntimeError  # restored on errors too
+    assert speed.qm.iqe_components is library
