@@ -38,8 +38,10 @@ def _dot_dtypes(jaxpr) -> set:
     return found
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "denoised_mdp" else n
-                                  for n in sorted(CASES)])  # the world model's two compiles take ~40 s
+# The default suite runs qrl_continuous (its critics are the discrete QRL's too); the world model's two compiles
+# take ~40 s, so it and the discrete QRL run with the slow tests (the world model's filter is checked below).
+@pytest.mark.parametrize("name", [n if n == "qrl_continuous" else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in sorted(CASES)])
 def test_bfloat16_losses_track_float32_over_a_few_updates(name):
     make, batch = CASES[name]
     history = {}
