@@ -38,10 +38,8 @@ def _dot_dtypes(jaxpr) -> set:
     return found
 
 
-# The default suite runs qrl_continuous (its critics are the discrete QRL's too); the world model's two compiles
-# take ~40 s, so it and the discrete QRL run with the slow tests (the world model's filter is checked below).
-@pytest.mark.parametrize("name", [n if n == "qrl_continuous" else pytest.param(n, marks=pytest.mark.slow)
-                                  for n in sorted(CASES)])
+@pytest.mark.slow  # three updates compiled twice per agent (~20-40 s each); the default suite checks the dtypes below
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_bfloat16_losses_track_float32_over_a_few_updates(name):
     make, batch = CASES[name]
     history = {}
@@ -67,6 +65,19 @@ def test_bfloat16_losses_track_float32_over_a_few_updates(name):
             assert abs(bf16[key] - value) <= rtol * abs(value) + 0.01, (key, value, bf16[key])
 
 
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_bfloat16_update_multiplies_in_bfloat16_and_keeps_float32_state(name):
+    make, batch = CASES[name]
+    for dtype in ("float32", "bfloat16"):
+        agent = make(dtype)
+        # Tracing only (no compile): the update's matmuls take bf16 operands exactly when asked to.
+        dots = _dot_dtypes(jax.make_jaxpr(type(agent).update)(agent, jax.tree.map(jnp.asarray, batch(0))))
+        assert ("bfloat16" in dots) == (dtype == "bfloat16"), dots
+        shapes = jax.eval_shape(type(agent).update, agent, jax.tree.map(jnp.asarray, batch(0)))
+        assert {str(x.dtype) for x in jax.tree_util.tree_leaves(shapes)
+                if jnp.issubdtype(x.dtype, jnp.floating)} == {"float32"}  # new state and metrics: float32
+
+
 def test_bfloat16_update_has_the_same_matmul_flops():
     make, batch = CASES["qrl_continuous"]
     counts = [matmul_flops(jax.make_jaxpr(type(a).update)(a, jax.tree.map(jnp.asarray, batch(0))))
@@ -88,6 +99,7 @@ def test_dreamer_keeps_the_model_compute_dtype():
     assert config.model.compute_dtype == "bfloat16"
 
 
+@pytest.mark.slow  # two compiles of the filter scan (~15 s)
 def test_world_model_filters_in_bfloat16_with_float32_beliefs():
     from platonic_rl.denoised.model import init_params, observe
 
