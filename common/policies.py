@@ -6,7 +6,9 @@ from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
+import jax.scipy.special
 import jax.numpy as jnp
+import numpy as np
 
 from platonic_rl.common.networks import AtariConvBackbone
 
@@ -61,11 +63,26 @@ def tanh_normal_sample(key: jax.Array, mean: jax.Array, log_std: jax.Array
     return jnp.tanh(u), jnp.sum(log_normal - log_jacobian, axis=-1)
 
 
-def tanh_normal_log_prob(mean: jax.Array, log_std: jax.Array, actions: jax.Array, eps: float = 1e-6
+def tanh_normal_log_prob(mean: jax.Array, log_std: jax.Array, actions: jax.Array, threshold: float = 0.999
                          ) -> jax.Array:
-    """log pi(a) of given actions in (-1, 1) under tanh(N(mu, sigma)); actions are clipped to
-    [-1 + eps, 1 - eps] so that atanh stays finite for boundary actions."""
-    a = jnp.clip(actions, -1 + eps, 1 - eps)
+    """log pi(a) of given actions in [-1, 1] under tanh(N(mu, sigma)), summed over the action dimensions.
+
+    Inside (-threshold, threshold) this is the density of the squashed Normal. An entry at or beyond
+    +-threshold (saturated actions: clipped controllers put many dataset actions at exactly +-1) is scored by
+    the average density over [threshold, 1], i.e. log P(u >= atanh(threshold)) - log(1 - threshold) for the
+    pre-tanh u ~ N(mu, sigma) (and the mirror image at -1), as Acme's TanhTransformedDistribution does (the
+    official QRL and Contrastive RL code use it). The point density near +-1 would grow without bound as sigma
+    shrinks, so behaviour cloning on saturated actions would drive the policy to a saturated, deterministic
+    tanh whose gradients vanish; the tail mass is at most -log(1 - threshold) and is reached by any mean well
+    past the threshold.
+    """
+    std = jnp.exp(log_std)
+    a = jnp.clip(actions, -threshold, threshold)
     u = jnp.arctanh(a)
-    log_normal = -0.5 * jnp.square((u - mean) / jnp.exp(log_std)) - log_std - 0.5 * jnp.log(2 * jnp.pi)
-    return jnp.sum(log_normal - jnp.log1p(-jnp.square(a)), axis=-1)
+    interior = -0.5 * jnp.square((u - mean) / std) - log_std - 0.5 * jnp.log(2 * jnp.pi) - jnp.log1p(-jnp.square(a))
+    edge = float(np.arctanh(threshold))
+    log_width = float(np.log1p(-threshold))
+    left = jax.scipy.special.log_ndtr((-edge - mean) / std) - log_width   # log P(u <= -edge) - log(1 - threshold)
+    right = jax.scipy.special.log_ndtr((mean - edge) / std) - log_width   # log P(u >= edge) - log(1 - threshold)
+    per_dim = jnp.where(actions <= -threshold, left, jnp.where(actions >= threshold, right, interior))
+    return jnp.sum(per_dim, axis=-1)
