@@ -187,3 +187,19 @@ def test_a_budget_below_the_checkpoint_is_refused(tmp_path):
     train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=40), tmp_path)
     with pytest.raises(RunDirectoryError, match="already at step 40, beyond this run's budget of 20"):
         train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=20), tmp_path)
+
+
+def test_a_field_added_after_the_run_started_may_stay_at_its_default(tmp_path):
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        lr: float = 0.1
+        width: int = 8
+        compute_dtype: str = "float32"  # added to the library after the saved run started
+
+    old_run = dict(agent_config=dict(lr=0.1, width=16), steps=10)  # as saved before the field existed
+    RunDirectory.open(tmp_path, old_run).close()
+    RunDirectory.open(tmp_path, dict(agent_config=Config(width=16), steps=10)).close()  # its default: continues
+    with pytest.raises(RunDirectoryError, match=r"agent_config\.compute_dtype: saved None, now 'bfloat16'"):
+        RunDirectory.open(tmp_path, dict(agent_config=Config(width=16, compute_dtype="bfloat16"), steps=10))
+    with pytest.raises(RunDirectoryError, match=r"agent_config\.width: saved 16, now 8"):
+        RunDirectory.open(tmp_path, dict(agent_config=Config(), steps=10))  # a saved field at another value

@@ -51,8 +51,38 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def as_json(value: Any) -> Any:
-    """``value`` as it reads back from JSON (tuples become lists; unknown objects their ``str``)."""
-    return json.loads(json.dumps(value, default=str))
+    """``value`` as it reads back from JSON (dataclasses become dicts, tuples lists; other objects their ``str``)."""
+    return json.loads(json.dumps(value, default=_json_default))
+
+
+def _json_default(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    return str(value)
+
+
+def _default_valued(tree: Any, prefix: str = "") -> set[str]:
+    """Dotted names of the dataclass fields in ``tree`` (dicts and dataclasses, nested) that hold their default."""
+    if isinstance(tree, dict):
+        return {k for key, sub in tree.items() for k in _default_valued(sub, f"{prefix}{key}.")}
+    if not dataclasses.is_dataclass(tree) or isinstance(tree, type):
+        return set()
+    found = set()
+    for f in dataclasses.fields(tree):
+        value, name = getattr(tree, f.name), f"{prefix}{f.name}"
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = dataclasses.MISSING
+        try:
+            if default is not dataclasses.MISSING and bool(value == default):
+                found |= set(_flatten(as_json({name: value})))  # a default dataclass: all its leaves
+        except (TypeError, ValueError):  # values without a plain truth value (arrays): not a default
+            pass
+        found |= _default_valued(value, f"{name}.")
+    return found
 
 
 class MetricsLog:
@@ -164,6 +194,7 @@ class RunDirectory:
         the run it holds, and without it a directory holding a run is refused. ``resumable``: dotted setting
         names that may differ from the stored ones when resuming (e.g. ``"loop.env_steps"``)."""
         path = Path(path)
+        defaults = _default_valued(settings)
         settings = as_json(settings)
         holds_run = path.is_dir() and any(path.iterdir())
         if holds_run and overwrite:
@@ -178,17 +209,21 @@ class RunDirectory:
         config_file = path / "config.json"
         if config_file.exists():
             cls._check_settings(path, json.loads(config_file.read_text()).get("settings", {}), settings,
-                                set(resumable))
+                                set(resumable), defaults)
         record = dict(command=" ".join(sys.argv), settings=settings)
         if not config_file.exists() or resumable:  # keep the file current with a changed budget
             config_file.write_text(json.dumps(record, indent=1))
         return cls(path, keep, step_key, tensorboard)
 
     @staticmethod
-    def _check_settings(path: Path, saved: dict, settings: dict, resumable: set[str]) -> None:
+    def _check_settings(path: Path, saved: dict, settings: dict, resumable: set[str], defaults: set[str] = frozenset()
+                        ) -> None:
+        # A config field the saved run does not have, now at its default, is one added to the library after the run
+        # started: its default keeps the old behaviour, so the run may continue.
         old, new = _flatten(saved), _flatten(settings)
         differ = sorted(k for k in old.keys() | new.keys()
-                        if old.get(k) != new.get(k) and not any(k == r or k.startswith(r + ".") for r in resumable))
+                        if old.get(k) != new.get(k) and not any(k == r or k.startswith(r + ".") for r in resumable)
+                        and not (k not in old and k in defaults))
         if differ:
             lines = "\n".join(f"  {k}: saved {old.get(k)!r}, now {new.get(k)!r}" for k in differ[:20])
             more = f"\n  ... and {len(differ) - 20} more" if len(differ) > 20 else ""
@@ -287,7 +322,7 @@ class RunDirectory:
 
 def agent_settings(agent: Any) -> dict:
     """The part of a run's settings that says which agent trains: its class and its config."""
-    return dict(agent=type(agent).__name__, agent_config=dataclasses.asdict(agent.config))
+    return dict(agent=type(agent).__name__, agent_config=agent.config)  # a dataclass: as_json converts it
 
 
 def finish_row(run: RunDirectory | None, history: list, row: dict, step: int, state: Any, due: bool) -> dict:
