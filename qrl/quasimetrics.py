@@ -95,22 +95,23 @@ def _union_boundaries(starts: jax.Array, ends: jax.Array) -> tuple[jax.Array, ja
     return left, right
 
 
+def _union_length_and_boundaries(starts: jax.Array, targets: jax.Array):
+    ends = jnp.maximum(starts, targets)
+    left, right = _union_boundaries(starts, ends)
+    return jnp.sum(jnp.where(right, ends, 0.0) - jnp.where(left, starts, 0.0), axis=-1), left, right
+
+
 @jax.custom_jvp
 def _union_lengths(starts: jax.Array, targets: jax.Array) -> jax.Array:
     """Length of the union of the intervals [starts, max(starts, targets)] along the last axis."""
-    ends = jnp.maximum(starts, targets)
-    left, right = _union_boundaries(starts, ends)
-    return jnp.sum(jnp.where(right, ends, 0.0) - jnp.where(left, starts, 0.0), axis=-1)
+    return _union_length_and_boundaries(starts, targets)[0]
 
 
 @_union_lengths.defjvp
 def _union_lengths_jvp(primals, tangents):
     # A right boundary ends a non-empty interval, whose end is its target; a left boundary is its start.
-    starts, targets = primals
-    d_starts, d_targets = tangents
-    ends = jnp.maximum(starts, targets)
-    left, right = _union_boundaries(starts, ends)
-    length = jnp.sum(jnp.where(right, ends, 0.0) - jnp.where(left, starts, 0.0), axis=-1)
+    (starts, targets), (d_starts, d_targets) = primals, tangents
+    length, left, right = _union_length_and_boundaries(starts, targets)
     return length, jnp.sum(jnp.where(right, d_targets, 0.0) - jnp.where(left, d_starts, 0.0), axis=-1)
 
 
