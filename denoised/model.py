@@ -30,7 +30,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from platonic_rl.common.networks import MLP, StridedConv, compute_dtype
+from platonic_rl.common.networks import MLP, compute_dtype
 
 FACTORS = ("x", "y", "z")
 MIN_STD = 0.1
@@ -113,8 +113,8 @@ class ConvEncoder(nn.Module):
         x = images.astype(jnp.float32) / 255.0 - 0.5 if images.dtype == jnp.uint8 else images
         batch = x.shape[:-3]
         x = x.reshape((-1, *x.shape[-3:]))
-        for i, mult in enumerate((1, 2, 4, 8)):  # named as nn.Conv layers were, so saved parameters still load
-            x = nn.relu(StridedConv(mult * self.width, 4, 2, dtype=self.dtype, name=f"Conv_{i}")(x))
+        for mult in (1, 2, 4, 8):
+            x = nn.relu(nn.Conv(mult * self.width, (4, 4), (2, 2), padding="VALID", dtype=self.dtype)(x))
         x = x.reshape((*batch, -1))
         return nn.Dense(self.embed_dim, dtype=self.dtype)(x).astype(jnp.float32)
 
@@ -132,7 +132,7 @@ class ConvDecoder(nn.Module):
         batch = features.shape[:-1]
         x = nn.Dense(self.embed_dim, dtype=self.dtype)(features).reshape((-1, 1, 1, self.embed_dim))
         for i, (ch, k) in enumerate(((4 * self.width, 5), (2 * self.width, 5), (self.width, 6), (3, 6))):
-            x = StridedConv(ch, k, 2, transpose=True, dtype=self.dtype, name=f"ConvTranspose_{i}")(x)
+            x = nn.ConvTranspose(ch, (k, k), (2, 2), padding="VALID", dtype=self.dtype)(x)
             x = nn.relu(x) if i < 3 else x
         return x.reshape((*batch, 64, 64, 3)).astype(jnp.float32)
 
