@@ -35,7 +35,7 @@ from platonic_rl.agents import (CRLAgent, CRLConfig, DDPGHERAgent, DDPGHERConfig
                                 DenoisedMDPConfig, GCBCAgent, GCBCConfig, QRLAgent, QRLConfig,
                                 QRLContinuousAgent, QRLContinuousConfig)
 from platonic_rl.benchmarks import report
-from platonic_rl.denoised.model import WorldModelConfig
+from platonic_rl.denoised.model import WorldModelConfig, observe
 from platonic_rl.qrl import quasimetrics as qm
 from platonic_rl.training.updates import update_steps
 
@@ -298,6 +298,23 @@ def time_update(case: Case, args: Args, peak: float) -> dict:
         return _time_update(case, args, peak)
 
 
+def world_model_parts(agent: DenoisedMDPAgent, batch: dict, repeats: int) -> dict:
+    """ms of the parts of a world-model agent's update, each jitted alone: the model loss (eq. 5.4) with its
+    gradient, the filtering ``lax.scan`` forward alone (part of the model's), and the imagination actor + value
+    losses with their gradient; what is not listed is the optimizer steps."""
+    key = jax.random.PRNGKey(0)
+    model_grad = jax.jit(jax.value_and_grad(agent.model_loss_fn, has_aux=True))
+    (_, (states, _)), _ = model_grad(agent.model_params, batch, key)
+    m, params = agent.config.model, agent.model_params
+    out = dict(model_loss_and_gradient=time_call(model_grad, (agent.model_params, batch, key), repeats),
+               filtering_forward=time_call(jax.jit(lambda o, a: observe(m, params, o, a, key)[0]),
+                                           (agent.normalise(batch["observations"]), batch["prev_actions"]), repeats),
+               imagination_loss_and_gradient=time_call(
+                   jax.jit(jax.grad(agent.imagine_loss, has_aux=True)),
+                   ((agent.actor_params, agent.critic_params), params, states, key), repeats))
+    return {name: 1e3 * seconds for name, seconds in out.items()}
+
+
 def _time_update(case: Case, args: Args, peak: float) -> dict:
     agent, batch = case.build()
     batch = jax.tree.map(jnp.asarray, batch)
@@ -306,9 +323,12 @@ def _time_update(case: Case, args: Args, peak: float) -> dict:
     keys = jax.random.split(jax.random.PRNGKey(0), args.scan_length)
     scanned = time_call(update_steps, (agent, FixedBatch(batch), keys), args.repeats) / args.scan_length
     flops = matmul_flops(jax.make_jaxpr(type(agent).update)(agent, batch))
-    return dict(size=case.size, samples=case.samples, ms_one_call=1e3 * one, ms_in_scan=1e3 * scanned,
-                samples_per_s=case.samples / scanned, matmul_gflops=flops / 1e9,
-                peak_fraction_one_call=flops / one / peak, peak_fraction_in_scan=flops / scanned / peak)
+    out = dict(size=case.size, samples=case.samples, ms_one_call=1e3 * one, ms_in_scan=1e3 * scanned,
+               samples_per_s=case.samples / scanned, matmul_gflops=flops / 1e9,
+               peak_fraction_one_call=flops / one / peak, peak_fraction_in_scan=flops / scanned / peak)
+    if isinstance(agent, DenoisedMDPAgent):
+        out["parts_ms"] = world_model_parts(agent, batch, args.repeats)
+    return out
 
 
 def table(record: dict) -> str:
@@ -320,6 +340,14 @@ def table(record: dict) -> str:
         lines.append(f"| {name} | {r['size']} | {r['ms_one_call']:.3g} | {r['ms_in_scan']:.3g} | "
                      f"{r['samples_per_s']:,.0f} | {r['matmul_gflops']:.3g} | "
                      f"{100 * r['peak_fraction_one_call']:.0f} / {100 * r['peak_fraction_in_scan']:.0f} |")
+    parts = {name: r["parts_ms"] for name, r in record["updates"].items() if "parts_ms" in r}
+    if parts:
+        lines += ["", "World-model updates by part (ms, each part jitted alone; the model gradient includes the "
+                      "filtering):", ""]
+        for name, p in parts.items():
+            total = record["updates"][name]["ms_one_call"]
+            lines.append(f"- {name} ({total:.3g} ms): " + ", ".join(
+                f"{part.replace('_', ' ')} {ms:.3g} ({100 * ms / total:.0f}%)" for part, ms in p.items()))
     for base, share in record.get("iqe_share", {}).items():
         lines += ["", f"IQE share of the {base} update (one call; the update with an l2 head on the same projector "
                       f"as the baseline): {share['iqe_ms']:.1f} of {share['update_ms']:.1f} ms = "

@@ -71,3 +71,12 @@ def test_iqe_kernel_swaps_the_head_kernel_and_restores_it():
             np.testing.assert_allclose(speed.qm.iqe(x, y, 8, "sum"), speed.iqe_sort(x, y, 8).sum(-1), rtol=1e-6)
             raise RuntimeError  # restored on errors too
     assert speed.qm.iqe_components is library
+
+
+@pytest.mark.slow
+def test_world_model_parts_time_each_part_of_the_update():
+    case = {c.name: c for c in speed.quick_cases()}["denoised_mdp"]
+    agent, batch = case.build()
+    parts = speed.world_model_parts(agent, jax.tree.map(jnp.asarray, batch), repeats=1)
+    assert set(parts) == {"model_loss_and_gradient", "filtering_forward", "imagination_loss_and_gradient"}
+    assert all(ms > 0 for ms in parts.values())
