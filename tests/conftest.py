@@ -4,3 +4,23 @@ import os
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Headless rendering; must be set before mujoco is imported (gymnasium_robotics imports it).
 os.environ.setdefault("MUJOCO_GL", "egl")
+
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+
+import jax  # noqa: E402
+
+# Many tests compile the same small programs (the same tiny agents, in several files and in both xdist
+# workers): they share XLA's compiled executables through one on-disk cache per test session, made by the
+# first process (the xdist controller; workers inherit its environment) and removed when it ends. Only the jax
+# config is set, so the subprocesses some tests start (the multi-process tests) compile for themselves.
+_OWNS_CACHE = "PLATONIC_RL_TEST_XLA_CACHE" not in os.environ
+if _OWNS_CACHE:
+    os.environ["PLATONIC_RL_TEST_XLA_CACHE"] = tempfile.mkdtemp(prefix="platonic_rl_test_xla_cache_")
+jax.config.update("jax_compilation_cache_dir", os.environ["PLATONIC_RL_TEST_XLA_CACHE"])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+
+
+def pytest_unconfigure(config):
+    if _OWNS_CACHE:
+        shutil.rmtree(os.environ.pop("PLATONIC_RL_TEST_XLA_CACHE"), ignore_errors=True)
