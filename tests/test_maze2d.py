@@ -180,6 +180,17 @@ def test_bad_sources_and_layouts_are_named(tiny, tmp_path):
         maze2d.load_dataset(tmp_path / "other.hdf5", "umaze")
 
 
+def test_bad_benchmark_arguments_are_named():
+    from platonic_rl.benchmarks import maze2d as bench
+
+    with pytest.raises(ValueError, match="--qrl-bc-weight must be >= 0, got -0.1"):
+        bench.Args(qrl_bc_weight=-0.1)
+    with pytest.raises(ValueError, match="--qrl-updates must be >= 1, got 0"):
+        bench.Args(qrl_updates=0)
+    with pytest.raises(ValueError, match="--seeds must be distinct"):
+        bench.Args(seeds=(1, 1))
+
+
 def test_a_dataset_that_does_not_fit_the_agent_is_refused(tiny, tmp_path):
     _, path = tiny
     data = maze2d.load_dataset(path, "medium")
