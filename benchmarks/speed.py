@@ -302,11 +302,10 @@ def world_model_parts(agent: DenoisedMDPAgent, batch: dict, repeats: int) -> dic
     """ms of the parts of a world-model agent's update, each jitted alone: the model loss (eq. 5.4) with its
     gradient, the filtering ``lax.scan`` forward alone (part of the model's), and the imagination actor + value
     losses with their gradient; what is not listed is the optimizer steps."""
-    key = jax.random.PRNGKey(0)
+    key, m, params = jax.random.PRNGKey(0), agent.config.model, agent.model_params
     model_grad = jax.jit(jax.value_and_grad(agent.model_loss_fn, has_aux=True))
-    (_, (states, _)), _ = model_grad(agent.model_params, batch, key)
-    m, params = agent.config.model, agent.model_params
-    out = dict(model_loss_and_gradient=time_call(model_grad, (agent.model_params, batch, key), repeats),
+    (_, (states, _)), _ = model_grad(params, batch, key)
+    out = dict(model_loss_and_gradient=time_call(model_grad, (params, batch, key), repeats),
                filtering_forward=time_call(jax.jit(lambda o, a: observe(m, params, o, a, key)[0]),
                                            (agent.normalise(batch["observations"]), batch["prev_actions"]), repeats),
                imagination_loss_and_gradient=time_call(

@@ -68,12 +68,13 @@ def test_bfloat16_losses_track_float32_over_a_few_updates(name):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_the_bfloat16_update_multiplies_in_bfloat16_and_keeps_float32_state(name):
     make, batch = CASES[name]
+    arrays = jax.tree.map(jnp.asarray, batch(0))
     for dtype in ("float32", "bfloat16"):
         agent = make(dtype)
         # Tracing only (no compile): the update's matmuls take bf16 operands exactly when asked to.
-        dots = _dot_dtypes(jax.make_jaxpr(type(agent).update)(agent, jax.tree.map(jnp.asarray, batch(0))))
+        dots = _dot_dtypes(jax.make_jaxpr(type(agent).update)(agent, arrays))
         assert ("bfloat16" in dots) == (dtype == "bfloat16"), dots
-        shapes = jax.eval_shape(type(agent).update, agent, jax.tree.map(jnp.asarray, batch(0)))
+        shapes = jax.eval_shape(type(agent).update, agent, arrays)
         assert {str(x.dtype) for x in jax.tree_util.tree_leaves(shapes)
                 if jnp.issubdtype(x.dtype, jnp.floating)} == {"float32"}  # new state and metrics: float32
 
