@@ -16,7 +16,8 @@ Contrastive RL and GCBC train on future-state goals (their own goal distribution
 the layout's extent (``Layout.obs_center/obs_scale``) for every method.
 
 Saves ``results.json`` (command, settings, per-seed scores, dataset sizes and times, the paper's numbers, and
-per seed the rank correlation of QRL's learned distance with the true shortest path for two goals),
+per seed the rank correlation of QRL's learned distance with the true shortest path for two goals, and
+whether QRL's actor picks the action its own critic rates best: :func:`actor_check`),
 ``values.png`` (the learned distance d(s, g) over the maze for two goals per layout beside the true
 shortest-path distance in cells) and ``trajectories.png`` (QRL's single-goal episodes); prints the table.
 """
@@ -336,6 +337,42 @@ def value_maps(agent: QRLContinuousAgent, layout: maze2d.Layout, goals: list[tup
     return maps
 
 
+@functools.partial(jax.jit, static_argnames=("grid_size",))
+def actor_critic_gap(agent: QRLContinuousAgent, observations: jax.Array, goals: jax.Array, grid_size: int = 9
+                     ) -> jax.Array:
+    """Does QRL's actor minimise its own objective? Per state, the learned one-step cost of the actor's mode
+    action, c(a) = max_i d_i(T_i(f_i(s), a), f_i(g)), minus the lowest cost among that action and a
+    ``grid_size``^A grid over [-1, 1]^A: 0 where the actor picks the best action it is offered, else how many
+    steps of learned distance it leaves on the table (>= 0). ``observations``, ``goals``: [N, D], normalised
+    as the agent sees them; returns [N]."""
+    axis = jnp.linspace(-1.0, 1.0, grid_size)
+    grid = jnp.stack(jnp.meshgrid(*[axis] * agent.config.action_dim, indexing="ij"), -1).reshape(-1, agent.config.action_dim)
+
+    def cost(actions):
+        return agent.goal_distances_after(agent.critic_params, observations, actions, goals).max(0)
+
+    chosen = cost(agent.act(observations, goals))
+    offered = jax.lax.map(lambda a: cost(jnp.broadcast_to(a, (observations.shape[0], a.shape[0]))), grid)
+    return chosen - jnp.minimum(offered.min(0), chosen)
+
+
+def actor_check(agent: QRLContinuousAgent, data: dict, layout: maze2d.Layout, states: int = 1000, seed: int = 0
+                ) -> dict:
+    """:func:`actor_critic_gap` on ``states`` random dataset states, paired with D4RL's single goal and with
+    random dataset states as goals: the mean gap (steps of learned distance) and the fraction of states
+    whose gap exceeds one step."""
+    rng = np.random.default_rng(seed)
+    observations = data["observations"][rng.integers(len(data["observations"]), size=states)]
+    single = np.asarray(normaliser(layout)(maze2d.goal_states(np.asarray(layout.goal_cell, np.float64))[None]))
+    goal_sets = {"single goal": np.repeat(single, states, 0).astype(np.float32),
+                 "random goals": data["observations"][rng.integers(len(data["observations"]), size=states)]}
+    out = {}
+    for name, goals in goal_sets.items():
+        gap = np.asarray(actor_critic_gap(agent, jnp.asarray(observations), jnp.asarray(goals)))
+        out[name] = dict(mean_gap=float(gap.mean()), above_one_step=float((gap > 1.0).mean()))
+    return out
+
+
 def format_table(summary: dict, scale_name: str, note: str, seeds) -> str:
     lines = [f"maze2d (D4RL-normalised score, mean +- std over seeds {list(seeds)}; paper: Table 4.2, 5 seeds) -- "
              f"scale {scale_name!r}: {note}"]
@@ -432,7 +469,7 @@ def run(args: Args) -> dict:
         scale = dataclasses.replace(scale, qrl_train=dataclasses.replace(scale.qrl_train, steps=args.qrl_updates))
     out = Path(args.out_dir or f"results/maze2d/{args.scale}")
     (out / "evals").mkdir(parents=True, exist_ok=True)
-    datasets, maps, trajectories, value_rank = {}, {}, {}, {}
+    datasets, maps, trajectories, value_rank, actor_gap = {}, {}, {}, {}, {}
     for layout_name in args.layouts:
         layout = maze2d.get_layout(layout_name)
         if args.dataset is not None:
@@ -474,6 +511,11 @@ def run(args: Args) -> dict:
             maps[layout_name] = per_seed[0]
             value_rank[layout_name] = {str(tuple(m["goal"])): [seed_maps[j]["rank_correlation"] for seed_maps in per_seed]
                                        for j, m in enumerate(per_seed[0])}
+            actor_gap[layout_name] = [actor_check(stacks["qrl"].agent(i), data, layout) for i in range(len(args.seeds))]
+            for setting in ("single goal", "random goals"):
+                gaps = [g[setting]["mean_gap"] for g in actor_gap[layout_name]]
+                print(f"  QRL's actor vs its critic, {setting}: its action is {np.mean(gaps):.2f} steps of learned "
+                      f"distance worse than the best of a 9x9 action grid (mean over states and seeds)")
     summary = {}
     for method in METHODS:
         for layout_name in LAYOUTS:
@@ -490,7 +532,7 @@ def run(args: Args) -> dict:
     record = dict(scale=args.scale, scale_note=scale.note, settings=dataclasses.asdict(scale), datasets=datasets,
                   summary={m: {l: {s: {k: v for k, v in r[s].items() if k != "trajectories"}
                                    for s in ("single", "multi")} for l, r in per.items()} for m, per in summary.items()},
-                  value_rank_correlation=value_rank, paper=PAPER)
+                  value_rank_correlation=value_rank, actor_critic_gap=actor_gap, paper=PAPER)
     plots = {}
     if maps:
         plots["values.png"] = lambda p: plot_values(p, maps, f"maze2d, QRL seed {args.seeds[0]}: learned distance vs "

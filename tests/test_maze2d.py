@@ -292,6 +292,39 @@ def test_qrl_plan_costs_sum_the_learned_q_along_the_latent_rollout():
     assert d.shape == (2, 1) and np.all(np.asarray(d) >= 0)
 
 
+def test_actor_critic_gap_is_the_actors_learned_cost_above_the_best_grid_action():
+    from platonic_rl.benchmarks import maze2d as bench
+
+    config = QRLContinuousConfig(obs_dim=4, action_dim=2, encoder_hidden=(16,), latent_dim=8, projector_hidden=(16,),
+                                 iqe_components=4, iqe_dim_per_component=4, dynamics_hidden=(16,), actor_hidden=(16,))
+    agent = QRLContinuousAgent.create(config, 1)
+    rng = np.random.default_rng(2)
+    # The fresh dynamics T is the identity (zero-initialised residual): perturb every critic weight so the
+    # learned cost depends on the action.
+    leaves, treedef = jax.tree.flatten(agent.critic_params)
+    noisy = [x + 0.5 * jnp.asarray(rng.normal(size=x.shape), jnp.float32) for x in leaves]
+    agent = agent.replace(critic_state=agent.critic_state.replace(params=jax.tree.unflatten(treedef, noisy)))
+    obs, goals = (jnp.asarray(rng.normal(size=(5, 4)), jnp.float32) for _ in range(2))
+    gap = np.asarray(bench.actor_critic_gap(agent, obs, goals, grid_size=3))
+
+    def cost(actions):  # by hand, one action at a time: max over critics of d(T(f(s), a), f(g))
+        return np.asarray(agent.goal_distances_after(agent.critic_params, obs, jnp.asarray(actions, jnp.float32),
+                                                     goals)).max(0)
+    chosen = cost(np.asarray(agent.act(obs, goals)))
+    offered = np.stack([cost(np.broadcast_to([a, b], (5, 2))) for a in (-1, 0, 1) for b in (-1, 0, 1)])
+    np.testing.assert_allclose(gap, chosen - np.minimum(offered.min(0), chosen), rtol=1e-5, atol=1e-4)
+    assert np.all(gap >= 0) and np.any(gap > 1e-3)  # a random actor leaves learned distance on the table
+    # An actor whose mode is a grid point, (0, 0) with its output layer zeroed, is scored against the grid
+    # alone: its gap is its cost above the grid's best, 0 exactly where (0, 0) is that best.
+    zeroed = jax.tree.map(lambda x: x, agent.actor_params)
+    last = max(k for k in zeroed["params"]["TanhNormalPolicy_0"])
+    zeroed["params"]["TanhNormalPolicy_0"][last] = jax.tree.map(jnp.zeros_like, zeroed["params"]["TanhNormalPolicy_0"][last])
+    still = agent.replace(actor_state=agent.actor_state.replace(params=zeroed))
+    np.testing.assert_array_equal(np.asarray(still.act(obs, goals)), 0.0)
+    gap0 = np.asarray(bench.actor_critic_gap(still, obs, goals, grid_size=3))
+    np.testing.assert_allclose(gap0, cost(np.zeros((5, 2))) - offered.min(0), rtol=1e-5, atol=1e-4)
+
+
 def test_benchmark_quick_run(tmp_path, monkeypatch):
     from platonic_rl.benchmarks import maze2d as bench
 
@@ -314,6 +347,9 @@ def test_benchmark_quick_run(tmp_path, monkeypatch):
     assert "NOT comparable" in saved["table"]
     ranks = saved["value_rank_correlation"]["umaze"]
     assert len(ranks) == 2 and all(len(r) == 2 and all(-1 <= x <= 1 for x in r) for r in ranks.values())
+    gaps = saved["actor_critic_gap"]["umaze"]
+    assert len(gaps) == 2 and all(g[s]["mean_gap"] >= 0 and 0 <= g[s]["above_one_step"] <= 1
+                                  for g in gaps for s in ("single goal", "random goals"))
     for name in ("results.json", "values.png", "trajectories.png"):
         assert (tmp_path / "out" / name).is_file()
     assert json.loads((tmp_path / "out" / "results.json").read_text())["command"].startswith("python -m")
