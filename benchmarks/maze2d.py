@@ -1,6 +1,8 @@
 """Offline goal reaching on D4RL maze2d: QRL (+BC), Contrastive RL (+BC), GCBC and MPPI with the QRL value
 (Table 4.2, section 4.5.1, appendix C.3.2), and as a reference MPPI in the true dynamics with the true sparse
-reward (no training; it plans in the pure-JAX point maze of ``envs.point_maze``).
+reward (no training; it plans in the pure-JAX point maze of ``envs.point_maze``). ``qrl_grid`` (not in the
+paper) acts with QRL's trained critic alone, by the argmin of the learned one-step cost over a 9x9 action grid:
+what a perfect one-step actor would do, to tell a failing actor from a critic whose greedy policy fails.
 
     python -m platonic_rl.benchmarks.maze2d --scale quick                       # minutes: a smoke run
     python -m platonic_rl.benchmarks.maze2d --scale cpu --layouts medium        # one layout, 3 seeds
@@ -47,8 +49,8 @@ from platonic_rl.envs.point_maze import PointMaze
 from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
 from platonic_rl.training.offline import TrainConfig, train_offline
 
-Method = Literal["qrl", "crl", "gcbc", "mppi", "mppi_true"]
-METHODS = ("qrl", "crl", "gcbc", "mppi", "mppi_true")
+Method = Literal["qrl", "qrl_grid", "crl", "gcbc", "mppi", "mppi_true"]
+METHODS = ("qrl", "qrl_grid", "crl", "gcbc", "mppi", "mppi_true")
 LAYOUTS = ("large", "medium", "umaze")
 
 # Table 4.2 (mean over 5 seeds), normalised scores: {method: {setting: {layout: score}}}.
@@ -60,7 +62,7 @@ PAPER = {
     "handcoded_controller": {"single": dict(large=128.13, medium=127.64, umaze=113.91),
                              "multi": dict(large=146.94, medium=119.97, umaze=128.53)},
 }
-NAMES = dict(qrl="QRL (+BC)", crl="Contrastive RL (+BC)", gcbc="GCBC", mppi="MPPI with QRL value",
+NAMES = dict(qrl="QRL (+BC)", qrl_grid="QRL critic, grid argmin", crl="Contrastive RL (+BC)", gcbc="GCBC", mppi="MPPI with QRL value",
              mppi_true="MPPI, true dynamics")
 
 
@@ -278,6 +280,9 @@ def evaluate_method(method: str, stack: SeedStack | None, layout: maze2d.Layout,
             if method == "mppi":
                 episodes = args.episodes or scale.mppi_episodes
                 policy = mppi_policy(agent, layout, scale.mppi_samples, seed=1000 + seed)
+            elif method == "qrl_grid":
+                episodes = args.episodes or scale.episodes
+                policy = grid_policy(agent, layout)
             elif method == "mppi_true":
                 episodes = args.episodes or scale.mppi_episodes
                 policy = true_dynamics_mppi_policy(layout, scale.mppi_samples, seed=1000 + seed)
@@ -337,6 +342,18 @@ def value_maps(agent: QRLContinuousAgent, layout: maze2d.Layout, goals: list[tup
     return maps
 
 
+def _grid_costs(agent: QRLContinuousAgent, observations: jax.Array, goals: jax.Array, grid_size: int):
+    """The learned one-step cost c(a) = max_i d_i(T_i(f_i(s), a), f_i(g)) of every action of a ``grid_size``^A
+    grid over [-1, 1]^A: (grid [G, A], costs [G, N]), and the cost function itself."""
+    axis = jnp.linspace(-1.0, 1.0, grid_size)
+    grid = jnp.stack(jnp.meshgrid(*[axis] * agent.config.action_dim, indexing="ij"), -1).reshape(-1, agent.config.action_dim)
+
+    def cost(actions):
+        return agent.goal_distances_after(agent.critic_params, observations, actions, goals).max(0)
+
+    return grid, jax.lax.map(lambda a: cost(jnp.broadcast_to(a, (observations.shape[0], a.shape[0]))), grid), cost
+
+
 @functools.partial(jax.jit, static_argnames=("grid_size",))
 def actor_critic_gap(agent: QRLContinuousAgent, observations: jax.Array, goals: jax.Array, grid_size: int = 9
                      ) -> jax.Array:
@@ -345,15 +362,25 @@ def actor_critic_gap(agent: QRLContinuousAgent, observations: jax.Array, goals: 
     ``grid_size``^A grid over [-1, 1]^A: 0 where the actor picks the best action it is offered, else how many
     steps of learned distance it leaves on the table (>= 0). ``observations``, ``goals``: [N, D], normalised
     as the agent sees them; returns [N]."""
-    axis = jnp.linspace(-1.0, 1.0, grid_size)
-    grid = jnp.stack(jnp.meshgrid(*[axis] * agent.config.action_dim, indexing="ij"), -1).reshape(-1, agent.config.action_dim)
-
-    def cost(actions):
-        return agent.goal_distances_after(agent.critic_params, observations, actions, goals).max(0)
-
+    _, offered, cost = _grid_costs(agent, observations, goals, grid_size)
     chosen = cost(agent.act(observations, goals))
-    offered = jax.lax.map(lambda a: cost(jnp.broadcast_to(a, (observations.shape[0], a.shape[0]))), grid)
     return chosen - jnp.minimum(offered.min(0), chosen)
+
+
+@functools.partial(jax.jit, static_argnames=("grid_size",))
+def grid_argmin_actions(agent: QRLContinuousAgent, observations: jax.Array, goals: jax.Array, grid_size: int = 9
+                        ) -> jax.Array:
+    """The action of a ``grid_size``^A grid over [-1, 1]^A with the lowest learned one-step cost: what a
+    perfect one-step actor would do with QRL's critic (no actor involved). [N, A]."""
+    grid, offered, _ = _grid_costs(agent, observations, goals, grid_size)
+    return grid[jnp.argmin(offered, 0)]
+
+
+def grid_policy(agent: QRLContinuousAgent, layout: maze2d.Layout):
+    """A host policy acting by :func:`grid_argmin_actions` (the ``qrl_grid`` row): it separates a failing actor
+    from a critic whose greedy policy fails."""
+    norm = normaliser(layout)
+    return lambda obs, goals: np.asarray(grid_argmin_actions(agent, norm(obs), norm(goals)))
 
 
 def actor_check(agent: QRLContinuousAgent, data: dict, layout: maze2d.Layout, states: int = 1000, seed: int = 0
@@ -487,14 +514,14 @@ def run(args: Args) -> dict:
         stacks = {}
         for method in [m for m in METHODS if m in args.methods]:
             eval_path = out / "evals" / f"{layout_name}-{method}.json"
-            if eval_path.is_file() and not args.overwrite and method != "qrl":
+            if eval_path.is_file() and not args.overwrite and method != "qrl":  # (QRL's stack feeds the plots)
                 continue
-            trained = "qrl" if method == "mppi" else method
+            trained = "qrl" if method in ("mppi", "qrl_grid") else method
             if method == "mppi_true":
                 stacks[trained] = None  # nothing to train
             if trained not in stacks:
                 stacks[trained] = train_method(trained, scale, data, args.seeds, out / "runs" / f"{layout_name}-{trained}",
-                                               overwrite=args.overwrite and method != "mppi")
+                                               overwrite=args.overwrite and method == trained)
             if eval_path.is_file() and not args.overwrite:
                 continue
             t = time.time()

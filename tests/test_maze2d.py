@@ -314,6 +314,8 @@ def test_actor_critic_gap_is_the_actors_learned_cost_above_the_best_grid_action(
     offered = np.stack([cost(np.broadcast_to([a, b], (5, 2))) for a in (-1, 0, 1) for b in (-1, 0, 1)])
     np.testing.assert_allclose(gap, chosen - np.minimum(offered.min(0), chosen), rtol=1e-5, atol=1e-4)
     assert np.all(gap >= 0) and np.any(gap > 1e-3)  # a random actor leaves learned distance on the table
+    grid = np.array([[a, b] for a in (-1, 0, 1) for b in (-1, 0, 1)], np.float32)
+    np.testing.assert_array_equal(bench.grid_argmin_actions(agent, obs, goals, grid_size=3), grid[offered.argmin(0)])
     # An actor whose mode is a grid point, (0, 0) with its output layer zeroed, is scored against the grid
     # alone: its gap is its cost above the grid's best, 0 exactly where (0, 0) is that best.
     zeroed = jax.tree.map(lambda x: x, agent.actor_params)
@@ -338,7 +340,7 @@ def test_benchmark_quick_run(tmp_path, monkeypatch):
                       out_dir=str(tmp_path / "out"), data_root=str(tmp_path / "data"))
     saved = bench.run(args)
     summary = saved["summary"]
-    assert set(summary) == {"qrl", "crl", "gcbc", "mppi", "mppi_true"}
+    assert set(summary) == {"qrl", "qrl_grid", "crl", "gcbc", "mppi", "mppi_true"}
     for method in summary:
         for setting in ("single", "multi"):
             r = summary[method]["umaze"][setting]
