@@ -147,6 +147,8 @@ class Args:
     """Add QRL's adaptive entropy term to its actor loss (C.3.2's offline runs and the presets: off)."""
     qrl_bc_weight: float | None = None
     """QRL's behaviour-cloning weight (default: the scale's, C.3.2's 0.05)."""
+    qrl_hidden: tuple[int, ...] | None = None
+    """QRL's hidden layers, for its encoder, latent dynamics and actor MLPs (default: the scale's)."""
     qrl_updates: int | None = None
     """QRL's gradient updates (default: the scale's). A QRL run directory with the same settings and a smaller
     budget continues to this one (copy it into a new --out-dir to keep both)."""
@@ -167,6 +169,8 @@ class Args:
             raise ValueError(f"--dataset needs exactly one --layouts (the dataset's maze), got {self.layouts}")
         if self.qrl_updates is not None and self.qrl_updates < 1:
             raise ValueError(f"--qrl-updates must be >= 1, got {self.qrl_updates}")
+        if self.qrl_hidden is not None and (not self.qrl_hidden or min(self.qrl_hidden) < 1):
+            raise ValueError(f"--qrl-hidden must be one or more positive widths, got {self.qrl_hidden}")
         if self.qrl_bc_weight is not None and not self.qrl_bc_weight >= 0:
             raise ValueError(f"--qrl-bc-weight must be >= 0, got {self.qrl_bc_weight}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
@@ -492,6 +496,10 @@ def run(args: Args) -> dict:
         scale = dataclasses.replace(scale, qrl=dataclasses.replace(scale.qrl, adaptive_entropy=True))
     if args.qrl_bc_weight is not None:
         scale = dataclasses.replace(scale, qrl=dataclasses.replace(scale.qrl, bc_weight=args.qrl_bc_weight))
+    if args.qrl_hidden is not None:
+        hidden = tuple(args.qrl_hidden)
+        scale = dataclasses.replace(scale, qrl=dataclasses.replace(scale.qrl, encoder_hidden=hidden, dynamics_hidden=hidden,
+                                                                   actor_hidden=hidden))
     if args.qrl_updates is not None:
         scale = dataclasses.replace(scale, qrl_train=dataclasses.replace(scale.qrl_train, steps=args.qrl_updates))
     out = Path(args.out_dir or f"results/maze2d/{args.scale}")

@@ -189,6 +189,8 @@ def test_bad_benchmark_arguments_are_named():
         bench.Args(qrl_updates=0)
     with pytest.raises(ValueError, match="--seeds must be distinct"):
         bench.Args(seeds=(1, 1))
+    with pytest.raises(ValueError, match=r"--qrl-hidden must be one or more positive widths, got \(256, 0\)"):
+        bench.Args(qrl_hidden=(256, 0))
 
 
 def test_a_dataset_that_does_not_fit_the_agent_is_refused(tiny, tmp_path):
