@@ -309,9 +309,10 @@ def test_actor_critic_gap_is_the_actors_learned_cost_above_the_best_grid_action(
     obs, goals = (jnp.asarray(rng.normal(size=(5, 4)), jnp.float32) for _ in range(2))
     gap = np.asarray(bench.actor_critic_gap(agent, obs, goals, grid_size=3))
 
+    distances = jax.jit(agent.goal_distances_after)
+
     def cost(actions):  # by hand, one action at a time: max over critics of d(T(f(s), a), f(g))
-        return np.asarray(agent.goal_distances_after(agent.critic_params, obs, jnp.asarray(actions, jnp.float32),
-                                                     goals)).max(0)
+        return np.asarray(distances(agent.critic_params, obs, jnp.asarray(actions, jnp.float32), goals)).max(0)
     chosen = cost(np.asarray(agent.act(obs, goals)))
     offered = np.stack([cost(np.broadcast_to([a, b], (5, 2))) for a in (-1, 0, 1) for b in (-1, 0, 1)])
     np.testing.assert_allclose(gap, chosen - np.minimum(offered.min(0), chosen), rtol=1e-5, atol=1e-4)
