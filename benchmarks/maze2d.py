@@ -394,7 +394,7 @@ def actor_check(agent: QRLContinuousAgent, data: dict, layout: maze2d.Layout, st
     whose gap exceeds one step."""
     rng = np.random.default_rng(seed)
     observations = data["observations"][rng.integers(len(data["observations"]), size=states)]
-    single = np.asarray(normaliser(layout)(maze2d.goal_states(np.asarray(layout.goal_cell, np.float64))[None]))
+    single = np.asarray(normaliser(layout)(maze2d.goal_states(layout.goal)[None]))
     goal_sets = {"single goal": np.repeat(single, states, 0).astype(np.float32),
                  "random goals": data["observations"][rng.integers(len(data["observations"]), size=states)]}
     out = {}

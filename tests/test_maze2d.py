@@ -313,11 +313,11 @@ def test_actor_critic_gap_is_the_actors_learned_cost_above_the_best_grid_action(
 
     def cost(actions):  # by hand, one action at a time: max over critics of d(T(f(s), a), f(g))
         return np.asarray(distances(agent.critic_params, obs, jnp.asarray(actions, jnp.float32), goals)).max(0)
+    grid = np.array([[a, b] for a in (-1, 0, 1) for b in (-1, 0, 1)], np.float32)
     chosen = cost(np.asarray(agent.act(obs, goals)))
-    offered = np.stack([cost(np.broadcast_to([a, b], (5, 2))) for a in (-1, 0, 1) for b in (-1, 0, 1)])
+    offered = np.stack([cost(np.broadcast_to(a, (5, 2))) for a in grid])
     np.testing.assert_allclose(gap, chosen - np.minimum(offered.min(0), chosen), rtol=1e-5, atol=1e-4)
     assert np.all(gap >= 0) and np.any(gap > 1e-3)  # a random actor leaves learned distance on the table
-    grid = np.array([[a, b] for a in (-1, 0, 1) for b in (-1, 0, 1)], np.float32)
     np.testing.assert_array_equal(bench.grid_argmin_actions(agent, obs, goals, grid_size=3), grid[offered.argmin(0)])
     # An actor whose mode is a grid point, (0, 0) with its output layer zeroed, is scored against the grid
     # alone: its gap is its cost above the grid's best, 0 exactly where (0, 0) is that best.
