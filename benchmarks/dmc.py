@@ -120,6 +120,15 @@ def make_agent(method: str, task: str, variant: str, obs_shape: tuple[int, ...],
     return DenoisedMDPAgent.create(config, seed)
 
 
+def loop_config(args: Args, task: str, variant: str, seed: int) -> DMCOnlineConfig:
+    """The training loop of one (task, variant, seed) run under ``args``."""
+    p = PRESETS[args.preset]
+    return DMCOnlineConfig(task=task, variant=variant, env_steps=args.env_steps, seed=seed, batch_size=p["batch_size"],
+                           chunk=p["chunk"], eval_every=min(10_000, args.env_steps), eval_episodes=args.eval_episodes,
+                           normalise_observations=args.normalise_observations, observation=args.observation,
+                           video_dir=args.video_dir, cheap_visuals=args.cheap_visuals, overwrite=args.overwrite)
+
+
 def probe(agent, loop: DMCOnlineConfig, args: Args, seed: int) -> dict:
     data = latent_probe_data(agent, loop, args.probe_train + args.probe_test, seed=20_000_000 + seed)
     train = data["episode"] < args.probe_train
@@ -151,27 +160,20 @@ def run(args: Args) -> dict:
             obs_shape, action_dim = env.observation_space.shape, env.action_space.shape[0]
             for method in args.methods:
                 for seed in args.seeds:
-                    p = PRESETS[args.preset]
-                    loop = DMCOnlineConfig(task=task, variant=variant, env_steps=args.env_steps, seed=seed,
-                                           batch_size=p["batch_size"], chunk=p["chunk"],
-                                           eval_every=min(10_000, args.env_steps), eval_episodes=args.eval_episodes,
-                                           normalise_observations=args.normalise_observations,
-                                           observation=args.observation, video_dir=args.video_dir,
-                                           cheap_visuals=args.cheap_visuals, overwrite=args.overwrite)
+                    loop = loop_config(args, task, variant, seed)
                     agent = make_agent(method, task, variant, obs_shape, action_dim, args.preset, args.policy, seed,
                                        args.free_nats, args.kl_split)
+                    run_dir = out / f"{task}_{variant}_{method}_seed{seed}"
+                    saved = None if args.overwrite else finished_record(run_dir, agent, loop)
+                    if saved is not None:  # finished earlier (perhaps on another machine): nothing to train or probe
+                        runs.append(saved)
+                        print(f"{task} {variant} {method} seed {seed}: finished in {run_dir}, its record reused", flush=True)
+                        continue
                     start = time.time()
-                    agent, history = train_dmc_online(agent, loop, out / f"{task}_{variant}_{method}_seed{seed}",
-                                                      desc=f"{task} {variant} {method} s{seed}")
-                    evals = [r for r in history if "eval_return" in r]
-                    runs.append(dict(task=task, variant=variant, method=method, seed=seed,
-                                     beta=agent.config.beta, env_steps=[r["env_steps"] for r in history],
-                                     train_return=[r["train_return"] for r in history],
-                                     eval_steps=[r["env_steps"] for r in evals],
-                                     eval_return=[r["eval_return"] for r in evals],
-                                     eval_return_std=[r.get("eval_return_std", 0.0) for r in evals],
-                                     probe=probe(agent, loop, args, seed), seconds=time.time() - start,
-                                     agent_config=dataclasses.asdict(agent.config), loop=dataclasses.asdict(loop)))
+                    agent, history = train_dmc_online(agent, loop, run_dir, desc=f"{task} {variant} {method} s{seed}")
+                    runs.append(run_record(task, variant, method, seed, agent, loop, history,
+                                           probe(agent, loop, args, seed), time.time() - start))
+                    (run_dir / RECORD).write_text(json.dumps(runs[-1], indent=1))
                     if args.observation == "pixels" and args.reconstructions and method == "denoised":
                         pictures[f"reconstructions_{task}_{variant}_seed{seed}.png"] = (
                             lambda path, a=agent, lp=loop, t=f"{task} / {variant}, seed {seed}":
@@ -183,6 +185,43 @@ def run(args: Args) -> dict:
              "probe.png": lambda path: plot_probe(path, args, summary), **pictures}
     return report.save_run(out, "platonic_rl.benchmarks.dmc", args, dict(runs=runs, summary=summary),
                            table=format_table(args, summary), plots=plots, total_seconds=time.time() - t0)
+
+
+RECORD = "record.json"  # a finished run's curves, probe and configs, beside its metrics
+
+
+def run_record(task: str, variant: str, method: str, seed: int, agent, loop: DMCOnlineConfig, history: list[dict],
+               probe_scores: dict, seconds: float) -> dict:
+    """What the benchmark keeps of one finished run (JSON-able)."""
+    evals = [r for r in history if "eval_return" in r]
+    return dict(task=task, variant=variant, method=method, seed=seed, beta=agent.config.beta,
+                env_steps=[r["env_steps"] for r in history], train_return=[r["train_return"] for r in history],
+                eval_steps=[r["env_steps"] for r in evals], eval_return=[r["eval_return"] for r in evals],
+                eval_return_std=[r.get("eval_return_std", 0.0) for r in evals], probe=probe_scores, seconds=seconds,
+                agent_config=_jsonable(dataclasses.asdict(agent.config)), loop=_jsonable(_loop_settings(loop)))
+
+
+def _loop_settings(loop: DMCOnlineConfig) -> dict:
+    return {k: v for k, v in dataclasses.asdict(loop).items() if k not in ("overwrite", "resume")}
+
+
+def _jsonable(tree):
+    return json.loads(json.dumps(tree))
+
+
+def finished_record(run_dir: Path, agent, loop: DMCOnlineConfig) -> dict | None:
+    """The saved record of a run in ``run_dir`` that finished with these settings, else None. Checkpoints stay on
+    the machine that made them; a record lets a fresh clone rebuild the tables and plots without retraining."""
+    path = Path(run_dir) / RECORD
+    if not path.exists():
+        return None
+    record = json.loads(path.read_text())
+    same = (record.get("agent_config") == _jsonable(dataclasses.asdict(agent.config))
+            and record.get("loop") == _jsonable(_loop_settings(loop)))
+    if not same:
+        raise ValueError(f"{path} holds a finished run with other settings than this call's; pass --overwrite to "
+                         f"train it again, or choose another --out-dir")
+    return record
 
 
 def final_return(run: dict) -> float:

@@ -92,3 +92,29 @@ def test_reconstruction_picture_from_pixels(tmp_path):
     assert (tmp_path / "r.png").stat().st_size > 0
     assert [ax.get_ylabel().split("\n")[0] for ax in fig.axes[::3]] == [
         "observation", "from x and y", "from x alone", "from y alone"]
+
+
+def test_a_finished_run_is_reused_from_its_record_without_a_checkpoint(tmp_path):
+    """A fresh clone has the run directories' records but no checkpoints: the benchmark rebuilds its tables from
+    the records instead of training again; a record with other settings is refused, not mixed in."""
+    import json
+
+    from platonic_rl.envs.dmc import DMCEnv
+
+    args = bd.Args(tasks=("reacher-easy",), variants=("noiseless",), methods=("dreamer",), env_steps=2000,
+                   out_dir=str(tmp_path))
+    env = DMCEnv("reacher-easy", "noiseless", 0)
+    agent = bd.make_agent("dreamer", "reacher-easy", "noiseless", env.observation_space.shape,
+                          env.action_space.shape[0], args.preset, args.policy, 0)
+    history = [dict(env_steps=1000, train_return=3.0), dict(env_steps=2000, train_return=4.0, eval_return=7.5)]
+    record = bd.run_record("reacher-easy", "noiseless", "dreamer", 0, agent, bd.loop_config(args, "reacher-easy",
+                           "noiseless", 0), history, {"x->agent_state": 0.5}, 1.0)
+    run_dir = tmp_path / "reacher-easy_noiseless_dreamer_seed0"
+    run_dir.mkdir()
+    (run_dir / bd.RECORD).write_text(json.dumps(record))
+    result = json.loads(json.dumps(bd.run(args)))  # returns without training: nothing to restore
+    assert result["runs"] == [json.loads(json.dumps(record))]
+    assert result["summary"]["noiseless"]["dreamer"]["mean_return"] == 7.5
+    assert not (run_dir / "checkpoints").exists()
+    with pytest.raises(ValueError, match="other settings"):
+        bd.run(bd.Args(**{**vars(args), "env_steps": 3000}))
