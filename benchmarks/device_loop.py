@@ -22,7 +22,14 @@ Parts (each saved as it finishes; rerunning skips finished parts and resumes lea
   shows the cost of splitting, not a speed-up.
 * ``learning``: QRL, Contrastive RL and GCBC online on the JAX point maze (umaze, medium; observations normalised
   by the layout's extent) and the reacher, ``seeds`` seeds in one vmapped program per (env, method): evaluation
-  success (goal reached at any step of 50-64 deterministic episodes) against env steps.
+  success (goal reached at any step of the scale's deterministic evaluation episodes, the same episodes for every
+  seed and method at a given iteration) against env steps. The table's number per seed is the mean of its last
+  :data:`FINAL_EVALUATIONS` evaluations. For QRL, a **critic check** then acts on the same ``--check-episodes``
+  episodes two ways per seed: by the actor's mode, and by QRL's critic alone (the argmin of the learned one-step
+  cost max_i d_i(T_i(f_i(s), a), f_i(g)) over a 9x9 action grid, :func:`~platonic_rl.benchmarks.maze2d.
+  grid_argmin_actions`). Where the critic alone succeeds and the actor does not, the actor is what fails. Each
+  finished (env, method) run keeps a ``record.json`` in its run directory; a later call reuses it (checkpoints
+  stay on the machine that trained), so runs can be added one env or method at a time.
 
 Saves ``results.json`` (command, settings, every measurement), ``throughput.png``, ``seeds.png``, ``devices.png``
 and ``learning.png`` in ``--out-dir``, and prints the tables. Speeds are ratios measured in one run on one
@@ -48,10 +55,11 @@ from platonic_rl.agents.crl import CRLConfig
 from platonic_rl.agents.gcbc import GCBCConfig
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
 from platonic_rl.benchmarks import report
+from platonic_rl.benchmarks.maze2d import grid_argmin_actions
 from platonic_rl.envs import jax_env, maze2d
 from platonic_rl.envs.point_maze import PointMaze
-from platonic_rl.envs.reacher import Reacher
-from platonic_rl.training.device_loop import DeviceLoopConfig, make_loop, train_on_device
+from platonic_rl.envs.reacher import GOALS, Reacher
+from platonic_rl.training.device_loop import HOST_ONLY, DeviceLoopConfig, env_settings, make_loop, train_on_device
 from platonic_rl.training.goal_online import OnlineConfig, train_online
 
 Part = Literal["envs", "throughput", "seeds", "devices", "learning"]
@@ -59,6 +67,9 @@ Method = Literal["qrl", "crl", "gcbc"]
 EnvName = Literal["umaze", "medium", "reacher"]
 MODULE = "platonic_rl.benchmarks.device_loop"
 NAMES = dict(qrl="QRL", crl="Contrastive RL", gcbc="GCBC")
+FINAL_EVALUATIONS = 5  # the table's success per seed: the mean of its last evaluations
+CHECK_KEY = 20_000_000  # the critic check's episodes: the same for every seed, method and env
+RECORD = "record.json"  # a finished learning run's curves, critic check and settings, in its run directory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,13 +86,20 @@ class Scale:
     learning: DeviceLoopConfig
     measure_iterations: int           # iterations per timed call
     note: str
+    qrl_entropy_init: float = 1.0     # QRL's initial entropy weight (the agent's default: 1)
 
 
 def scales() -> dict[str, Scale]:
     """``quick``: tiny networks and budgets, a smoke run NOT meant to learn. ``cpu``: the agents at the size used
     on CPU elsewhere (2 x 256 MLPs, batch 256); learning: 128 envs x 50-step unrolls per 16 updates (400 env steps
     per update), 500 iterations (3.2M env steps, 8,000 updates per seed after a 128-episode prefill): about 30 min per
-    (env, method) on 2 CPU cores for QRL with 5 seeds vmapped (3.2 s per iteration measured; Contrastive RL 1.0 s)."""
+    (env, method) on 2 CPU cores for QRL with 5 seeds vmapped (3.2 s per iteration measured; Contrastive RL 1.0 s).
+
+    The cpu scale starts QRL's entropy weight at 0.01, not the agent's 1. The weight adapts by about one learning
+    rate (3e-4) in log space per update; the paper's schedule makes one update per env step, this one one per 400, so
+    8,000 updates cannot bring it down from 1. At 1 the entropy term outweighs the actor's distance objective on
+    the reacher, where one action changes the learned distance by well under a step, and the actor stays near its
+    maximum-entropy policy (``docs/results/device_loop_reacher_checks``)."""
     few = dict(unroll=50, eval_every=10_000, eval_episodes=8, prefill_episodes=256)
     return {
         "quick": Scale((32,), 16, (4, 4), 64,
@@ -102,16 +120,21 @@ def scales() -> dict[str, Scale]:
                      DeviceLoopConfig(num_envs=128, unroll=50, updates_per_iteration=16, iterations=500,
                                       prefill_episodes=128, batch_size=256, eval_every=25, eval_episodes=64,
                                       chunk_iterations=25),
-                     5, note="cpu: 2 x 256 MLPs, batch 256"),
+                     5, note="cpu: 2 x 256 MLPs, batch 256; QRL's entropy weight starts at 0.01",
+                     qrl_entropy_init=0.01),
     }
 
 
-def agent_config(method: str, scale: Scale, obs_dim: int, action_dim: int):
+def agent_config(method: str, scale: Scale, obs_dim: int, action_dim: int, qrl_entropy_init: float | None = None):
+    """The agent of ``method`` at ``scale``; QRL's entropy weight starts at ``qrl_entropy_init`` (None: the
+    scale's)."""
     h = scale.hidden
     if method == "qrl":
         return QRLContinuousConfig(obs_dim=obs_dim, action_dim=action_dim, encoder_hidden=h, latent_dim=scale.latent,
                                    projector_hidden=h[:1], iqe_components=scale.iqe[0],
-                                   iqe_dim_per_component=scale.iqe[1], dynamics_hidden=h, actor_hidden=h)
+                                   iqe_dim_per_component=scale.iqe[1], dynamics_hidden=h, actor_hidden=h,
+                                   entropy_init=scale.qrl_entropy_init if qrl_entropy_init is None
+                                   else qrl_entropy_init)
     if method == "crl":
         return CRLConfig(obs_dim=obs_dim, action_dim=action_dim, hidden=h, repr_dim=64, actor_hidden=h)
     if method == "gcbc":
@@ -119,9 +142,9 @@ def agent_config(method: str, scale: Scale, obs_dim: int, action_dim: int):
     raise ValueError(f"method must be one of {list(NAMES)}, got {method!r}")
 
 
-def make_env(name: str) -> jax_env.GoalEnv:
+def make_env(name: str, reacher_goal: str = "pose") -> jax_env.GoalEnv:
     if name == "reacher":
-        return Reacher()
+        return Reacher(goal=reacher_goal)
     layout = maze2d.get_layout(name)
     return jax_env.Normalized(PointMaze(name), tuple(layout.obs_center), tuple(layout.obs_scale))
 
@@ -134,12 +157,24 @@ class Args:
     envs: tuple[EnvName, ...] = ("umaze", "medium", "reacher")
     methods: tuple[Method, ...] = ("qrl", "crl", "gcbc")
     seeds: int = 5
+    iterations: int | None = None     # learning iterations per run (default: the scale's)
+    reacher_goal: str = "pose"        # the reacher's goal state: "pose" or "fingertip" (envs.reacher)
+    qrl_entropy_init: float | None = None  # QRL's initial entropy weight (default: the scale's)
+    check_episodes: int = 64          # episodes of QRL's critic check per seed
     out_dir: str | None = None        # default: results/device_loop/<scale>
     overwrite: bool = False           # redo finished parts and restart learning runs
 
     def __post_init__(self):
         if self.seeds < 1:
             raise ValueError(f"--seeds must be >= 1, got {self.seeds}")
+        for name in ("iterations", "check_episodes"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"--{name.replace('_', '-')} must be a positive int, got {value!r}")
+        if self.reacher_goal not in GOALS:
+            raise ValueError(f"--reacher-goal must be one of {GOALS}, got {self.reacher_goal!r}")
+        if self.qrl_entropy_init is not None and not self.qrl_entropy_init > 0:
+            raise ValueError(f"--qrl-entropy-init must be > 0, got {self.qrl_entropy_init}")
         for name in ("parts", "envs", "methods"):
             if not getattr(self, name):
                 raise ValueError(f"--{name} needs at least one value")
@@ -267,22 +302,73 @@ def measure_devices(scale_name: str, scale: Scale) -> dict:
                 config=dataclasses.asdict(scale.few))
 
 
+def learning_config(args: Args, scale: Scale) -> DeviceLoopConfig:
+    """The scale's learning loop, with ``--iterations`` if given."""
+    return scale.learning if args.iterations is None else dataclasses.replace(scale.learning, iterations=args.iterations)
+
+
+def critic_check(agents, env: jax_env.GoalEnv, episodes: int, grid_size: int = 9) -> dict:
+    """QRL's actor against its critic acting alone, per seed (``agents`` with a leading seed axis), on the same
+    ``episodes`` deterministic episodes: success of the actor's mode and of the argmin of the learned one-step cost
+    over a ``grid_size``^2 action grid."""
+    key = jax.random.PRNGKey(CHECK_KEY)
+
+    def one(agent):
+        actor = lambda observations, goals, _: agent.step(None, observations, goals)[0]  # noqa: E731
+        critic = lambda observations, goals, _: grid_argmin_actions(agent, observations, goals, grid_size)  # noqa: E731
+        return (jnp.mean(jax_env.rollout(env, actor, key, episodes)["success"]),
+                jnp.mean(jax_env.rollout(env, critic, key, episodes)["success"]))
+
+    actor, critic = jax.device_get(jax.jit(jax.vmap(one))(agents))
+    return dict(episodes=episodes, grid=f"{grid_size}x{grid_size}", actor=np.asarray(actor).tolist(),
+                critic_alone=np.asarray(critic).tolist())
+
+
+def learning_settings(agent_cfg, env: jax_env.GoalEnv, config: DeviceLoopConfig, seeds: tuple[int, ...]) -> dict:
+    """What identifies a learning run (JSON): a record is reused only for the same settings."""
+    return json.loads(json.dumps(dict(agent=dataclasses.asdict(agent_cfg), env=env_settings(env), seeds=list(seeds),
+                                      loop={k: v for k, v in dataclasses.asdict(config).items()
+                                            if k not in HOST_ONLY})))
+
+
 def run_learning(args: Args, scale: Scale, out: Path) -> dict:
+    """Each (env, method) of ``args``: its record if it finished with these settings, else trained (resuming its
+    checkpoint if any), checked (QRL) and recorded."""
     results = {}
     seeds = tuple(range(args.seeds))
+    config = learning_config(args, scale)
     for name in args.envs:
-        env = make_env(name)
+        env = make_env(name, args.reacher_goal)
         for method in args.methods:
-            cfg = agent_config(method, scale, env.obs_dim, env.action_dim)
+            cfg = agent_config(method, scale, env.obs_dim, env.action_dim, args.qrl_entropy_init)
+            run_dir = out / "runs" / f"{name}-{method}"
+            settings = learning_settings(cfg, env, config, seeds)
+            saved = run_dir / RECORD
+            if saved.exists() and not args.overwrite:
+                record = json.loads(saved.read_text())
+                if record["settings"] != settings:
+                    raise ValueError(f"{saved} holds a finished run with other settings than this call's; pass "
+                                     f"--overwrite to train it again, or choose another --out-dir")
+                print(f"{name}-{method}: finished in {run_dir}, its record reused")
+                results[f"{name}/{method}"] = record
+                continue
             start = time.perf_counter()
-            _, rows = train_on_device(cfg, env, scale.learning, seed=seeds, run_dir=out / "runs" / f"{name}-{method}",
-                                      overwrite=args.overwrite, desc=f"{name}-{method} x{len(seeds)} seeds")
+            agents, rows = train_on_device(cfg, env, config, seed=seeds, run_dir=run_dir, overwrite=args.overwrite,
+                                           desc=f"{name}-{method} x{len(seeds)} seeds")
             evaluated = [r for r in rows if "eval_success" in r]
-            results[f"{name}/{method}"] = dict(
-                env_steps=[r["env_steps"] for r in evaluated],
-                success=[[r[f"eval_success/{s}"] for s in seeds] for r in evaluated],
-                seconds_this_invocation=time.perf_counter() - start)
+            record = dict(env_steps=[r["env_steps"] for r in evaluated],
+                          success=[[r[f"eval_success/{s}"] for s in seeds] for r in evaluated],
+                          seconds=time.perf_counter() - start, settings=settings)
+            if method == "qrl":
+                record["critic_check"] = critic_check(agents, env, args.check_episodes)
+            saved.write_text(json.dumps(record, indent=1))
+            results[f"{name}/{method}"] = record
     return results
+
+
+def final_success(run: dict) -> np.ndarray:
+    """Per seed: the mean success of the last :data:`FINAL_EVALUATIONS` evaluations."""
+    return np.asarray(run["success"][-FINAL_EVALUATIONS:], float).mean(0)
 
 
 # -------------------------------------------------------------------------------------- reporting
@@ -311,14 +397,20 @@ def format_tables(record: dict, scale: Scale, args: Args) -> str:
             lines.append(f"\nCost per iteration vs 1, by {label}: "
                          + ", ".join(f"{n}: {c:.2f}x" for n, c in costs.items()))
     if "learning" in record:
-        cfg = scale.learning
-        lines.append(f"\nLearning: final evaluation success, mean +- std over {args.seeds} seeds "
-                     f"({cfg.num_envs} envs x {cfg.unroll}-step unrolls per {cfg.updates_per_iteration} updates, "
-                     f"{cfg.iterations} iterations)")
+        cfg = learning_config(args, scale)
+        lines.append(f"\nLearning: success (per seed the mean of its last {FINAL_EVALUATIONS} evaluations), mean +- std "
+                     f"over seeds ({cfg.num_envs} envs x {cfg.unroll}-step unrolls per {cfg.updates_per_iteration} "
+                     f"updates); QRL's critic check: the actor / the critic alone (9x9 grid argmin), same episodes")
         for key, r in record["learning"].items():
             if r["success"]:
-                final = np.asarray(r["success"][-1])
-                lines.append(f"  {key:<20} {final.mean():.2f} +- {final.std():.2f}  at {r['env_steps'][-1]:,} env steps")
+                final = final_success(r)
+                line = (f"  {key:<20} {final.mean():.2f} +- {final.std():.2f}  over {final.size} seeds, at "
+                        f"{r['env_steps'][-1]:,} env steps")
+                if "critic_check" in r:
+                    check = r["critic_check"]
+                    line += (f"   check ({check['episodes']} episodes): actor {np.mean(check['actor']):.2f} / "
+                             f"critic alone {np.mean(check['critic_alone']):.2f}")
+                lines.append(line)
     return "\n".join(lines)
 
 
@@ -341,7 +433,8 @@ def plot(path: Path, record: dict, scale_name: str, part: str) -> None:
             ax.set(xlabel="env steps (millions)", ylabel="evaluation success rate", ylim=(-0.02, 1.02),
                    title=f"{name} (mean +- std over seeds)")
             ax.legend()
-        cfg = scales()[scale_name].learning
+        cfg = DeviceLoopConfig(**record["learning"][next(iter(results))]["settings"]["loop"]) if all(
+            "settings" in r for r in results.values()) else scales()[scale_name].learning
         fig.suptitle(f"Device loop, online goal reaching -- scale {scale_name}: {cfg.num_envs} envs x {cfg.unroll}-step "
                      f"unrolls per {cfg.updates_per_iteration} updates, {cfg.iterations * cfg.updates_per_iteration:,} "
                      "updates per seed")
@@ -399,8 +492,8 @@ def run(args: Args) -> dict:
             record[part] = measure_seeds(scale)
         elif part == "devices":
             record[part] = measure_devices(args.scale, scale)
-        else:
-            record[part] = run_learning(args, scale, out)
+        else:  # added to the runs already recorded (other envs or methods)
+            record[part] = {**record.get(part, {}), **run_learning(args, scale, out)}
         out.mkdir(parents=True, exist_ok=True)
         saved.write_text(json.dumps(record, indent=1))
     table = format_tables(record, scale, args)

@@ -12,10 +12,22 @@ array operations on any device (the spirit of JaxGCRL's reacher; MJX is not need
 * semi-implicit Euler with :data:`SUBSTEPS` substeps of :data:`TIMESTEP` per env step (0.02 s), joint speeds
   clipped to +-:data:`MAX_SPEED`.
 
-Observation ``[cos q1, sin q1, cos q2, sin q2, qd1 / 10, qd2 / 10, x, y]`` with ``(x, y)`` the fingertip;
-``goal_dims = (6, 7)``. A reset draws both joint angles uniformly (at rest) and the goal as the fingertip of
-another uniformly random configuration (always reachable). The goal is reached within :data:`GOAL_RADIUS`
-(0.05, dm_control's reacher-easy target and JaxGCRL's reacher threshold); episodes are 50 steps (1 s).
+Observation ``[cos q1, sin q1, cos q2, sin q2, qd1 / 10, qd2 / 10, x, y]`` with ``(x, y)`` the fingertip. A
+reset draws both joint angles uniformly (at rest) and a target as the fingertip of another uniformly random
+configuration (always reachable). The goal is reached when the fingertip is within :data:`GOAL_RADIUS` of the
+target (0.05, dm_control's reacher-easy target and JaxGCRL's reacher threshold); episodes are 50 steps (1 s).
+
+What the agent is shown as its goal state (``goal``):
+
+* ``"pose"`` (default): the observation of that random configuration at rest, ``[cos, sin, cos, sin, 0, 0, x, y]``
+  with ``goal_dims = (0, 1, 2, 3, 6, 7)``: a state the arm can be in, as every hindsight goal (a reached state
+  masked to the goal dimensions) also is. Quasimetric value learning needs this: its constraint acts on
+  transitions between states, so nothing bounds the distance to a goal vector that is no state.
+* ``"fingertip"``: JaxGCRL's goal, only ``(x, y)`` (``goal_dims = (6, 7)``; the joint entries zero). Such goal
+  states match no configuration of the arm; QRL's learned distances to them grow without bound
+  (``docs/results/device_loop_reacher_checks``).
+
+Success is the same for both: the fingertip within the radius, in either elbow configuration.
 """
 from __future__ import annotations
 
@@ -59,23 +71,32 @@ def joint_accelerations(q: jax.Array, qd: jax.Array, torque: jax.Array) -> jax.A
     return jnp.stack([m22 * rhs[0] - m12 * rhs[1], m11 * rhs[1] - m12 * rhs[0]]) / det
 
 
+GOALS = ("pose", "fingertip")
+
+
 @dataclasses.dataclass(frozen=True)
 class Reacher(GoalEnv):
     episode_length: int = 50
+    goal: str = "pose"  # one of GOALS: what the goal state shows (the module docstring)
 
     obs_dim = 8
     action_dim = 2
-    goal_dims = (6, 7)
 
     def __post_init__(self):
         if not isinstance(self.episode_length, int) or self.episode_length < 1:
             raise ValueError(f"Reacher: episode_length must be a positive int, got {self.episode_length!r}")
+        if self.goal not in GOALS:
+            raise ValueError(f"Reacher: goal must be one of {GOALS}, got {self.goal!r}")
+
+    @property
+    def goal_dims(self) -> tuple[int, ...]:
+        return (0, 1, 2, 3, 6, 7) if self.goal == "pose" else (6, 7)
 
     def init(self, key):
         start_key, goal_key = jax.random.split(key)
         q = jax.random.uniform(start_key, (2,), minval=-jnp.pi, maxval=jnp.pi)
         goal_q = jax.random.uniform(goal_key, (2,), minval=-jnp.pi, maxval=jnp.pi)
-        goal = jnp.zeros(self.obs_dim).at[6:].set(fingertip(goal_q))
+        goal = self.observe(dict(q=goal_q, qd=jnp.zeros(2))) * jnp.asarray(self.goal_mask)
         return dict(q=q, qd=jnp.zeros(2)), goal
 
     def dynamics(self, physics, action):

@@ -138,10 +138,24 @@ def test_reacher_physics():
     rhs = tau - r.DAMPING * qd + jax.grad(lagrangian)(q, qd) - jax.jacobian(jax.grad(lagrangian, 1), 0)(q, qd) @ qd
     np.testing.assert_allclose(joint_accelerations(q, qd, tau), jnp.linalg.solve(mass, rhs), rtol=1e-4)
     # Reachable goals, the goal dims hold the fingertip, success within the radius.
-    env = Reacher()
-    states = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), 200))
+    env = Reacher(goal="fingertip")
+    keys = jax.random.split(jax.random.PRNGKey(0), 200)
+    states = jax.vmap(env.reset)(keys)
     goals = np.asarray(states.goal)
+    assert env.goal_dims == (6, 7)
     assert np.all(np.linalg.norm(goals[:, 6:], axis=1) <= 0.21 + 1e-6) and np.all(goals[:, :6] == 0)
+    # The default pose goal: the same targets, shown as a configuration of the arm at rest whose fingertip they are.
+    pose = Reacher()
+    assert pose.goal_dims == (0, 1, 2, 3, 6, 7)
+    pose_goals = np.asarray(jax.vmap(pose.reset)(keys).goal)
+    np.testing.assert_array_equal(pose_goals[:, 6:], goals[:, 6:])
+    np.testing.assert_allclose(pose_goals[:, 0:4:2] ** 2 + pose_goals[:, 1:4:2] ** 2, 1.0, atol=1e-5)  # cos^2 + sin^2
+    assert np.all(pose_goals[:, 4:6] == 0)  # at rest
+    angles = np.arctan2(pose_goals[:, 1:4:2], pose_goals[:, 0:4:2])
+    np.testing.assert_allclose(np.asarray(fingertip(jnp.asarray(angles))), pose_goals[:, 6:], atol=1e-5)
+    np.testing.assert_allclose(pose_goals * pose.goal_mask, pose_goals)  # already masked, as hindsight goals are
+    with pytest.raises(ValueError, match="goal must be one of"):
+        Reacher(goal="joints")
     np.testing.assert_allclose(np.asarray(states.observation)[:, 6:], np.asarray(fingertip(states.physics["q"])),
                                atol=1e-6)
     assert np.array_equal(np.asarray(states.success),

@@ -314,7 +314,7 @@ def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig
     check_agent(state.agent)
     run = None
     if run_dir is not None:
-        settings = dict(**agent_settings(state.agent), seed=list(seeds) if seeds else seed, env=_env_settings(env),
+        settings = dict(**agent_settings(state.agent), seed=list(seeds) if seeds else seed, env=env_settings(env),
                         loop={k: v for k, v in dataclasses.asdict(config).items() if k not in HOST_ONLY})
         run = RunDirectory.open(run_dir, settings, resume=resume, overwrite=overwrite,
                                 resumable=("loop.iterations",) if seeds is None else (), step_key="iteration")
@@ -370,10 +370,10 @@ def _compile(loop: DeviceLoop, vmapped: bool):
 _compile_cached = functools.lru_cache(maxsize=4)(_compile)
 
 
-def _env_settings(env) -> dict:
+def env_settings(env) -> dict:
     """An env's name and fields, nested envs (wrappers) included, as JSON-able settings."""
     if not dataclasses.is_dataclass(env):
         return dict(name=type(env).__name__)
     fields = {f.name: getattr(env, f.name) for f in dataclasses.fields(env)}
-    return dict(name=type(env).__name__, **{k: _env_settings(v) if isinstance(v, jax_env.GoalEnv) else v
+    return dict(name=type(env).__name__, **{k: env_settings(v) if isinstance(v, jax_env.GoalEnv) else v
                                             for k, v in fields.items()})
