@@ -91,6 +91,13 @@ class Args:
     from y alone)."""
     probe_train: int = 4
     probe_test: int = 2
+    batch_size: int | None = None
+    """Sequences per world-model batch (default: the preset's; cpu 16, paper 50)."""
+    chunk: int | None = None
+    """Steps per sequence (default: the preset's; cpu 32, paper 50)."""
+    imagine_starts: int | None = None
+    """Posterior states the policy imagines from, drawn from the batch's batch_size x chunk (default: the preset's;
+    cpu 128; batch_size x chunk or more: all of them, as Dreamer)."""
     out_dir: str = "results/dmc"
 
     def __post_init__(self):
@@ -102,19 +109,25 @@ class Args:
         for name in ("env_steps", "probe_train", "probe_test"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        for name in ("batch_size", "chunk", "imagine_starts"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
 
 
 def make_agent(method: str, task: str, variant: str, obs_shape: tuple[int, ...], action_dim: int, preset: str,
-               policy: str, seed: int, free_nats: float = 3.0, kl_split: bool = False) -> DenoisedMDPAgent:
+               policy: str, seed: int, free_nats: float = 3.0, kl_split: bool = False,
+               imagine_starts: int | None = None) -> DenoisedMDPAgent:
+    """The agent of ``method`` at ``preset``; ``imagine_starts`` replaces the preset's if given."""
     p = PRESETS[preset]
     pixels = len(obs_shape) == 3
     model = WorldModelConfig(obs_shape=tuple(obs_shape), action_dim=action_dim,
                              **{**p["model"], **(PIXEL_MODEL[preset] if pixels else {})})
+    heads = {**p["agent"], **({} if imagine_starts is None else dict(imagine_starts=imagine_starts))}
     if method == "denoised":
         config = DenoisedMDPConfig(model=model, beta=BETAS[task][variant], policy=policy, free_nats=free_nats,
-                                   kl_split=kl_split, **p["agent"])
+                                   kl_split=kl_split, **heads)
     elif method == "dreamer":
-        config = DenoisedMDPConfig.dreamer(dataclasses.replace(model, **p["dreamer"]), policy=policy, **p["agent"])
+        config = DenoisedMDPConfig.dreamer(dataclasses.replace(model, **p["dreamer"]), policy=policy, **heads)
     else:
         raise ValueError(f"unknown method {method!r}; expected 'denoised' or 'dreamer'")
     return DenoisedMDPAgent.create(config, seed)
@@ -123,8 +136,8 @@ def make_agent(method: str, task: str, variant: str, obs_shape: tuple[int, ...],
 def loop_config(args: Args, task: str, variant: str, seed: int) -> DMCOnlineConfig:
     """The training loop of one (task, variant, seed) run under ``args``."""
     p = PRESETS[args.preset]
-    return DMCOnlineConfig(task=task, variant=variant, env_steps=args.env_steps, seed=seed, batch_size=p["batch_size"],
-                           chunk=p["chunk"], eval_every=min(10_000, args.env_steps), eval_episodes=args.eval_episodes,
+    return DMCOnlineConfig(task=task, variant=variant, env_steps=args.env_steps, seed=seed,
+                           batch_size=args.batch_size or p["batch_size"], chunk=args.chunk or p["chunk"], eval_every=min(10_000, args.env_steps), eval_episodes=args.eval_episodes,
                            normalise_observations=args.normalise_observations, observation=args.observation,
                            video_dir=args.video_dir, cheap_visuals=args.cheap_visuals, overwrite=args.overwrite)
 
@@ -162,7 +175,7 @@ def run(args: Args) -> dict:
                 for seed in args.seeds:
                     loop = loop_config(args, task, variant, seed)
                     agent = make_agent(method, task, variant, obs_shape, action_dim, args.preset, args.policy, seed,
-                                       args.free_nats, args.kl_split)
+                                       args.free_nats, args.kl_split, args.imagine_starts)
                     run_dir = out / f"{task}_{variant}_{method}_seed{seed}"
                     saved = None if args.overwrite else finished_record(run_dir, agent, loop)
                     if saved is not None:  # finished earlier (perhaps on another machine): nothing to train or probe
@@ -192,12 +205,15 @@ RECORD = "record.json"  # a finished run's curves, probe and configs, beside its
 
 def run_record(task: str, variant: str, method: str, seed: int, agent, loop: DMCOnlineConfig, history: list[dict],
                probe_scores: dict, seconds: float) -> dict:
-    """What the benchmark keeps of one finished run (JSON-able)."""
+    """What the benchmark keeps of one finished run (JSON-able). ``seconds``: this call's training and probe;
+    ``loop_seconds``: the training loop's wall-clock summed over its rows (env steps, updates and evaluations;
+    resumed runs included, compilation in the first rows)."""
     evals = [r for r in history if "eval_return" in r]
     return dict(task=task, variant=variant, method=method, seed=seed, beta=agent.config.beta,
                 env_steps=[r["env_steps"] for r in history], train_return=[r["train_return"] for r in history],
                 eval_steps=[r["env_steps"] for r in evals], eval_return=[r["eval_return"] for r in evals],
                 eval_return_std=[r.get("eval_return_std", 0.0) for r in evals], probe=probe_scores, seconds=seconds,
+                loop_seconds=float(sum(r.get("row_seconds", 0.0) for r in history)),
                 agent_config=_jsonable(dataclasses.asdict(agent.config)), loop=_jsonable(_loop_settings(loop)))
 
 
@@ -262,8 +278,12 @@ def format_table(args: Args, summary: dict) -> str:
 
 
 def _budget(args: Args) -> str:
+    p = PRESETS[args.preset]
+    starts = args.imagine_starts or p["agent"].get("imagine_starts") or "all"
     return (f"{len(args.tasks)} task(s) x {len(args.variants)} variant(s), {len(args.seeds)} seed(s), "
-            f"{args.env_steps:,} env steps per run, {args.observation}, preset {args.preset!r}, policy {args.policy!r}")
+            f"{args.env_steps:,} env steps per run, {args.observation}, preset {args.preset!r} (batch "
+            f"{args.batch_size or p['batch_size']} x {args.chunk or p['chunk']}, imagining from {starts}), "
+            f"policy {args.policy!r}")
 
 
 def plot(out: Path, args: Args, runs: list[dict], summary: dict) -> dict:

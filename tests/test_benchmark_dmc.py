@@ -118,3 +118,18 @@ def test_a_finished_run_is_reused_from_its_record_without_a_checkpoint(tmp_path)
     assert not (run_dir / "checkpoints").exists()
     with pytest.raises(ValueError, match="other settings"):
         bd.run(bd.Args(**{**vars(args), "env_steps": 3000}))
+
+
+def test_batch_and_imagination_flags_reach_the_configs_and_bad_values_are_rejected(tmp_path):
+    args = bd.Args(tasks=("reacher-easy",), batch_size=50, chunk=50, imagine_starts=2500, out_dir=str(tmp_path))
+    loop = bd.loop_config(args, "reacher-easy", "noiseless", 0)
+    assert (loop.batch_size, loop.chunk) == (50, 50)
+    agent = bd.make_agent("dreamer", "reacher-easy", "noiseless", (6,), 2, "cpu", "imagine", 0,
+                          imagine_starts=args.imagine_starts)
+    assert agent.config.imagine_starts == 2500
+    default = bd.loop_config(bd.Args(), "reacher-easy", "noiseless", 0)
+    assert (default.batch_size, default.chunk) == (bd.PRESETS["cpu"]["batch_size"], bd.PRESETS["cpu"]["chunk"])
+    assert "batch 50 x 50, imagining from 2500" in bd._budget(args)
+    for name in ("batch_size", "chunk", "imagine_starts"):
+        with pytest.raises(ValueError, match=f"--{name.replace('_', '-')} must be >= 1"):
+            bd.Args(**{name: 0})
