@@ -424,12 +424,14 @@ def plot(path: Path, record: dict, scale_name: str, part: str) -> None:
         envs = sorted({k.split("/")[0] for k in results}, key=["umaze", "medium", "reacher"].index)
         fig, axes = plt.subplots(1, len(envs), figsize=(5 * len(envs), 3.8), squeeze=False)
         for ax, name in zip(axes[0], envs):
-            for key, r in results.items():
-                if key.startswith(name + "/") and r["success"]:
+            for color, method in enumerate(NAMES):  # one colour per method in every panel
+                r = results.get(f"{name}/{method}")
+                if r and r["success"]:
                     s = np.asarray(r["success"])
                     x = np.asarray(r["env_steps"]) / 1e6
-                    ax.plot(x, s.mean(1), marker="o", markersize=3, label=NAMES[key.split("/")[1]])
-                    ax.fill_between(x, s.mean(1) - s.std(1), s.mean(1) + s.std(1), alpha=0.2)
+                    ax.plot(x, s.mean(1), marker="o", markersize=3, color=f"C{color}",
+                            label=f"{NAMES[method]} ({s.shape[1]} seeds)")
+                    ax.fill_between(x, s.mean(1) - s.std(1), s.mean(1) + s.std(1), color=f"C{color}", alpha=0.2)
             ax.set(xlabel="env steps (millions)", ylabel="evaluation success rate", ylim=(-0.02, 1.02),
                    title=f"{name} (mean +- std over seeds)")
             ax.legend()
@@ -437,7 +439,7 @@ def plot(path: Path, record: dict, scale_name: str, part: str) -> None:
             "settings" in r for r in results.values()) else scales()[scale_name].learning
         fig.suptitle(f"Device loop, online goal reaching -- scale {scale_name}: {cfg.num_envs} envs x {cfg.unroll}-step "
                      f"unrolls per {cfg.updates_per_iteration} updates, {cfg.iterations * cfg.updates_per_iteration:,} "
-                     "updates per seed")
+                     f"updates per seed; {cfg.eval_episodes} evaluation episodes per point")
     elif part == "envs":
         fig, ax = plt.subplots(figsize=(6.5, 4))
         for name, rates in record["envs"].items():
