@@ -197,7 +197,7 @@ def run(args: Args) -> dict:
     plots = {"returns.png": lambda path: plot_returns(path, args, runs),
              "probe.png": lambda path: plot_probe(path, args, summary), **pictures}
     return report.save_run(out, "platonic_rl.benchmarks.dmc", args, dict(runs=runs, summary=summary),
-                           table=format_table(args, summary), plots=plots, total_seconds=time.time() - t0)
+                           table=format_table(args, summary, runs), plots=plots, total_seconds=time.time() - t0)
 
 
 RECORD = "record.json"  # a finished run's curves, probe and configs, beside its metrics
@@ -261,7 +261,7 @@ def summarise(runs: list[dict]) -> dict:
     return summary
 
 
-def format_table(args: Args, summary: dict) -> str:
+def format_table(args: Args, summary: dict, runs: list[dict] = ()) -> str:
     lines = [f"DMC ({args.observation} observations), {len(args.tasks)} task(s), {len(args.seeds)} seed(s), {args.env_steps} env "
              f"steps, preset {args.preset!r}, policy {args.policy!r}; returns averaged over tasks",
              f"{'variant':14s}{'method':10s}{'return':>9s}{'x->agent':>10s}{'x->distr':>10s}{'y->agent':>10s}"
@@ -274,7 +274,22 @@ def format_table(args: Args, summary: dict) -> str:
             lines.append(f"{variant:14s}{method:10s}{entry['mean_return']:9.1f}{fmt(p.get('x->agent_state'))}"
                          f"{fmt(p.get('x->distractor_state'))}{fmt(p.get('y->agent_state'))}"
                          f"{fmt(p.get('y->distractor_state'))}   {paper:.1f}")
+    if runs:
+        lines += ["", "Return at the budget per task (deterministic evaluation), each seed, mean +- std over seeds",
+                  f"{'task':14s}{'variant':14s}{'method':10s}{'mean':>8s}{'std':>7s}   seeds"]
+        for (task, variant, method), finals in per_task_returns(runs).items():
+            values = np.array(list(finals.values()))
+            lines.append(f"{task:14s}{variant:14s}{method:10s}{values.mean():8.1f}{values.std():7.1f}   "
+                         + ", ".join(f"{seed}: {v:.1f}" for seed, v in finals.items()))
     return "\n".join(lines)
+
+
+def per_task_returns(runs: list[dict]) -> dict[tuple[str, str, str], dict[int, float]]:
+    """(task, variant, method) -> {seed: the evaluation return at the budget}, in the order the runs came."""
+    out = {}
+    for run in runs:
+        out.setdefault((run["task"], run["variant"], run["method"]), {})[run["seed"]] = final_return(run)
+    return out
 
 
 def _budget(args: Args) -> str:

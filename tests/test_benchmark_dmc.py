@@ -35,6 +35,11 @@ def test_summary_table_and_plots(tmp_path):
     table = bd.format_table(args, summary)
     assert "597.7" in table and "227.8" in table  # Table 5.1's video-background row, for orientation
     assert "dreamer" in table and table.splitlines()[-1].split()[5] == "-"  # Dreamer has no y
+    second_seed = dict(runs[0], seed=1, eval_return=[0.0, 50.0])
+    assert bd.per_task_returns(runs + [second_seed])[("cheetah-run", "distractors", "denoised")] == {0: 30.0, 1: 50.0}
+    per_task = bd.format_table(args, summary, runs + [second_seed]).splitlines()
+    row = next(line for line in per_task if line.startswith("cheetah-run") and "denoised" in line)
+    assert row.split()[3:5] == ["40.0", "10.0"] and "0: 30.0, 1: 50.0" in row  # mean, std over seeds; each seed
     bd.plot(tmp_path, args, runs, summary)
     assert (tmp_path / "returns.png").stat().st_size > 0 and (tmp_path / "probe.png").stat().st_size > 0
     assert np.isnan(bd.summarise([fake_run("reacher-easy", "noiseless", "dreamer", [1.0, 1.0],
