@@ -207,14 +207,26 @@ def run_record(task: str, variant: str, method: str, seed: int, agent, loop: DMC
                probe_scores: dict, seconds: float) -> dict:
     """What the benchmark keeps of one finished run (JSON-able). ``seconds``: this call's training and probe;
     ``loop_seconds``: the training loop's wall-clock summed over its rows (env steps, updates and evaluations;
-    resumed runs included, compilation in the first rows)."""
+    resumed runs included, compilation in the first rows); ``seconds_per_10k``: :func:`seconds_per_10k`."""
     evals = [r for r in history if "eval_return" in r]
     return dict(task=task, variant=variant, method=method, seed=seed, beta=agent.config.beta,
                 env_steps=[r["env_steps"] for r in history], train_return=[r["train_return"] for r in history],
                 eval_steps=[r["env_steps"] for r in evals], eval_return=[r["eval_return"] for r in evals],
                 eval_return_std=[r.get("eval_return_std", 0.0) for r in evals], probe=probe_scores, seconds=seconds,
                 loop_seconds=float(sum(r.get("row_seconds", 0.0) for r in history)),
+                seconds_per_10k=seconds_per_10k(history, loop.prefill_steps),
                 agent_config=_jsonable(dataclasses.asdict(agent.config)), loop=_jsonable(_loop_settings(loop)))
+
+
+def seconds_per_10k(history: list[dict], prefill_steps: int) -> float | None:
+    """Wall-clock per 10k env steps of training: the rows after the random prefill (collection, updates and the
+    evaluations among them), scaled to 10k env steps; None if no row follows the prefill. A wall-clock: it holds
+    only for a machine that ran nothing else."""
+    rows = [r for r in history if r["env_steps"] > prefill_steps and "row_seconds" in r]
+    if not rows:
+        return None
+    steps = rows[-1]["env_steps"] - prefill_steps
+    return 1e4 * sum(r["row_seconds"] for r in rows) / steps
 
 
 def _loop_settings(loop: DMCOnlineConfig) -> dict:
@@ -281,6 +293,11 @@ def format_table(args: Args, summary: dict, runs: list[dict] = ()) -> str:
             values = np.array(list(finals.values()))
             lines.append(f"{task:14s}{variant:14s}{method:10s}{values.mean():8.1f}{values.std():7.1f}   "
                          + ", ".join(f"{seed}: {v:.1f}" for seed, v in finals.items()))
+        timed = [r for r in runs if r.get("seconds_per_10k")]
+        if timed:
+            lines += ["", "Wall-clock per 10k env steps after the prefill (s; only meaningful where nothing else ran)"]
+            lines += [f"  {r['task']} {r['variant']} {r['method']} seed {r['seed']}: {r['seconds_per_10k']:.0f}"
+                      for r in timed]
     return "\n".join(lines)
 
 

@@ -138,3 +138,10 @@ def test_batch_and_imagination_flags_reach_the_configs_and_bad_values_are_reject
     for name in ("batch_size", "chunk", "imagine_starts"):
         with pytest.raises(ValueError, match=f"--{name.replace('_', '-')} must be >= 1"):
             bd.Args(**{name: 0})
+
+
+def test_seconds_per_10k_counts_only_the_rows_after_the_prefill():
+    history = [dict(env_steps=1000, row_seconds=100.0), dict(env_steps=2000, row_seconds=3.0),
+               dict(env_steps=3000, row_seconds=5.0, eval_return=1.0)]
+    assert bd.seconds_per_10k(history, prefill_steps=1000) == pytest.approx(1e4 * 8.0 / 2000)
+    assert bd.seconds_per_10k(history[:1], prefill_steps=1000) is None
