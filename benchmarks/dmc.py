@@ -219,14 +219,14 @@ def run_record(task: str, variant: str, method: str, seed: int, agent, loop: DMC
 
 
 def seconds_per_10k(history: list[dict], prefill_steps: int) -> float | None:
-    """Wall-clock per 10k env steps of training: the rows after the random prefill (collection, updates and the
-    evaluations among them), scaled to 10k env steps; None if no row follows the prefill. A wall-clock: it holds
-    only for a machine that ran nothing else."""
-    rows = [r for r in history if r["env_steps"] > prefill_steps and "row_seconds" in r]
+    """Wall-clock per 10k env steps of training (collecting an episode and its updates): the mean over the rows
+    after the random prefill that hold no evaluation, scaled to 10k env steps; None if there are none. A
+    wall-clock: it holds only for a machine that ran nothing else."""
+    rows = [r for r in history if r["env_steps"] > prefill_steps and "row_seconds" in r and "eval_return" not in r]
     if not rows:
         return None
-    steps = rows[-1]["env_steps"] - prefill_steps
-    return 1e4 * sum(r["row_seconds"] for r in rows) / steps
+    steps = [b["env_steps"] - a["env_steps"] for a, b in zip(history, history[1:]) if b in rows]
+    return 1e4 * sum(r["row_seconds"] for r in rows) / sum(steps)
 
 
 def _loop_settings(loop: DMCOnlineConfig) -> dict:
@@ -295,7 +295,8 @@ def format_table(args: Args, summary: dict, runs: list[dict] = ()) -> str:
                          + ", ".join(f"{seed}: {v:.1f}" for seed, v in finals.items()))
         timed = [r for r in runs if r.get("seconds_per_10k")]
         if timed:
-            lines += ["", "Wall-clock per 10k env steps after the prefill (s; only meaningful where nothing else ran)"]
+            lines += ["", "Wall-clock per 10k env steps of training after the prefill, evaluations excluded (s; only meaningful "
+                      "where nothing else ran)"]
             lines += [f"  {r['task']} {r['variant']} {r['method']} seed {r['seed']}: {r['seconds_per_10k']:.0f}"
                       for r in timed]
     return "\n".join(lines)

@@ -140,8 +140,9 @@ def test_batch_and_imagination_flags_reach_the_configs_and_bad_values_are_reject
             bd.Args(**{name: 0})
 
 
-def test_seconds_per_10k_counts_only_the_rows_after_the_prefill():
+def test_seconds_per_10k_counts_the_training_rows_after_the_prefill():
     history = [dict(env_steps=1000, row_seconds=100.0), dict(env_steps=2000, row_seconds=3.0),
-               dict(env_steps=3000, row_seconds=5.0, eval_return=1.0)]
+               dict(env_steps=3000, row_seconds=5.0), dict(env_steps=4000, row_seconds=50.0, eval_return=1.0)]
+    # The prefill row and the evaluation row are left out: 3 + 5 seconds for 2000 env steps.
     assert bd.seconds_per_10k(history, prefill_steps=1000) == pytest.approx(1e4 * 8.0 / 2000)
-    assert bd.seconds_per_10k(history[:1], prefill_steps=1000) is None
+    assert bd.seconds_per_10k(history[:1] + history[3:], prefill_steps=1000) is None
