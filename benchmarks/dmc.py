@@ -222,11 +222,12 @@ def seconds_per_10k(history: list[dict], prefill_steps: int) -> float | None:
     """Wall-clock per 10k env steps of training (collecting an episode and its updates): the mean over the rows
     after the random prefill that hold no evaluation, scaled to 10k env steps; None if there are none. A
     wall-clock: it holds only for a machine that ran nothing else."""
-    rows = [r for r in history if r["env_steps"] > prefill_steps and "row_seconds" in r and "eval_return" not in r]
-    if not rows:
+    pairs = [(before, row) for before, row in zip(history, history[1:])
+             if before["env_steps"] >= prefill_steps and "row_seconds" in row and "eval_return" not in row]
+    if not pairs:
         return None
-    steps = [b["env_steps"] - a["env_steps"] for a, b in zip(history, history[1:]) if b in rows]
-    return 1e4 * sum(r["row_seconds"] for r in rows) / sum(steps)
+    steps = sum(row["env_steps"] - before["env_steps"] for before, row in pairs)
+    return 1e4 * sum(row["row_seconds"] for _, row in pairs) / steps
 
 
 def _loop_settings(loop: DMCOnlineConfig) -> dict:
