@@ -61,6 +61,7 @@ from platonic_rl.envs.point_maze import PointMaze
 from platonic_rl.envs.reacher import GOALS, Reacher
 from platonic_rl.training.device_loop import HOST_ONLY, DeviceLoopConfig, env_settings, make_loop, train_on_device
 from platonic_rl.training.goal_online import OnlineConfig, train_online
+from platonic_rl.training.run import as_json, describe_differences, read_json, settings_differences, write_json
 
 Part = Literal["envs", "throughput", "seeds", "devices", "learning"]
 Method = Literal["qrl", "crl", "gcbc"]
@@ -158,11 +159,11 @@ class Args:
     methods: tuple[Method, ...] = ("qrl", "crl", "gcbc")
     seeds: int = 5
     iterations: int | None = None     # learning iterations per run (default: the scale's)
-    reacher_goal: str = "pose"        # the reacher's goal state: "pose" or "fingertip" (envs.reacher)
+    reacher_goal: Literal["pose", "fingertip"] = "pose"  # the reacher's goal state (envs.reacher)
     qrl_entropy_init: float | None = None  # QRL's initial entropy weight (default: the scale's)
     check_episodes: int = 64          # episodes of QRL's critic check per seed
     out_dir: str | None = None        # default: results/device_loop/<scale>
-    overwrite: bool = False           # redo finished parts and restart learning runs
+    overwrite: bool = False           # measure this call's parts again and retrain its learning runs
 
     def __post_init__(self):
         if self.seeds < 1:
@@ -326,9 +327,8 @@ def critic_check(agents, env: jax_env.GoalEnv, episodes: int, grid_size: int = 9
 
 def learning_settings(agent_cfg, env: jax_env.GoalEnv, config: DeviceLoopConfig, seeds: tuple[int, ...]) -> dict:
     """What identifies a learning run (JSON): a record is reused only for the same settings."""
-    return json.loads(json.dumps(dict(agent=dataclasses.asdict(agent_cfg), env=env_settings(env), seeds=list(seeds),
-                                      loop={k: v for k, v in dataclasses.asdict(config).items()
-                                            if k not in HOST_ONLY})))
+    return as_json(dict(agent=agent_cfg, env=env_settings(env), seeds=list(seeds),
+                        loop={k: v for k, v in dataclasses.asdict(config).items() if k not in HOST_ONLY}))
 
 
 def run_learning(args: Args, scale: Scale, out: Path) -> dict:
@@ -342,13 +342,18 @@ def run_learning(args: Args, scale: Scale, out: Path) -> dict:
         for method in args.methods:
             cfg = agent_config(method, scale, env.obs_dim, env.action_dim, args.qrl_entropy_init)
             run_dir = out / "runs" / f"{name}-{method}"
-            settings = learning_settings(cfg, env, config, seeds)
             saved = run_dir / RECORD
             if saved.exists() and not args.overwrite:
-                record = json.loads(saved.read_text())
-                if record["settings"] != settings:
-                    raise ValueError(f"{saved} holds a finished run with other settings than this call's; pass "
-                                     f"--overwrite to train it again, or choose another --out-dir")
+                record = read_json(saved, "a finished learning run's record")
+                differ = settings_differences(record.get("settings", {}), dict(
+                    agent=cfg, env=env_settings(env), seeds=list(seeds), loop=config),
+                    ignore=tuple(f"loop.{k}" for k in HOST_ONLY))
+                if method == "qrl" and record.get("critic_check", {}).get("episodes") != args.check_episodes:
+                    differ["check_episodes"] = (record.get("critic_check", {}).get("episodes"), args.check_episodes)
+                if differ:
+                    raise ValueError(f"{saved} holds a finished run with other settings than this call's:\n"
+                                     f"{describe_differences(differ)}\npass --overwrite to train it again, or "
+                                     "choose another --out-dir")
                 print(f"{name}-{method}: finished in {run_dir}, its record reused")
                 results[f"{name}/{method}"] = record
                 continue
@@ -358,10 +363,10 @@ def run_learning(args: Args, scale: Scale, out: Path) -> dict:
             evaluated = [r for r in rows if "eval_success" in r]
             record = dict(env_steps=[r["env_steps"] for r in evaluated],
                           success=[[r[f"eval_success/{s}"] for s in seeds] for r in evaluated],
-                          seconds=time.perf_counter() - start, settings=settings)
+                          seconds=time.perf_counter() - start, settings=learning_settings(cfg, env, config, seeds))
             if method == "qrl":
                 record["critic_check"] = critic_check(agents, env, args.check_episodes)
-            saved.write_text(json.dumps(record, indent=1))
+            write_json(saved, record)
             results[f"{name}/{method}"] = record
     return results
 
@@ -480,10 +485,10 @@ def run(args: Args) -> dict:
     scale = scales()[args.scale]
     out = Path(args.out_dir or f"results/device_loop/{args.scale}")
     saved = out / "parts.json"
-    record = {} if args.overwrite or not saved.exists() else json.loads(saved.read_text())
+    record = read_json(saved, "the parts measured so far") if saved.exists() else {}  # other parts are kept
     start = time.perf_counter()
     for part in args.parts:
-        if part in record and part != "learning":
+        if part in record and part != "learning" and not args.overwrite:
             print(f"{part}: already measured in {saved} (--overwrite to measure again)")
             continue
         if part == "envs":
@@ -497,7 +502,7 @@ def run(args: Args) -> dict:
         else:  # added to the runs already recorded (other envs or methods)
             record[part] = {**record.get(part, {}), **run_learning(args, scale, out)}
         out.mkdir(parents=True, exist_ok=True)
-        saved.write_text(json.dumps(record, indent=1))
+        write_json(saved, record)
     table = format_tables(record, scale, args)
     plots = {f"{part}.png": (lambda p, part=part: plot(p, record, args.scale, part)) for part in record}
     return report.save_run(out, MODULE, args, dict(scale=dataclasses.asdict(scale), **record), table, plots=plots,

@@ -32,6 +32,7 @@ import tyro
 
 from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
 from platonic_rl.benchmarks import report
+from platonic_rl.training.run import as_json, describe_differences, read_json, settings_differences, write_json
 from platonic_rl.training.world_model import DMCOnlineConfig, latent_probe_data, run_episode, train_dmc_online
 from platonic_rl.denoised.model import WorldModelConfig, all_features
 from platonic_rl.envs.dmc import TASKS, VARIANTS, DMCEnv
@@ -177,16 +178,17 @@ def run(args: Args) -> dict:
                     agent = make_agent(method, task, variant, obs_shape, action_dim, args.preset, args.policy, seed,
                                        args.free_nats, args.kl_split, args.imagine_starts)
                     run_dir = out / f"{task}_{variant}_{method}_seed{seed}"
-                    saved = None if args.overwrite else finished_record(run_dir, agent, loop)
+                    saved = None if args.overwrite else finished_record(run_dir, agent, loop, args)
                     if saved is not None:  # finished earlier (perhaps on another machine): nothing to train or probe
                         runs.append(saved)
                         print(f"{task} {variant} {method} seed {seed}: finished in {run_dir}, its record reused", flush=True)
                         continue
                     start = time.time()
                     agent, history = train_dmc_online(agent, loop, run_dir, desc=f"{task} {variant} {method} s{seed}")
-                    runs.append(run_record(task, variant, method, seed, agent, loop, history,
-                                           probe(agent, loop, args, seed), time.time() - start))
-                    (run_dir / RECORD).write_text(json.dumps(runs[-1], indent=1))
+                    runs.append(dict(run_record(task, variant, method, seed, agent, loop, history,
+                                                probe(agent, loop, args, seed), time.time() - start),
+                                     probe_settings=probe_settings(args)))
+                    write_json(run_dir / RECORD, runs[-1])
                     if args.observation == "pixels" and args.reconstructions and method == "denoised":
                         pictures[f"reconstructions_{task}_{variant}_seed{seed}.png"] = (
                             lambda path, a=agent, lp=loop, t=f"{task} / {variant}, seed {seed}":
@@ -215,15 +217,15 @@ def run_record(task: str, variant: str, method: str, seed: int, agent, loop: DMC
                 eval_return_std=[r.get("eval_return_std", 0.0) for r in evals], probe=probe_scores, seconds=seconds,
                 loop_seconds=float(sum(r.get("row_seconds", 0.0) for r in history)),
                 seconds_per_10k=seconds_per_10k(history, loop.prefill_steps),
-                agent_config=_jsonable(dataclasses.asdict(agent.config)), loop=_jsonable(_loop_settings(loop)))
+                agent_config=as_json(agent.config), loop=as_json(_loop_settings(loop)))
 
 
 def seconds_per_10k(history: list[dict], prefill_steps: int) -> float | None:
     """Wall-clock per 10k env steps of training (collecting an episode and its updates): the mean over the rows
-    after the random prefill that hold no evaluation, scaled to 10k env steps; None if there are none. A
-    wall-clock: it holds only for a machine that ran nothing else."""
+    after the random prefill that hold no evaluation, the first of them left out (it compiles the update), scaled
+    to 10k env steps; None if there are none. A wall-clock: it holds only for a machine that ran nothing else."""
     pairs = [(before, row) for before, row in zip(history, history[1:])
-             if before["env_steps"] >= prefill_steps and "row_seconds" in row and "eval_return" not in row]
+             if before["env_steps"] > prefill_steps and "row_seconds" in row and "eval_return" not in row]
     if not pairs:
         return None
     steps = sum(row["env_steps"] - before["env_steps"] for before, row in pairs)
@@ -234,23 +236,29 @@ def _loop_settings(loop: DMCOnlineConfig) -> dict:
     return {k: v for k, v in dataclasses.asdict(loop).items() if k not in ("overwrite", "resume")}
 
 
-def _jsonable(tree):
-    return json.loads(json.dumps(tree))
-
-
-def finished_record(run_dir: Path, agent, loop: DMCOnlineConfig) -> dict | None:
-    """The saved record of a run in ``run_dir`` that finished with these settings, else None. Checkpoints stay on
-    the machine that made them; a record lets a fresh clone rebuild the tables and plots without retraining."""
+def finished_record(run_dir: Path, agent, loop: DMCOnlineConfig, args: Args) -> dict | None:
+    """The saved record of a run in ``run_dir`` that finished with these settings, else None (nothing saved, or a
+    run whose budget ``loop.env_steps`` grows: it trains on from its checkpoint). Checkpoints stay on the machine
+    that made them; a record lets a fresh clone rebuild the tables and plots without training again."""
     path = Path(run_dir) / RECORD
     if not path.exists():
         return None
-    record = json.loads(path.read_text())
-    same = (record.get("agent_config") == _jsonable(dataclasses.asdict(agent.config))
-            and record.get("loop") == _jsonable(_loop_settings(loop)))
-    if not same:
-        raise ValueError(f"{path} holds a finished run with other settings than this call's; pass --overwrite to "
-                         f"train it again, or choose another --out-dir")
+    record = read_json(path, "a finished run's record")
+    keys = ("agent_config", "loop", "probe_settings")
+    differ = settings_differences({k: record[k] for k in keys if k in record},
+                                  dict(agent_config=agent.config, loop=loop, probe_settings=probe_settings(args)),
+                                  ignore=("loop.overwrite", "loop.resume"))
+    if set(differ) == {"loop.env_steps"} and differ["loop.env_steps"][1] > differ["loop.env_steps"][0]:
+        return None
+    if differ:
+        raise ValueError(f"{path} holds a finished run with other settings than this call's:\n"
+                         f"{describe_differences(differ)}\npass --overwrite to train it again, or choose another "
+                         "--out-dir")
     return record
+
+
+def probe_settings(args: Args) -> dict:
+    return dict(train_episodes=args.probe_train, test_episodes=args.probe_test)
 
 
 def final_return(run: dict) -> float:

@@ -106,14 +106,15 @@ def test_a_finished_run_is_reused_from_its_record_without_a_checkpoint(tmp_path)
 
     from platonic_rl.envs.dmc import DMCEnv
 
-    args = bd.Args(tasks=("reacher-easy",), variants=("noiseless",), methods=("dreamer",), env_steps=2000,
+    args = bd.Args(tasks=("reacher-easy",), variants=("noiseless",), methods=("dreamer",), env_steps=10_000,
                    out_dir=str(tmp_path))
     env = DMCEnv("reacher-easy", "noiseless", 0)
     agent = bd.make_agent("dreamer", "reacher-easy", "noiseless", env.observation_space.shape,
                           env.action_space.shape[0], args.preset, args.policy, 0)
-    history = [dict(env_steps=1000, train_return=3.0), dict(env_steps=2000, train_return=4.0, eval_return=7.5)]
+    history = [dict(env_steps=5000, train_return=3.0), dict(env_steps=10_000, train_return=4.0, eval_return=7.5)]
     record = bd.run_record("reacher-easy", "noiseless", "dreamer", 0, agent, bd.loop_config(args, "reacher-easy",
                            "noiseless", 0), history, {"x->agent_state": 0.5}, 1.0)
+    record["probe_settings"] = bd.probe_settings(args)
     run_dir = tmp_path / "reacher-easy_noiseless_dreamer_seed0"
     run_dir.mkdir()
     (run_dir / bd.RECORD).write_text(json.dumps(record))
@@ -121,8 +122,16 @@ def test_a_finished_run_is_reused_from_its_record_without_a_checkpoint(tmp_path)
     assert result["runs"] == [json.loads(json.dumps(record))]
     assert result["summary"]["noiseless"]["dreamer"]["mean_return"] == 7.5
     assert not (run_dir / "checkpoints").exists()
-    with pytest.raises(ValueError, match="other settings"):
-        bd.run(bd.Args(**{**vars(args), "env_steps": 3000}))
+    with pytest.raises(ValueError, match=r"other settings[\s\S]*probe_settings.train_episodes: saved 4, now 5"):
+        bd.run(bd.Args(**{**vars(args), "probe_train": 5}))  # its probe scores came from 4 episodes
+    # A larger budget is no other run: it trains on (from its checkpoint, where there is one).
+    loop = bd.loop_config(args, "reacher-easy", "noiseless", 0)
+    assert bd.finished_record(run_dir, agent, loop, args) is not None
+    assert bd.finished_record(run_dir, agent, bd.loop_config(bd.Args(**{**vars(args), "env_steps": 20_000}),
+                                                              "reacher-easy", "noiseless", 0), args) is None
+    (run_dir / bd.RECORD).write_text("{")
+    with pytest.raises(ValueError, match="record.json is not valid JSON"):
+        bd.run(args)
 
 
 def test_batch_and_imagination_flags_reach_the_configs_and_bad_values_are_rejected(tmp_path):
@@ -143,6 +152,6 @@ def test_batch_and_imagination_flags_reach_the_configs_and_bad_values_are_reject
 def test_seconds_per_10k_counts_the_training_rows_after_the_prefill():
     history = [dict(env_steps=1000, row_seconds=100.0), dict(env_steps=2000, row_seconds=3.0),
                dict(env_steps=3000, row_seconds=5.0), dict(env_steps=4000, row_seconds=50.0, eval_return=1.0)]
-    # The prefill row and the evaluation row are left out: 3 + 5 seconds for 2000 env steps.
-    assert bd.seconds_per_10k(history, prefill_steps=1000) == pytest.approx(1e4 * 8.0 / 2000)
+    # The prefill row, the first training row (it compiles) and the evaluation row are left out.
+    assert bd.seconds_per_10k(history, prefill_steps=1000) == pytest.approx(1e4 * 5.0 / 1000)
     assert bd.seconds_per_10k(history[:1] + history[3:], prefill_steps=1000) is None

@@ -85,6 +85,46 @@ def _default_valued(tree: Any, prefix: str = "") -> set[str]:
     return found
 
 
+def settings_differences(saved: dict, settings: Any, ignore: tuple[str, ...] = ()) -> dict[str, tuple[Any, Any]]:
+    """The dotted names where ``saved`` (settings as read back from JSON) and ``settings`` (live: dicts and config
+    dataclasses, nested) differ, as ``{name: (saved, now)}``; names under ``ignore`` are skipped. A config field
+    that ``saved`` lacks and that now holds its default is no difference: a field added to the library later, whose
+    default keeps the old behaviour (as resuming a run directory allows)."""
+    return _differences(saved, as_json(settings), set(ignore), _default_valued(settings))
+
+
+def _differences(saved: dict, settings: dict, ignore: set[str], defaults: set[str]) -> dict[str, tuple[Any, Any]]:
+    old, new = _flatten(saved), _flatten(settings)
+    return {k: (old.get(k), new.get(k)) for k in sorted(old.keys() | new.keys())
+            if old.get(k) != new.get(k) and not any(k == r or k.startswith(r + ".") for r in ignore)
+            and not (k not in old and k in defaults)}
+
+
+def describe_differences(differences: dict[str, tuple[Any, Any]], most: int = 20) -> str:
+    """One line per difference (at most ``most``): ``name: saved ..., now ...``."""
+    lines = [f"  {k}: saved {old!r}, now {new!r}" for k, (old, new) in list(differences.items())[:most]]
+    if len(differences) > most:
+        lines.append(f"  ... and {len(differences) - most} more")
+    return "\n".join(lines)
+
+
+def write_json(path: str | Path, value: Any) -> None:
+    """``value`` as indented JSON at ``path``, written whole or not at all (a temporary file, then renamed)."""
+    path = Path(path)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(value, indent=1))
+    os.replace(temporary, path)
+
+
+def read_json(path: str | Path, what: str) -> Any:
+    """The JSON at ``path``; a file that does not parse raises ``ValueError`` naming it and ``what`` it should be."""
+    try:
+        return json.loads(Path(path).read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON ({error}); it should hold {what}. Remove it to redo that "
+                         "work") from None
+
+
 class MetricsLog:
     """``metrics.jsonl`` and ``metrics.csv``: rows appended as they are logged. On opening, rows after
     ``resume_step`` (by ``row[step_key]``: a run killed after logging but before checkpointing) are dropped,
@@ -218,18 +258,12 @@ class RunDirectory:
     @staticmethod
     def _check_settings(path: Path, saved: dict, settings: dict, resumable: set[str], defaults: set[str] = frozenset()
                         ) -> None:
-        # A config field the saved run does not have, now at its default, is one added to the library after the run
-        # started: its default keeps the old behaviour, so the run may continue.
-        old, new = _flatten(saved), _flatten(settings)
-        differ = sorted(k for k in old.keys() | new.keys()
-                        if old.get(k) != new.get(k) and not any(k == r or k.startswith(r + ".") for r in resumable)
-                        and not (k not in old and k in defaults))
+        differ = _differences(saved, settings, resumable, defaults)
         if differ:
-            lines = "\n".join(f"  {k}: saved {old.get(k)!r}, now {new.get(k)!r}" for k in differ[:20])
-            more = f"\n  ... and {len(differ) - 20} more" if len(differ) > 20 else ""
             raise RunDirectoryError(
-                f"{path} holds a run with other settings; continuing it would mix two runs. Differences:\n{lines}"
-                f"{more}\nUse another directory, or start afresh with overwrite (CLI: --overwrite), which clears it.")
+                f"{path} holds a run with other settings; continuing it would mix two runs. Differences:\n"
+                f"{describe_differences(differ)}\nUse another directory, or start afresh with overwrite (CLI: "
+                "--overwrite), which clears it.")
 
     # ----------------------------------------------------------------------------- checkpoints
     @property
