@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import textwrap
 import time
 from pathlib import Path
 from typing import Literal
@@ -45,6 +46,8 @@ BETAS = {"cheetah-run": dict(noiseless=1.0, distractors=0.125, noisy_sensor=0.25
 # Table 5.1, backprop via dynamics, mean over the three tasks, 64x64 pixels, 1M env steps (for orientation).
 TABLE_5_1 = {"noiseless": (801.4, 848.6), "distractors": (597.7, 227.8), "noisy_sensor": (563.1, 212.4),
              "jitter": (254.1, 98.6)}  # (Denoised MDP, Dreamer); the pixel variants are video background (+ ...)
+# Published pixel Dreamer at 100k env steps (CURL's table): what Dreamer from states should at least reach there.
+ANCHORS_100K = {"cheetah-run": 235.0, "walker-walk": 277.0, "reacher-easy": 314.0}
 PRESETS = {
     # Table D.4's DMC sizes: x, y = 120 + 20 each vs Dreamer's 220 + 33; MLP encoder/decoder for states.
     "paper": dict(model={}, dreamer=dict(x_belief=220, x_state=33), agent={}, batch_size=50, chunk=50),
@@ -343,7 +346,7 @@ def plot_returns(path: Path, args: Args, runs: list[dict]):
     from platonic_rl.envs.dmc import EPISODE_STEPS
 
     fig, axes = plt.subplots(len(args.tasks), len(args.variants), squeeze=False,
-                             figsize=(3.4 * len(args.variants), 2.6 * len(args.tasks) + 0.4))
+                             figsize=(max(3.4 * len(args.variants), 6.0), 2.6 * len(args.tasks) + 0.8))
     for i, task in enumerate(args.tasks):
         for j, variant in enumerate(args.variants):
             ax = axes[i, j]
@@ -355,6 +358,8 @@ def plot_returns(path: Path, args: Args, runs: list[dict]):
                             marker="." if sparse else None, ms=4)
                     ax.plot(r["eval_steps"], r["eval_return"], "o-", color=color, ms=3,
                             label=method if k == 0 else None)
+            if variant == "noiseless" and args.observation == "state" and task in ANCHORS_100K:
+                ax.axhline(ANCHORS_100K[task], color="0.4", ls="--", lw=1, label="pixel Dreamer at 100k (CURL)")
             ax.set_title(f"{task} / {variant}", fontsize=8)
             ax.tick_params(labelsize=7)
             if i == len(args.tasks) - 1:
@@ -363,7 +368,7 @@ def plot_returns(path: Path, args: Args, runs: list[dict]):
                 ax.set_ylabel(f"episode return\n(sum of rewards, {EPISODE_STEPS} steps)", fontsize=8)
     axes[0, 0].legend(fontsize=7)
     fig.suptitle("Episode return (faint lines: exploration episodes; dots: deterministic evaluation)\n"
-                 + _budget(args), fontsize=9)
+                 + textwrap.fill(_budget(args), 90), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
