@@ -206,6 +206,7 @@ def run(args: Args) -> dict:
 
 
 RECORD = "record.json"  # a finished run's curves, probe and configs, beside its metrics
+HOST_ONLY = ("overwrite", "resume", "updates_per_call")  # loop fields that change no result: not compared
 
 
 def run_record(task: str, variant: str, method: str, seed: int, agent, loop: DMCOnlineConfig, history: list[dict],
@@ -236,7 +237,7 @@ def seconds_per_10k(history: list[dict], prefill_steps: int) -> float | None:
 
 
 def _loop_settings(loop: DMCOnlineConfig) -> dict:
-    return {k: v for k, v in dataclasses.asdict(loop).items() if k not in ("overwrite", "resume")}
+    return {k: v for k, v in dataclasses.asdict(loop).items() if k not in HOST_ONLY}
 
 
 def finished_record(run_dir: Path, agent, loop: DMCOnlineConfig, args: Args) -> dict | None:
@@ -250,7 +251,7 @@ def finished_record(run_dir: Path, agent, loop: DMCOnlineConfig, args: Args) -> 
     keys = ("agent_config", "loop", "probe_settings")
     differ = settings_differences({k: record[k] for k in keys if k in record},
                                   dict(agent_config=agent.config, loop=loop, probe_settings=probe_settings(args)),
-                                  ignore=("loop.overwrite", "loop.resume"))
+                                  ignore=tuple(f"loop.{k}" for k in HOST_ONLY))
     if set(differ) == {"loop.env_steps"} and differ["loop.env_steps"][1] > differ["loop.env_steps"][0]:
         return None
     if differ:

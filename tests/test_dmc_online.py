@@ -76,3 +76,25 @@ def test_pixels_train_from_uint8_sequences(tmp_path):
     assert trained.obs_mean.shape == ()  # pixels are not standardised
     data = latent_probe_data(trained, pixels, episodes=1, seed=0)
     assert data["distractor_state"].shape[1] == 9 + 2  # the video's state and the camera shift
+
+
+def test_updates_split_into_calls_are_the_same_updates():
+    """One call of 4 updates or 4 calls of 1 (pixels on CPU get one per call): the same parameters and metrics."""
+    from platonic_rl.training.updates import updates_per_call
+    from platonic_rl.training.world_model import train_chunk
+
+    rng = np.random.default_rng(0)
+    buffer = SequenceBuffer.create(3, 9, (8,), 2)
+    for _ in range(3):
+        buffer = buffer.add(rng.normal(size=(9, 8)).astype(np.float32), rng.uniform(-1, 1, (9, 2)).astype(np.float32),
+                            rng.normal(size=9).astype(np.float32))
+    key = jax.random.PRNGKey(3)
+    one, one_metrics = train_chunk(toy_agent(), buffer, key, 4, 2, 8)
+    four, four_metrics = train_chunk(toy_agent(), buffer, key, 4, 2, 8, per_call=1)
+    for a, b in zip(jax.tree.leaves(one.model_params), jax.tree.leaves(four.model_params)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(one_metrics["model_loss"], four_metrics["model_loss"], rtol=1e-5)
+    assert updates_per_call(None, 100, images=True) == (1 if jax.default_backend() == "cpu" else 100)
+    assert updates_per_call(None, 100, images=False) == 100
+    with pytest.raises(ValueError, match="updates_per_call must be a positive divisor"):
+        DMCOnlineConfig(updates_per_collect=100, updates_per_call=3)

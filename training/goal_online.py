@@ -38,7 +38,7 @@ from platonic_rl.envs.replay import EpisodeBuffer, GoalSampler
 from platonic_rl.training.run import RunDirectory, agent_settings, finish_row
 from platonic_rl.training.schedule import (EXPLORATION_STREAM, EvaluationSchedule, checkpoint_due, episode_seed,
                                            eval_seed)
-from platonic_rl.training.updates import check_finite, update_steps
+from platonic_rl.training.updates import update_in_calls, updates_per_call
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,15 +128,9 @@ def train_cycle(agent, buffer: EpisodeBuffer, key, goal_mask, config: "OnlineCon
     depend on how they are split into calls. Raises NonFiniteError (naming the update, counted from
     ``first_step``) if anything became NaN or infinite."""
     keys = jax.random.split(key, config.updates_per_cycle)
-    per_call = config.updates_per_call or (
-        1 if config.obs == "image" and jax.default_backend() == "cpu" else config.updates_per_cycle)
+    per_call = updates_per_call(config.updates_per_call, config.updates_per_cycle, images=config.obs == "image")
     sampler = GoalSampler(buffer, goal_mask, config.batch_size, config.p_future, config.discount)
-    metrics = []
-    for i, chunk in enumerate(jnp.split(keys, config.updates_per_cycle // per_call)):
-        agent, chunk_metrics, finite = update_steps(agent, sampler, chunk)
-        check_finite(finite, first_step=first_step + i * per_call)
-        metrics.append(chunk_metrics)
-    return agent, jax.tree.map(lambda *m: jnp.mean(jnp.stack(m)), *metrics)
+    return update_in_calls(agent, sampler, keys, per_call, first_step)
 
 
 @functools.partial(jax.jit, static_argnames=("noise",))

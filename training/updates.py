@@ -48,6 +48,28 @@ def update_steps(agent, sampler, keys: jax.Array):
     return agent, jax.tree_util.tree_map(jnp.mean, metrics), finite
 
 
+def updates_per_call(per_call: int | None, total: int, images: bool) -> int:
+    """How many of ``total`` updates go in one compiled call: ``per_call`` if given (it must divide ``total``), else
+    all of them, except for image agents on the CPU backend: one per call (jax-ml/jax#12868, above)."""
+    if per_call is None:
+        return 1 if images and jax.default_backend() == "cpu" else total
+    if per_call < 1 or total % per_call:
+        raise ValueError(f"updates_per_call must be a positive divisor of the {total} updates (or None), got {per_call}")
+    return per_call
+
+
+def update_in_calls(agent, sampler, keys: jax.Array, per_call: int, first_step: int = 1):
+    """``len(keys)`` updates as calls of :func:`update_steps` of ``per_call`` updates each: the same updates and
+    batches however they are split. Raises NonFiniteError naming the first bad update (counted from
+    ``first_step``); returns ``(agent, metrics averaged over all updates)``."""
+    metrics = []
+    for i, chunk in enumerate(jnp.split(keys, keys.shape[0] // per_call)):
+        agent, chunk_metrics, finite = update_steps(agent, sampler, chunk)
+        check_finite(finite, first_step=first_step + i * per_call)
+        metrics.append(chunk_metrics)
+    return agent, jax.tree.map(lambda *m: jnp.mean(jnp.stack(m)), *metrics)
+
+
 @functools.partial(jax.jit, static_argnums=1)
 def chain_keys(key: jax.Array, n: int) -> tuple[jax.Array, jax.Array]:
     """``n`` keys drawn one after the other, ``key, k_i = split(key)``: ``(last key, keys [n, 2])``."""

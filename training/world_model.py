@@ -29,7 +29,7 @@ from platonic_rl.envs.dmc import EPISODE_STEPS, DMCEnv
 from platonic_rl.envs.replay import SequenceBuffer, SequenceSampler
 from platonic_rl.training.run import RunDirectory, agent_settings, finish_row
 from platonic_rl.training.schedule import EvaluationSchedule, checkpoint_due, episode_seed, eval_seed
-from platonic_rl.training.updates import check_finite, update_steps
+from platonic_rl.training.updates import update_in_calls, updates_per_call
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,12 +56,20 @@ class DMCOnlineConfig:
     overwrite: bool = False            # clear run_dir first (a fresh run into a used directory is refused)
     buffer_episodes: int | None = None  # replay capacity; None: every episode the budget collects (a run
                                         # resumed with a larger env_steps gets its buffer enlarged)
+    updates_per_call: int | None = None
+    """Gradient steps per compiled call (a divisor of updates_per_collect); None: all of an episode's in one call,
+    except for pixels on the CPU backend: one per call (XLA:CPU runs convolutions inside a loop body several times
+    slower, jax-ml/jax#12868). The updates and their batches do not depend on the split."""
 
     def __post_init__(self):
         for name in ("env_steps", "updates_per_collect", "action_repeat", "batch_size", "chunk", "eval_every",
                      "eval_episodes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"DMCOnlineConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.updates_per_call is not None and (self.updates_per_call < 1
+                                                  or self.updates_per_collect % self.updates_per_call):
+            raise ValueError(f"DMCOnlineConfig.updates_per_call must be a positive divisor of updates_per_collect="
+                             f"{self.updates_per_collect} (or None), got {self.updates_per_call}")
         if self.chunk > self.episode_length + 1:
             raise ValueError(f"DMCOnlineConfig.chunk must be <= {self.episode_length + 1}, got {self.chunk}")
 
@@ -74,13 +82,14 @@ class DMCOnlineConfig:
                       observation=self.observation, video_dir=self.video_dir, cheap_visuals=self.cheap_visuals)
 
 
-def train_chunk(agent, buffer: SequenceBuffer, key, updates: int, batch_size: int, chunk: int, first_step: int = 1):
-    """``updates`` gradient steps on sampled sequence chunks (one compiled call); mean metrics. Raises
+def train_chunk(agent, buffer: SequenceBuffer, key, updates: int, batch_size: int, chunk: int, first_step: int = 1,
+                per_call: int | None = None):
+    """``updates`` gradient steps on sampled sequence chunks, ``per_call`` per compiled call (None: all in one, or
+    one per call for pixels on CPU: :func:`~platonic_rl.training.updates.updates_per_call`); mean metrics. Raises
     NonFiniteError (naming the update, counted from ``first_step``) if anything became NaN or infinite."""
-    agent, metrics, finite = update_steps(agent, SequenceSampler(buffer, batch_size, chunk),
-                                          jax.random.split(key, updates))
-    check_finite(finite, first_step)
-    return agent, metrics
+    per_call = updates_per_call(per_call, updates, images=len(buffer.observations.shape) == 5)
+    return update_in_calls(agent, SequenceSampler(buffer, batch_size, chunk), jax.random.split(key, updates),
+                           per_call, first_step)
 
 
 @jax.jit
@@ -140,7 +149,7 @@ def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None 
     run = None
     if run_dir is not None:
         loop = {k: v for k, v in dataclasses.asdict(config).items()
-                if k not in ("resume", "overwrite", "checkpoint_every", "buffer_episodes")}
+                if k not in ("resume", "overwrite", "checkpoint_every", "buffer_episodes", "updates_per_call")}
         run = RunDirectory.open(run_dir, dict(**agent_settings(agent), loop=loop), resume=config.resume,
                                 overwrite=config.overwrite, resumable=("loop.env_steps",), step_key="env_steps")
         state = run.restore(state, budget=config.env_steps, resize_buffer=True)
@@ -168,7 +177,8 @@ def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None 
                 stored = state["buffer"].observations[:int(state["buffer"].size)]  # the prefill episodes
                 state["agent"] = state["agent"].with_observation_statistics(stored)
             state["agent"], metrics = train_chunk(state["agent"], state["buffer"], train_key,
-                                                  config.updates_per_collect, config.batch_size, config.chunk, first)
+                                                  config.updates_per_collect, config.batch_size, config.chunk, first,
+                                                  config.updates_per_call)
             state["key"] = key
             row.update({k: float(v) for k, v in metrics.items()})
             episode = run_episode(env, state["agent"], act_key, config.exploration_noise, seed=seed)
