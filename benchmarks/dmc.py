@@ -99,6 +99,9 @@ class Args:
     """Sequences per world-model batch (default: the preset's; cpu 16, paper 50)."""
     chunk: int | None = None
     """Steps per sequence (default: the preset's; cpu 32, paper 50)."""
+    updates_per_call: int | None = None
+    """Gradient steps per compiled call (a divisor of 100; default: all 100 in one call, pixels on CPU one per call).
+    Changes the speed only, not the updates."""
     imagine_starts: int | None = None
     """Posterior states the policy imagines from, drawn from the batch's batch_size x chunk (default: the preset's;
     cpu 128; batch_size x chunk or more: all of them, as Dreamer)."""
@@ -143,7 +146,8 @@ def loop_config(args: Args, task: str, variant: str, seed: int) -> DMCOnlineConf
     return DMCOnlineConfig(task=task, variant=variant, env_steps=args.env_steps, seed=seed,
                            batch_size=args.batch_size or p["batch_size"], chunk=args.chunk or p["chunk"], eval_every=min(10_000, args.env_steps), eval_episodes=args.eval_episodes,
                            normalise_observations=args.normalise_observations, observation=args.observation,
-                           video_dir=args.video_dir, cheap_visuals=args.cheap_visuals, overwrite=args.overwrite)
+                           video_dir=args.video_dir, cheap_visuals=args.cheap_visuals, overwrite=args.overwrite,
+                           updates_per_call=args.updates_per_call)
 
 
 def probe(agent, loop: DMCOnlineConfig, args: Args, seed: int) -> dict:

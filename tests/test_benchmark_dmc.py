@@ -138,6 +138,7 @@ def test_batch_and_imagination_flags_reach_the_configs_and_bad_values_are_reject
     args = bd.Args(tasks=("reacher-easy",), batch_size=50, chunk=50, imagine_starts=2500, out_dir=str(tmp_path))
     loop = bd.loop_config(args, "reacher-easy", "noiseless", 0)
     assert (loop.batch_size, loop.chunk) == (50, 50)
+    assert bd.loop_config(bd.Args(updates_per_call=10), "reacher-easy", "noiseless", 0).updates_per_call == 10
     agent = bd.make_agent("dreamer", "reacher-easy", "noiseless", (6,), 2, "cpu", "imagine", 0,
                           imagine_starts=args.imagine_starts)
     assert agent.config.imagine_starts == 2500
