@@ -140,7 +140,11 @@ def test_dmc_returns_and_probe(tmp_path):
     returns = figures["returns"]
     assert "15,000 env steps" in returns._suptitle.get_text() and "1 seed(s)" in returns._suptitle.get_text()
     assert labelled(returns.axes[0])  # bottom-left panel of a one-row grid
-    assert all(has_marker(line) for ax in returns.axes for line in ax.get_lines())  # 2 points per curve: sparse
+    anchor = "pixel Dreamer at 100k (CURL)"
+    assert all(has_marker(line) for ax in returns.axes for line in ax.get_lines()
+               if line.get_label() != anchor)  # 2 points per curve: sparse
+    anchors = [[line.get_ydata()[0] for line in ax.get_lines() if line.get_label() == anchor] for ax in returns.axes]
+    assert anchors == [[bd.ANCHORS_100K["cheetah-run"]], []]  # the published anchor, on the noiseless panel only
 
     (ax,) = figures["probe"].axes
     assert labelled(ax) and "15,000 env steps" in ax.get_title()
