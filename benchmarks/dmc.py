@@ -116,6 +116,9 @@ class Args:
         for name in ("env_steps", "probe_train", "probe_test"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        longest = DMCOnlineConfig().episode_length + 1  # observations per stored episode
+        if self.chunk is not None and self.chunk > longest:
+            raise ValueError(f"--chunk must be <= {longest} (the steps of a stored episode), got {self.chunk}")
         for name in ("batch_size", "chunk", "imagine_starts"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")

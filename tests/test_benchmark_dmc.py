@@ -148,6 +148,8 @@ def test_batch_and_imagination_flags_reach_the_configs_and_bad_values_are_reject
     for name in ("batch_size", "chunk", "imagine_starts"):
         with pytest.raises(ValueError, match=f"--{name.replace('_', '-')} must be >= 1"):
             bd.Args(**{name: 0})
+    with pytest.raises(ValueError, match="--chunk must be <= 501"):
+        bd.Args(chunk=502)
 
 
 def test_seconds_per_10k_counts_the_training_rows_after_the_prefill():
