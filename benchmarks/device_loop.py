@@ -326,9 +326,12 @@ def critic_check(agents, env: jax_env.GoalEnv, episodes: int, grid_size: int = 9
 
 
 def learning_settings(agent_cfg, env: jax_env.GoalEnv, config: DeviceLoopConfig, seeds: tuple[int, ...]) -> dict:
-    """What identifies a learning run (JSON): a record is reused only for the same settings."""
-    return as_json(dict(agent=agent_cfg, env=env_settings(env), seeds=list(seeds),
-                        loop={k: v for k, v in dataclasses.asdict(config).items() if k not in HOST_ONLY}))
+    """What identifies a learning run: a record is reused only for the same settings, the loop's host-only fields
+    (:data:`LEARNING_HOST_ONLY`) aside. Saved as JSON (``as_json``), compared live (``settings_differences``)."""
+    return dict(agent=agent_cfg, env=env_settings(env), seeds=list(seeds), loop=config)
+
+
+LEARNING_HOST_ONLY = tuple(f"loop.{k}" for k in HOST_ONLY)
 
 
 def run_learning(args: Args, scale: Scale, out: Path) -> dict:
@@ -345,9 +348,8 @@ def run_learning(args: Args, scale: Scale, out: Path) -> dict:
             saved = run_dir / RECORD
             if saved.exists() and not args.overwrite:
                 record = read_json(saved, "a finished learning run's record")
-                differ = settings_differences(record.get("settings", {}), dict(
-                    agent=cfg, env=env_settings(env), seeds=list(seeds), loop=config),
-                    ignore=tuple(f"loop.{k}" for k in HOST_ONLY))
+                differ = settings_differences(record.get("settings", {}), learning_settings(cfg, env, config, seeds),
+                                              ignore=LEARNING_HOST_ONLY)
                 if method == "qrl" and record.get("critic_check", {}).get("episodes") != args.check_episodes:
                     differ["check_episodes"] = (record.get("critic_check", {}).get("episodes"), args.check_episodes)
                 if differ:
@@ -363,7 +365,7 @@ def run_learning(args: Args, scale: Scale, out: Path) -> dict:
             evaluated = [r for r in rows if "eval_success" in r]
             record = dict(env_steps=[r["env_steps"] for r in evaluated],
                           success=[[r[f"eval_success/{s}"] for s in seeds] for r in evaluated],
-                          seconds=time.perf_counter() - start, settings=learning_settings(cfg, env, config, seeds))
+                          seconds=time.perf_counter() - start, settings=as_json(learning_settings(cfg, env, config, seeds)))
             if method == "qrl":
                 record["critic_check"] = critic_check(agents, env, args.check_episodes)
             write_json(saved, record)
