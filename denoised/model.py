@@ -30,9 +30,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from platonic_rl.common.conv import ConvTranspose, im2col_conv_general_dilated
 from platonic_rl.common.networks import MLP, compute_dtype
 
 FACTORS = ("x", "y", "z")
+CONV_IMPLS = ("auto", "xla", "im2col")
 MIN_STD = 0.1
 
 
@@ -57,6 +59,9 @@ class WorldModelConfig:
     # The networks (and the agent's actor and critic) compute in this dtype ("bfloat16" for GPU/TPU);
     # parameters, optimizer state, the recurrent beliefs, the Gaussians' parameters and the losses stay float32.
     compute_dtype: str = "float32"
+    # How the conv pair computes its strided convolutions: "xla" (lax.conv), "im2col" (one matmul each,
+    # common/conv.py: the same sums, ~2x faster updates on CPU) or "auto" (im2col on the CPU backend, else xla).
+    conv_impl: str = "auto"
 
     def __post_init__(self):
         for f in FACTORS:
@@ -75,8 +80,15 @@ class WorldModelConfig:
         if self.conv_width < 1:
             raise ValueError(f"WorldModelConfig.conv_width must be >= 1, got {self.conv_width}")
         compute_dtype(self)  # a known compute_dtype
+        if self.conv_impl not in CONV_IMPLS:
+            raise ValueError(f"WorldModelConfig.conv_impl must be one of {CONV_IMPLS}, got {self.conv_impl!r}")
         if len(self.obs_shape) not in (1, 3) or (len(self.obs_shape) == 3 and tuple(self.obs_shape) != (64, 64, 3)):
             raise ValueError(f"WorldModelConfig.obs_shape must be (D,) or (64, 64, 3), got {self.obs_shape}")
+
+    @property
+    def im2col(self) -> bool:
+        """Whether the conv pair runs as matrix products (``conv_impl``; "auto" decides by the default backend)."""
+        return self.conv_impl == "im2col" or (self.conv_impl == "auto" and jax.default_backend() == "cpu")
 
     @property
     def pixels(self) -> bool:
@@ -107,14 +119,17 @@ class ConvEncoder(nn.Module):
     width: int = 32
     embed_dim: int = 1024
     dtype: Any = None  # computation dtype (None: float32); the embedding is returned as float32
+    im2col: bool = False  # each convolution as one matmul (platonic_rl.common.conv; faster on CPU)
 
     @nn.compact
     def __call__(self, images):
         x = images.astype(jnp.float32) / 255.0 - 0.5 if images.dtype == jnp.uint8 else images
         batch = x.shape[:-3]
         x = x.reshape((-1, *x.shape[-3:]))
+        conv = im2col_conv_general_dilated if self.im2col else None
         for mult in (1, 2, 4, 8):
-            x = nn.relu(nn.Conv(mult * self.width, (4, 4), (2, 2), padding="VALID", dtype=self.dtype)(x))
+            x = nn.relu(nn.Conv(mult * self.width, (4, 4), (2, 2), padding="VALID", dtype=self.dtype,
+                                conv_general_dilated=conv)(x))
         x = x.reshape((*batch, -1))
         return nn.Dense(self.embed_dim, dtype=self.dtype)(x).astype(jnp.float32)
 
@@ -126,13 +141,14 @@ class ConvDecoder(nn.Module):
     width: int = 32
     embed_dim: int = 1024
     dtype: Any = None  # computation dtype (None: float32); the image mean is returned as float32
+    im2col: bool = False  # each transposed convolution as one matmul (platonic_rl.common.conv; faster on CPU)
 
     @nn.compact
     def __call__(self, features):
         batch = features.shape[:-1]
         x = nn.Dense(self.embed_dim, dtype=self.dtype)(features).reshape((-1, 1, 1, self.embed_dim))
         for i, (ch, k) in enumerate(((4 * self.width, 5), (2 * self.width, 5), (self.width, 6), (3, 6))):
-            x = nn.ConvTranspose(ch, (k, k), (2, 2), padding="VALID", dtype=self.dtype)(x)
+            x = ConvTranspose(ch, (k, k), (2, 2), padding="VALID", dtype=self.dtype, im2col=self.im2col)(x)
             x = nn.relu(x) if i < 3 else x
         return x.reshape((*batch, 64, 64, 3)).astype(jnp.float32)
 
@@ -158,8 +174,8 @@ class FactoredRSSM(nn.Module):
         c = self.config
         dtype = compute_dtype(c)
         if c.pixels:
-            self.encoder = ConvEncoder(c.conv_width, c.embed_dim, dtype=dtype)
-            self.decoder = ConvDecoder(c.conv_width, c.embed_dim, dtype=dtype)
+            self.encoder = ConvEncoder(c.conv_width, c.embed_dim, dtype=dtype, im2col=c.im2col)
+            self.decoder = ConvDecoder(c.conv_width, c.embed_dim, dtype=dtype, im2col=c.im2col)
         else:
             self.encoder = MLP(c.mlp_encoder_hidden, c.embed_dim, ELU, dtype=dtype)
             self.decoder = MLP(c.mlp_decoder_hidden, c.obs_shape[0], ELU, dtype=dtype)
