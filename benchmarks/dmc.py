@@ -102,6 +102,9 @@ class Args:
     updates_per_call: int | None = None
     """Gradient steps per compiled call (a divisor of 100; default: all 100 in one call, pixels on CPU one per call).
     Changes the speed only, not the updates."""
+    beta: float | None = None
+    """Denoised MDP's beta (eq. 5.4's weight on KL_y and KL_z) for every run (default: Table D.5's per task and
+    variant, ``BETAS``)."""
     imagine_starts: int | None = None
     """Posterior states the policy imagines from, drawn from the batch's batch_size x chunk (default: the preset's;
     cpu 128; batch_size x chunk or more: all of them, as Dreamer)."""
@@ -119,6 +122,8 @@ class Args:
         longest = DMCOnlineConfig().episode_length + 1  # observations per stored episode
         if self.chunk is not None and self.chunk > longest:
             raise ValueError(f"--chunk must be <= {longest} (the steps of a stored episode), got {self.chunk}")
+        if self.beta is not None and not self.beta > 0:
+            raise ValueError(f"--beta must be > 0 (Table D.5 uses 0.125 to 1), got {self.beta}")
         for name in ("batch_size", "chunk", "imagine_starts"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
@@ -126,15 +131,17 @@ class Args:
 
 def make_agent(method: str, task: str, variant: str, obs_shape: tuple[int, ...], action_dim: int, preset: str,
                policy: str, seed: int, free_nats: float = 3.0, kl_split: bool = False,
-               imagine_starts: int | None = None) -> DenoisedMDPAgent:
-    """The agent of ``method`` at ``preset``; ``imagine_starts`` replaces the preset's if given."""
+               imagine_starts: int | None = None, beta: float | None = None) -> DenoisedMDPAgent:
+    """The agent of ``method`` at ``preset``; ``imagine_starts`` replaces the preset's and ``beta`` Table D.5's
+    if given."""
     p = PRESETS[preset]
     pixels = len(obs_shape) == 3
     model = WorldModelConfig(obs_shape=tuple(obs_shape), action_dim=action_dim,
                              **{**p["model"], **(PIXEL_MODEL[preset] if pixels else {})})
     heads = {**p["agent"], **({} if imagine_starts is None else dict(imagine_starts=imagine_starts))}
     if method == "denoised":
-        config = DenoisedMDPConfig(model=model, beta=BETAS[task][variant], policy=policy, free_nats=free_nats,
+        config = DenoisedMDPConfig(model=model, beta=BETAS[task][variant] if beta is None else beta,
+                                   policy=policy, free_nats=free_nats,
                                    kl_split=kl_split, **heads)
     elif method == "dreamer":
         config = DenoisedMDPConfig.dreamer(dataclasses.replace(model, **p["dreamer"]), policy=policy, **heads)
@@ -186,7 +193,7 @@ def run(args: Args) -> dict:
                 for seed in args.seeds:
                     loop = loop_config(args, task, variant, seed)
                     agent = make_agent(method, task, variant, obs_shape, action_dim, args.preset, args.policy, seed,
-                                       args.free_nats, args.kl_split, args.imagine_starts)
+                                       args.free_nats, args.kl_split, args.imagine_starts, args.beta)
                     run_dir = out / f"{task}_{variant}_{method}_seed{seed}"
                     saved = None if args.overwrite else finished_record(run_dir, agent, loop, args)
                     if saved is not None:  # finished earlier (perhaps on another machine): nothing to train or probe
@@ -336,7 +343,7 @@ def _budget(args: Args) -> str:
     return (f"{len(args.tasks)} task(s) x {len(args.variants)} variant(s), {len(args.seeds)} seed(s), "
             f"{args.env_steps:,} env steps per run, {args.observation}, preset {args.preset!r} (batch "
             f"{args.batch_size or p['batch_size']} x {args.chunk or p['chunk']}, imagining from {starts}), "
-            f"policy {args.policy!r}")
+            f"policy {args.policy!r}" + ("" if args.beta is None else f", Denoised MDP beta {args.beta}"))
 
 
 def plot(out: Path, args: Args, runs: list[dict], summary: dict) -> dict:

@@ -35,7 +35,7 @@ from platonic_rl.agents import (CRLAgent, CRLConfig, DDPGHERAgent, DDPGHERConfig
                                 DenoisedMDPConfig, GCBCAgent, GCBCConfig, QRLAgent, QRLConfig,
                                 QRLContinuousAgent, QRLContinuousConfig)
 from platonic_rl.benchmarks import report
-from platonic_rl.denoised.model import WorldModelConfig, observe
+from platonic_rl.denoised.model import FactoredRSSM, WorldModelConfig, all_features, observe
 from platonic_rl.qrl import quasimetrics as qm
 from platonic_rl.training.updates import update_steps
 
@@ -170,15 +170,21 @@ def _fetch_qrl(**overrides) -> Callable:
     return lambda: (QRLContinuousAgent.create(QRLContinuousConfig(**overrides), 0), goal_batch(256, 10, 4))
 
 
-def _world_model(dreamer: bool, preset: str, compute_dtype: str = "float32") -> Callable:
-    from platonic_rl.benchmarks.dmc import PRESETS  # cheetah-run: 17-d states, 6-d actions
+def _world_model(dreamer: bool, preset: str, compute_dtype: str = "float32", pixels: bool = False,
+                 conv_impl: str = "auto") -> Callable:
+    from platonic_rl.benchmarks.dmc import PIXEL_MODEL, PRESETS  # cheetah-run: 17-d states, 6-d actions
 
     def build():
         p = PRESETS[preset]
-        model = WorldModelConfig(obs_shape=(17,), action_dim=6, compute_dtype=compute_dtype, **p["model"])
+        shape, extra = ((64, 64, 3), dict(PIXEL_MODEL[preset], conv_impl=conv_impl)) if pixels else ((17,), {})
+        model = WorldModelConfig(obs_shape=shape, action_dim=6, compute_dtype=compute_dtype, **{**p["model"], **extra})
         config = (DenoisedMDPConfig.dreamer(dataclasses.replace(model, **p["dreamer"]), **p["agent"]) if dreamer
                   else DenoisedMDPConfig(model=model, **p["agent"]))
-        return DenoisedMDPAgent.create(config, 0), sequence_batch(p["batch_size"], p["chunk"], 17, 6)
+        batch = sequence_batch(p["batch_size"], p["chunk"], 17, 6)
+        if pixels:  # uint8 frames, as the sequence buffer stores them
+            batch["observations"] = np.random.default_rng(0).integers(
+                0, 256, (p["batch_size"], p["chunk"], *shape), dtype=np.uint8)
+        return DenoisedMDPAgent.create(config, 0), batch
     return build
 
 
@@ -207,6 +213,14 @@ def full_cases() -> list[Case]:
         Case("denoised_mdp_cpu_bf16", "cheetah states, cpu preset, compute_dtype bfloat16",
              _world_model(False, "cpu", "bfloat16"), seq["cpu"]),
         Case("dreamer_cpu", "cheetah states, cpu preset (16 x 32 steps)", _world_model(True, "cpu"), seq["cpu"]),
+        Case("dreamer_cpu_pixels_xla", "cheetah 64x64 pixels, cpu preset, conv_impl xla (lax convolutions)",
+             _world_model(True, "cpu", pixels=True, conv_impl="xla"), seq["cpu"]),
+        Case("dreamer_cpu_pixels", "cheetah 64x64 pixels, cpu preset, conv_impl im2col (one matmul per layer)",
+             _world_model(True, "cpu", pixels=True, conv_impl="im2col"), seq["cpu"]),
+        Case("denoised_mdp_cpu_pixels_xla", "cheetah 64x64 pixels, cpu preset, conv_impl xla (lax convolutions)",
+             _world_model(False, "cpu", pixels=True, conv_impl="xla"), seq["cpu"]),
+        Case("denoised_mdp_cpu_pixels", "cheetah 64x64 pixels, cpu preset, conv_impl im2col (one matmul per layer)",
+             _world_model(False, "cpu", pixels=True, conv_impl="im2col"), seq["cpu"]),
         Case("denoised_mdp", "cheetah states, Table D.4 (50 x 50 steps)", _world_model(False, "paper"),
              seq["paper"]),
     ]
@@ -301,7 +315,8 @@ def time_update(case: Case, args: Args, peak: float) -> dict:
 def world_model_parts(agent: DenoisedMDPAgent, batch: dict, repeats: int) -> dict:
     """ms of the parts of a world-model agent's update, each jitted alone: the model loss (eq. 5.4) with its
     gradient, the filtering ``lax.scan`` forward alone (part of the model's), and the imagination actor + value
-    losses with their gradient; what is not listed is the optimizer steps."""
+    losses with their gradient; what is not listed is the optimizer steps. With pixels, also the conv encoder and
+    the conv decoder on the batch's frames, each forward + parameter gradient alone (parts of the model's)."""
     key, m, params = jax.random.PRNGKey(0), agent.config.model, agent.model_params
     model_grad = jax.jit(jax.value_and_grad(agent.model_loss_fn, has_aux=True))
     (_, (states, _)), _ = model_grad(params, batch, key)
@@ -311,6 +326,19 @@ def world_model_parts(agent: DenoisedMDPAgent, batch: dict, repeats: int) -> dic
                imagination_loss_and_gradient=time_call(
                    jax.jit(jax.grad(agent.imagine_loss, has_aux=True)),
                    ((agent.actor_params, agent.critic_params), params, states, key), repeats))
+    if m.pixels:
+        rssm = FactoredRSSM(m)
+        feats = all_features(m, states)  # [B, T, features] of the posterior
+
+        def encoder(p, frames):
+            return jnp.sum(rssm.apply(p, frames, method=FactoredRSSM.encode))
+
+        def decoder(p, features):
+            return jnp.sum(rssm.apply(p, features, method=FactoredRSSM.decode))
+
+        out["encoder_forward_and_gradient"] = time_call(jax.jit(jax.grad(encoder)), (params, batch["observations"]),
+                                                        repeats)
+        out["decoder_forward_and_gradient"] = time_call(jax.jit(jax.grad(decoder)), (params, feats), repeats)
     return {name: 1e3 * seconds for name, seconds in out.items()}
 
 
@@ -342,7 +370,7 @@ def table(record: dict) -> str:
     parts = {name: r["parts_ms"] for name, r in record["updates"].items() if "parts_ms" in r}
     if parts:
         lines += ["", "World-model updates by part (ms, each part jitted alone; the model gradient includes the "
-                      "filtering):", ""]
+                      "filtering and, with pixels, the conv encoder's and decoder's):", ""]
         for name, p in parts.items():
             total = record["updates"][name]["ms_one_call"]
             lines.append(f"- {name} ({total:.3g} ms): " + ", ".join(

@@ -150,6 +150,13 @@ def test_batch_and_imagination_flags_reach_the_configs_and_bad_values_are_reject
             bd.Args(**{name: 0})
     with pytest.raises(ValueError, match="--chunk must be <= 501"):
         bd.Args(chunk=502)
+    # --beta replaces Table D.5's beta for Denoised MDP, and the plots' budget line says so
+    table = bd.make_agent("denoised", "cheetah-run", "distractors", (6,), 2, "cpu", "imagine", 0)
+    chosen = bd.make_agent("denoised", "cheetah-run", "distractors", (6,), 2, "cpu", "imagine", 0, beta=1.0)
+    assert (table.config.beta, chosen.config.beta) == (bd.BETAS["cheetah-run"]["distractors"], 1.0)
+    assert "beta 1.0" in bd._budget(bd.Args(beta=1.0)) and "beta" not in bd._budget(bd.Args())
+    with pytest.raises(ValueError, match="--beta must be > 0"):
+        bd.Args(beta=0.0)
 
 
 def test_seconds_per_10k_counts_the_training_rows_after_the_prefill():
