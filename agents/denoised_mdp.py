@@ -83,12 +83,9 @@ class DenoisedMDPConfig:
 
     @classmethod
     def dreamer(cls, model: WorldModelConfig, **kwargs) -> "DenoisedMDPConfig":
-        """Dreamer: x only, alpha = 1, beta irrelevant (no y/z)."""
-        kept = {k: getattr(model, k) for k in ("obs_shape", "action_dim", "hidden", "embed_dim",
-                                                 "mlp_encoder_hidden", "mlp_decoder_hidden", "conv_width",
-                                                 "compute_dtype")}
-        sizes = dict(x_belief=model.x_belief, x_state=model.x_state)
-        return cls(model=WorldModelConfig.dreamer(**kept, **sizes), **{"alpha": 1.0, "beta": 1.0, **kwargs})
+        """Dreamer: x only, alpha = 1, beta irrelevant (no y/z). Every other field of ``model`` is kept."""
+        return cls(model=dataclasses.replace(model, y_belief=0, y_state=0, z_belief=0, z_state=0),
+                   **{"alpha": 1.0, "beta": 1.0, **kwargs})
 
 
 class Critic(nn.Module):

@@ -100,7 +100,8 @@ class Args:
     chunk: int | None = None
     """Steps per sequence (default: the preset's; cpu 32, paper 50)."""
     updates_per_call: int | None = None
-    """Gradient steps per compiled call (a divisor of 100; default: all 100 in one call, pixels on CPU one per call).
+    """Gradient steps per compiled call (a divisor of 100; default: all 100 in one call; one per call on CPU for a
+    pixel model with XLA convolutions, which the default conv_impl does not have there).
     Changes the speed only, not the updates."""
     beta: float | None = None
     """Denoised MDP's beta (eq. 5.4's weight on KL_y and KL_z) for every run (default: Table D.5's per task and

@@ -1,4 +1,5 @@
 """Denoised MDP: KLs, free nats, the factored RSSM's structure, lambda-returns, SAC target, the agent."""
+import dataclasses
 import math
 
 import jax
@@ -101,6 +102,9 @@ def test_dreamer_is_the_x_only_model_with_dreamers_loss():
     model = WorldModelConfig(**SMALL)
     config = DenoisedMDPConfig.dreamer(model, free_nats=3.0)
     assert config.model.factors == ("x",) and config.alpha == 1.0
+    # every field but the y and z sizes is the given model's (conv_impl was once dropped here)
+    assert config.model == dataclasses.replace(model, y_belief=0, y_state=0, z_belief=0, z_state=0)
+    assert DenoisedMDPConfig.dreamer(dataclasses.replace(model, conv_impl="xla")).model.conv_impl == "xla"
     agent = DenoisedMDPAgent.create(config, 0)
     names = set(agent.model_params["params"])
     assert not any("y" in n.split("_")[-1] or n.endswith("_z") for n in names)

@@ -8,7 +8,8 @@ import pytest
 
 pytest.importorskip("dm_control")
 from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig  # noqa: E402
-from platonic_rl.training.world_model import DMCOnlineConfig, latent_probe_data, train_dmc_online  # noqa: E402
+from platonic_rl.training.world_model import (DMCOnlineConfig, latent_probe_data, train_dmc_online,  # noqa: E402
+                                              xla_convolutions)
 from platonic_rl.denoised.model import WorldModelConfig  # noqa: E402
 from platonic_rl.envs.replay import SequenceBuffer  # noqa: E402
 
@@ -96,5 +97,8 @@ def test_updates_split_into_calls_are_the_same_updates():
     np.testing.assert_allclose(one_metrics["model_loss"], four_metrics["model_loss"], rtol=1e-5)
     assert updates_per_call(None, 100, images=True) == (1 if jax.default_backend() == "cpu" else 100)
     assert updates_per_call(None, 100, images=False) == 100
+    pixels = WorldModelConfig(obs_shape=(64, 64, 3))  # the matmul conv pair has no XLA convolutions to keep out of scans
+    assert xla_convolutions(dataclasses.replace(pixels, conv_impl="xla"))
+    assert not xla_convolutions(dataclasses.replace(pixels, conv_impl="im2col")) and not xla_convolutions(WorldModelConfig())
     with pytest.raises(ValueError, match="updates_per_call must be a positive divisor"):
         DMCOnlineConfig(updates_per_collect=100, updates_per_call=3)

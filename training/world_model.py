@@ -58,8 +58,9 @@ class DMCOnlineConfig:
                                         # resumed with a larger env_steps gets its buffer enlarged)
     updates_per_call: int | None = None
     """Gradient steps per compiled call (a divisor of updates_per_collect); None: all of an episode's in one call,
-    except for pixels on the CPU backend: one per call (XLA:CPU runs convolutions inside a loop body several times
-    slower, jax-ml/jax#12868). The updates and their batches do not depend on the split."""
+    except for a pixel model with XLA's convolutions (``conv_impl="xla"``) on the CPU backend: one per call (XLA:CPU
+    runs convolutions inside a loop body several times slower, jax-ml/jax#12868; the default conv_impl has none on
+    CPU). The updates and their batches do not depend on the split."""
 
     def __post_init__(self):
         for name in ("env_steps", "updates_per_collect", "action_repeat", "batch_size", "chunk", "eval_every",
@@ -85,11 +86,18 @@ class DMCOnlineConfig:
 def train_chunk(agent, buffer: SequenceBuffer, key, updates: int, batch_size: int, chunk: int, first_step: int = 1,
                 per_call: int | None = None):
     """``updates`` gradient steps on sampled sequence chunks, ``per_call`` per compiled call (None: all in one, or
-    one per call for pixels on CPU: :func:`~platonic_rl.training.updates.updates_per_call`); mean metrics. Raises
-    NonFiniteError (naming the update, counted from ``first_step``) if anything became NaN or infinite."""
-    per_call = updates_per_call(per_call, updates, images=len(buffer.observations.shape) == 5)
+    one per call on CPU if the model has XLA convolutions: :func:`xla_convolutions`,
+    :func:`~platonic_rl.training.updates.updates_per_call`); mean metrics. Raises NonFiniteError (naming the
+    update, counted from ``first_step``) if anything became NaN or infinite."""
+    per_call = updates_per_call(per_call, updates, images=xla_convolutions(agent.config.model))
     return update_in_calls(agent, SequenceSampler(buffer, batch_size, chunk), jax.random.split(key, updates),
                            per_call, first_step)
+
+
+def xla_convolutions(model) -> bool:
+    """Whether a world model (``WorldModelConfig``) runs XLA's convolutions: pixels with the conv pair not computed
+    as matmuls (``conv_impl`` "xla", or "auto" off the CPU backend)."""
+    return model.pixels and not model.im2col
 
 
 @jax.jit
