@@ -475,7 +475,7 @@ def plot_reconstructions(path: Path, agent: DenoisedMDPAgent, loop: DMCOnlineCon
                 ax.set_title(f"agent step {step}", fontsize=8)
             if j == 0:
                 ax.set_ylabel(label, fontsize=8)
-    fig.suptitle(f"Denoised MDP reconstructions, {title} (64x64 pixels)\n{budget}", fontsize=9)
+    fig.suptitle(f"Denoised MDP reconstructions, {title} (64x64 pixels)\n" + textwrap.fill(budget, 80), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
