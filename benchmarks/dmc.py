@@ -431,16 +431,22 @@ def plot_probe(path: Path, args: Args, summary: dict):
 
 def factor_reconstructions(agent: DenoisedMDPAgent, observations, prev_actions, key) -> dict[str, np.ndarray]:
     """Filter one episode (observations ``[L, ...]``) with the posterior and decode each step three ways: from
-    every factor (``all``), from x with y at its prior mean (``x``: y's features [h^y, mean of p(y | h^y)]), and
-    from y with x at its prior mean (``y``). Pixels come back as uint8 images; states in observation units."""
+    every factor (``all``), from x with y held at its episode mean (``x``: y's recurrent belief and state both
+    replaced by their means over the episode's steps), and from y with x held so (``y``). Holding the belief too
+    matters: it carries the episode's history, so a factor with only its state at the prior mean still shows most
+    of what it encodes. Pixels come back as uint8 images; states in observation units."""
     m = agent.config.model
     if "y" not in m.factors:
         raise ValueError("factor_reconstructions needs a model with a y factor (Dreamer has x only)")
     model = agent.model
-    states, stats = agent.posterior(jnp.asarray(observations)[None], jnp.asarray(prev_actions)[None], key)
-    at_prior = lambda f: dict(states, **{f: stats[f][0]})  # noqa: E731 -- the factor's state at its prior mean
+    states, _ = agent.posterior(jnp.asarray(observations)[None], jnp.asarray(prev_actions)[None], key)
+
+    def held(f):  # factor f's belief and state at their means over the episode; the other factors as filtered
+        return dict(states, **{k: jnp.broadcast_to(states[k].mean(axis=1, keepdims=True), states[k].shape)
+                               for k in (f, f"h{f}")})
+
     out = {}
-    for name, state in (("all", states), ("x", at_prior("y")), ("y", at_prior("x"))):
+    for name, state in (("all", states), ("x", held("y")), ("y", held("x"))):
         decoded = model.apply(agent.model_params, all_features(m, state), method="decode")[0]
         if m.pixels:
             decoded = jnp.clip(jnp.round((decoded + 0.5) * 255.0), 0, 255).astype(jnp.uint8)
@@ -453,8 +459,8 @@ def factor_reconstructions(agent: DenoisedMDPAgent, observations, prev_actions, 
 def plot_reconstructions(path: Path, agent: DenoisedMDPAgent, loop: DMCOnlineConfig, frames: int, title: str,
                          budget: str):
     """Figure 5-7's picture: for ``frames`` evenly spaced steps of a deterministic evaluation episode, the
-    observation, the reconstruction from all factors, from x alone and from y alone (the other factor at its
-    prior mean). Returns the (closed) Figure."""
+    observation, the reconstruction from all factors, from x alone and from y alone (the other factor's belief and
+    state held at their episode means: :func:`factor_reconstructions`). Returns the (closed) Figure."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -463,7 +469,8 @@ def plot_reconstructions(path: Path, agent: DenoisedMDPAgent, loop: DMCOnlineCon
     decoded = factor_reconstructions(agent, episode["observations"], episode["prev_actions"], jax.random.PRNGKey(0))
     steps = np.linspace(0, len(episode["observations"]) - 1, frames + 2).astype(int)[1:-1]
     rows = [("observation", episode["observations"]), ("from x and y", decoded["all"]),
-            ("from x alone\n(y at its prior mean)", decoded["x"]), ("from y alone\n(x at its prior mean)", decoded["y"])]
+            ("from x alone\n(y held at episode mean)", decoded["x"]),
+            ("from y alone\n(x held at episode mean)", decoded["y"])]
     fig, axes = plt.subplots(len(rows), frames, squeeze=False, figsize=(1.8 * frames + 1.0, 1.9 * len(rows) + 0.6))
     for i, (label, images) in enumerate(rows):
         for j, step in enumerate(steps):

@@ -54,7 +54,7 @@ def test_unknown_settings_are_rejected(tmp_path):
         bd.run(bd.Args(variants=("video",), out_dir=str(tmp_path)))
 
 
-def test_factor_reconstructions_decode_each_factor_with_the_other_at_its_prior_mean():
+def test_factor_reconstructions_decode_each_factor_with_the_other_held_at_its_episode_mean():
     import jax
     import jax.numpy as jnp
 
@@ -71,10 +71,13 @@ def test_factor_reconstructions_decode_each_factor_with_the_other_at_its_prior_m
     key = jax.random.PRNGKey(1)
     out = bd.factor_reconstructions(agent, observations, prev_actions, key)
     assert set(out) == {"all", "x", "y"} and all(v.shape == (7, 5) for v in out.values())
-    # By hand: y's state replaced by its prior mean before decoding, then back to observation units.
-    states, stats = observe(model, agent.model_params, agent.normalise(jnp.asarray(observations))[None],
-                            jnp.asarray(prev_actions)[None], key)
-    by_hand = agent.model.apply(agent.model_params, all_features(model, dict(states, y=stats["y"][0])),
+    # By hand: y's belief and state replaced by their means over the 7 steps before decoding, then back to
+    # observation units.
+    states, _ = observe(model, agent.model_params, agent.normalise(jnp.asarray(observations))[None],
+                        jnp.asarray(prev_actions)[None], key)
+    held = dict(states, y=np.repeat(np.mean(states["y"], 1, keepdims=True), 7, 1),
+                hy=np.repeat(np.mean(states["hy"], 1, keepdims=True), 7, 1))
+    by_hand = agent.model.apply(agent.model_params, all_features(model, held),
                                 method="decode")[0] * agent.obs_std + agent.obs_mean
     np.testing.assert_allclose(out["x"], by_hand, rtol=1e-5, atol=1e-5)
     assert not np.allclose(out["x"], out["y"]) and not np.allclose(out["x"], out["all"])
