@@ -95,8 +95,8 @@ def test_updates_split_into_calls_are_the_same_updates():
     for a, b in zip(jax.tree.leaves(one.model_params), jax.tree.leaves(four.model_params)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(one_metrics["model_loss"], four_metrics["model_loss"], rtol=1e-5)
-    assert updates_per_call(None, 100, images=True) == (1 if jax.default_backend() == "cpu" else 100)
-    assert updates_per_call(None, 100, images=False) == 100
+    assert updates_per_call(None, 100, convolutions=True) == (1 if jax.default_backend() == "cpu" else 100)
+    assert updates_per_call(None, 100, convolutions=False) == 100
     pixels = WorldModelConfig(obs_shape=(64, 64, 3))  # the matmul conv pair has no XLA convolutions to keep out of scans
     assert xla_convolutions(dataclasses.replace(pixels, conv_impl="xla"))
     assert not xla_convolutions(dataclasses.replace(pixels, conv_impl="im2col")) and not xla_convolutions(WorldModelConfig())

@@ -128,7 +128,7 @@ def train_cycle(agent, buffer: EpisodeBuffer, key, goal_mask, config: "OnlineCon
     depend on how they are split into calls. Raises NonFiniteError (naming the update, counted from
     ``first_step``) if anything became NaN or infinite."""
     keys = jax.random.split(key, config.updates_per_cycle)
-    per_call = updates_per_call(config.updates_per_call, config.updates_per_cycle, images=config.obs == "image")
+    per_call = updates_per_call(config.updates_per_call, config.updates_per_cycle, convolutions=config.obs == "image")
     sampler = GoalSampler(buffer, goal_mask, config.batch_size, config.p_future, config.discount)
     return update_in_calls(agent, sampler, keys, per_call, first_step)
 

@@ -48,11 +48,12 @@ def update_steps(agent, sampler, keys: jax.Array):
     return agent, jax.tree_util.tree_map(jnp.mean, metrics), finite
 
 
-def updates_per_call(per_call: int | None, total: int, images: bool) -> int:
+def updates_per_call(per_call: int | None, total: int, convolutions: bool) -> int:
     """How many of ``total`` updates go in one compiled call: ``per_call`` if given (it must divide ``total``), else
-    all of them, except for image agents on the CPU backend: one per call (jax-ml/jax#12868, above)."""
+    all of them, except for an update with XLA convolutions (``convolutions``) on the CPU backend: one per call
+    (jax-ml/jax#12868, above)."""
     if per_call is None:
-        return 1 if images and jax.default_backend() == "cpu" else total
+        return 1 if convolutions and jax.default_backend() == "cpu" else total
     if per_call < 1 or total % per_call:
         raise ValueError(f"updates_per_call must be a positive divisor of the {total} updates (or None), got {per_call}")
     return per_call

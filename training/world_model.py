@@ -1,9 +1,10 @@
 """The online loop of Algorithm 1 (Denoised MDP / Dreamer) on DeepMind Control, and the latent probe data.
 
 Schedule (Dreamer's, used by Denoised MDP): prefill ``prefill_steps`` env steps with uniformly random
-actions, then repeat: ``updates_per_collect`` gradient steps (one
-:func:`~platonic_rl.training.updates.update_steps` call on a :class:`~platonic_rl.envs.replay.SequenceSampler`
-of ``batch_size`` x ``chunk`` sequences) and one exploration episode (the agent's action + N(0, noise^2),
+actions, then repeat: ``updates_per_collect`` gradient steps
+(:func:`~platonic_rl.training.updates.update_in_calls`: compiled calls of
+:func:`~platonic_rl.training.updates.update_steps`, all in one unless ``updates_per_call`` says otherwise, on a
+:class:`~platonic_rl.envs.replay.SequenceSampler` of ``batch_size`` x ``chunk`` sequences) and one exploration episode (the agent's action + N(0, noise^2),
 clipped), i.e. 100 updates every 1000 env steps. Env steps are control steps: one episode is 1000 of
 them (500 agent steps at action repeat 2). Before the first update, state observations' per-dimension
 statistics over the prefill episodes set the agent's normaliser (``normalise_observations``; kept in its
@@ -89,7 +90,7 @@ def train_chunk(agent, buffer: SequenceBuffer, key, updates: int, batch_size: in
     one per call on CPU if the model has XLA convolutions: :func:`xla_convolutions`,
     :func:`~platonic_rl.training.updates.updates_per_call`); mean metrics. Raises NonFiniteError (naming the
     update, counted from ``first_step``) if anything became NaN or infinite."""
-    per_call = updates_per_call(per_call, updates, images=xla_convolutions(agent.config.model))
+    per_call = updates_per_call(per_call, updates, convolutions=xla_convolutions(agent.config.model))
     return update_in_calls(agent, SequenceSampler(buffer, batch_size, chunk), jax.random.split(key, updates),
                            per_call, first_step)
 
