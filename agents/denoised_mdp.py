@@ -35,7 +35,7 @@ import optax
 from platonic_rl.agents.common import as_batch, as_key, check_config, compiled_create
 from platonic_rl.common import losses as rl_losses
 from platonic_rl.common.networks import compute_dtype
-from platonic_rl.common.policies import TanhNormalPolicy, tanh_normal_sample
+from platonic_rl.common.policies import DreamerTanhNormalPolicy, TanhNormalPolicy, tanh_normal_sample
 from platonic_rl.common.train_state import TrainState, polyak_update
 from platonic_rl.denoised import losses
 from platonic_rl.denoised.model import (FactoredRSSM, WorldModelConfig, all_features, features, imagine_x, init_params,
@@ -54,6 +54,10 @@ class DenoisedMDPConfig:
     kl_split: bool = False
     # Policy learning in x.
     policy: Literal["imagine", "sac"] = "imagine"
+    # "dreamer": DreamerV1's actor, as the official code (mean 5 tanh(m / 5), sigma softplus(s + c) + 1e-4, 5 at
+    # the start, ELU); "clipped": an unbounded mean and log sigma clipped to [-5, 2] (ReLU), the actor of the
+    # results recorded before this field existed.
+    actor: Literal["dreamer", "clipped"] = "clipped"
     actor_hidden: tuple[int, ...] = (400, 400, 400)
     critic_hidden: tuple[int, ...] = (400, 400, 400)
     horizon: int = 15
@@ -76,6 +80,8 @@ class DenoisedMDPConfig:
             raise ValueError(f"DenoisedMDPConfig: need alpha > 0 and beta in (0, 1], got {self.alpha}, {self.beta}")
         if self.policy not in ("imagine", "sac"):
             raise ValueError(f"DenoisedMDPConfig.policy must be 'imagine' or 'sac', got {self.policy!r}")
+        if self.actor not in ("dreamer", "clipped"):
+            raise ValueError(f"DenoisedMDPConfig.actor must be 'dreamer' or 'clipped', got {self.actor!r}")
         if self.imagine_starts is not None and self.imagine_starts < 1:
             raise ValueError(f"DenoisedMDPConfig.imagine_starts must be >= 1 or None, got {self.imagine_starts}")
         if self.horizon < 1 or self.free_nats < 0:
@@ -216,10 +222,10 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
         return self.replace(obs_mean=flat.mean(0), obs_std=jnp.maximum(flat.std(0), min_std))
 
     @staticmethod
-    def actor_module(config: DenoisedMDPConfig) -> TanhNormalPolicy:
-        """pi(a | x): reads x's features [h^x, x] only."""
-        return TanhNormalPolicy(config.actor_hidden, config.model.action_dim,
-                                dtype=compute_dtype(config.model))
+    def actor_module(config: DenoisedMDPConfig) -> DreamerTanhNormalPolicy | TanhNormalPolicy:
+        """pi(a | x): reads x's features [h^x, x] only; ``config.actor`` picks the distribution's parametrisation."""
+        actor = DreamerTanhNormalPolicy if config.actor == "dreamer" else TanhNormalPolicy
+        return actor(config.actor_hidden, config.model.action_dim, dtype=compute_dtype(config.model))
 
     def _policy(self, actor_params, feat, key):
         mean, log_std = self.actor_module(self.config).apply(actor_params, feat)
@@ -348,13 +354,14 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
         return observe(self.config.model, self.model_params, self.normalise(observations), prev_actions, key)
 
     def filter(self, latent: dict, observations, prev_actions, rng) -> dict:
-        """One posterior step: the latent after seeing ``observations`` [N, ...] reached by ``prev_actions``."""
+        """One posterior step: the latent after seeing ``observations`` [N, ...] reached by ``prev_actions``
+        (a posterior sample; the posterior mean if ``rng`` is None)."""
         embed = self.model.apply(self.model_params, self.normalise(observations), method="encode")
         return self.model.apply(self.model_params, latent, prev_actions, embed, rng, method="observe_step")[0]
 
     def act(self, latent: dict, observations, prev_actions, rng: jax.Array | None = None):
-        """Filter one step, then act from x's features: a sample of pi if ``rng`` (a PRNG key or an int seed) is
-        given, else its mode. ``latent`` (e.g. :meth:`initial_latent`) must have the observations' batch size N.
+        """Filter one step, then act from x's features: with ``rng`` (a PRNG key or an int seed) a posterior sample
+        and a sample of pi; without, deterministically, the posterior mean and pi's mode tanh(mu). ``latent`` (e.g. :meth:`initial_latent`) must have the observations' batch size N.
         Returns (actions [N, A] in [-1, 1], new latent)."""
         m = self.config.model
         observations, prev_actions = jnp.asarray(observations), jnp.asarray(prev_actions)
@@ -371,10 +378,10 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
             raise ValueError(f"act: latent batch size must match observations: latent shapes {latent_shapes} "
                              f"(initial_latent(N) gives [N, size]) vs observations {tuple(observations.shape)} "
                              f"(N = {observations.shape[0]})")
-        filter_key, policy_key = jax.random.split(self.rng if rng is None else as_key(rng))
-        latent = self.filter(latent, observations, prev_actions, filter_key)
-        feat = features(latent, "x")
-        if rng is None:
-            mean, _ = self.actor_module(self.config).apply(self.actor_params, feat)
+        if rng is None:  # deterministic: the posterior means, then pi's mode
+            latent = self.filter(latent, observations, prev_actions, None)
+            mean, _ = self.actor_module(self.config).apply(self.actor_params, features(latent, "x"))
             return jnp.tanh(mean), latent
-        return self._policy(self.actor_params, feat, policy_key)[0], latent
+        filter_key, policy_key = jax.random.split(as_key(rng))
+        latent = self.filter(latent, observations, prev_actions, filter_key)
+        return self._policy(self.actor_params, features(latent, "x"), policy_key)[0], latent

@@ -109,6 +109,9 @@ class Args:
     imagine_starts: int | None = None
     """Posterior states the policy imagines from, drawn from the batch's batch_size x chunk (default: the preset's;
     cpu 128; batch_size x chunk or more: all of them, as Dreamer)."""
+    actor: Literal["clipped", "dreamer"] = "clipped"
+    """The actor's parametrisation (``DenoisedMDPConfig.actor``): ``dreamer`` is DreamerV1's and the official Denoised
+    MDP code's; ``clipped`` (log sigma clipped, unbounded mean) is the one the recorded results used."""
     out_dir: str = "results/dmc"
 
     def __post_init__(self):
@@ -132,14 +135,15 @@ class Args:
 
 def make_agent(method: str, task: str, variant: str, obs_shape: tuple[int, ...], action_dim: int, preset: str,
                policy: str, seed: int, free_nats: float = 3.0, kl_split: bool = False,
-               imagine_starts: int | None = None, beta: float | None = None) -> DenoisedMDPAgent:
+               imagine_starts: int | None = None, beta: float | None = None, actor: str = "clipped"
+               ) -> DenoisedMDPAgent:
     """The agent of ``method`` at ``preset``; ``imagine_starts`` replaces the preset's and ``beta`` Table D.5's
-    if given."""
+    if given; ``actor``: :attr:`DenoisedMDPConfig.actor`."""
     p = PRESETS[preset]
     pixels = len(obs_shape) == 3
     model = WorldModelConfig(obs_shape=tuple(obs_shape), action_dim=action_dim,
                              **{**p["model"], **(PIXEL_MODEL[preset] if pixels else {})})
-    heads = {**p["agent"], **({} if imagine_starts is None else dict(imagine_starts=imagine_starts))}
+    heads = {**p["agent"], **({} if imagine_starts is None else dict(imagine_starts=imagine_starts)), "actor": actor}
     if method == "denoised":
         config = DenoisedMDPConfig(model=model, beta=BETAS[task][variant] if beta is None else beta,
                                    policy=policy, free_nats=free_nats,
@@ -194,7 +198,7 @@ def run(args: Args) -> dict:
                 for seed in args.seeds:
                     loop = loop_config(args, task, variant, seed)
                     agent = make_agent(method, task, variant, obs_shape, action_dim, args.preset, args.policy, seed,
-                                       args.free_nats, args.kl_split, args.imagine_starts, args.beta)
+                                       args.free_nats, args.kl_split, args.imagine_starts, args.beta, args.actor)
                     run_dir = out / f"{task}_{variant}_{method}_seed{seed}"
                     saved = None if args.overwrite else finished_record(run_dir, agent, loop, args)
                     if saved is not None:  # finished earlier (perhaps on another machine): nothing to train or probe
@@ -344,7 +348,7 @@ def _budget(args: Args) -> str:
     return (f"{len(args.tasks)} task(s) x {len(args.variants)} variant(s), {len(args.seeds)} seed(s), "
             f"{args.env_steps:,} env steps per run, {args.observation}, preset {args.preset!r} (batch "
             f"{args.batch_size or p['batch_size']} x {args.chunk or p['chunk']}, imagining from {starts}), "
-            f"policy {args.policy!r}" + ("" if args.beta is None else f", Denoised MDP beta {args.beta}"))
+            f"policy {args.policy!r}, actor {args.actor!r}" + ("" if args.beta is None else f", Denoised MDP beta {args.beta}"))
 
 
 def plot(out: Path, args: Args, runs: list[dict], summary: dict) -> dict:

@@ -31,6 +31,33 @@ class TanhNormalPolicy(nn.Module):
         return mean, jnp.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)
 
 
+class DreamerTanhNormalPolicy(nn.Module):
+    """DreamerV1's actor (Hafner et al., 2020), which the official Denoised MDP code keeps: an ELU MLP outputs m and
+    s; the pre-tanh Normal has mean ``mean_scale * tanh(m / mean_scale)`` and standard deviation
+    ``softplus(s + softplus^-1(init_std)) + min_std`` (``init_std`` where s = 0). Returns (mean, log sigma) as
+    :class:`TanhNormalPolicy` does, so :func:`tanh_normal_sample` draws from it.
+
+    Unlike the clipped log sigma, the bounded mean keeps tanh from saturating without limit, the wide start (sigma
+    5: imagined actions near +-1) explores, and sigma keeps a gradient everywhere."""
+
+    hidden: Sequence[int]
+    action_dim: int
+    mean_scale: float = 5.0
+    init_std: float = 5.0
+    min_std: float = 1e-4
+    dtype: Any = None  # computation dtype of the MLP (None: float32); mean and log sigma are float32
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        for width in self.hidden:
+            x = nn.elu(nn.Dense(width, dtype=self.dtype)(x))
+        out = nn.Dense(2 * self.action_dim, dtype=self.dtype)(x).astype(jnp.float32)
+        raw_mean, raw_std = jnp.split(out, 2, axis=-1)
+        mean = self.mean_scale * jnp.tanh(raw_mean / self.mean_scale)
+        std = jax.nn.softplus(raw_std + float(np.log(np.expm1(self.init_std)))) + self.min_std
+        return mean, jnp.log(std)
+
+
 class GoalConditionedPolicy(nn.Module):
     """pi(a | s, g): a :class:`TanhNormalPolicy` on [s, g]; for images (``image=True``) on the concatenated
     features of one :class:`~platonic_rl.common.networks.AtariConvBackbone` applied to s and to g (C.3.3)."""

@@ -211,7 +211,8 @@ class FactoredRSSM(nn.Module):
 
     def observe_step(self, state: dict, action, embed, key):
         """One filtering step: beliefs from the previous latents, priors, posteriors, posterior samples.
-        Returns (new posterior state, {factor: (prior mean, prior std, posterior mean, posterior std)})."""
+        Returns (new posterior state, {factor: (prior mean, prior std, posterior mean, posterior std)}). With
+        ``key`` None the posterior means stand for the samples (a deterministic filter)."""
         c = self.config
         beliefs = {}
         if "x" in c.factors:
@@ -221,19 +222,20 @@ class FactoredRSSM(nn.Module):
         if "z" in c.factors:
             beliefs["z"] = self._belief("z", state, [state["z"], action])
         context = jnp.concatenate([beliefs[f] for f in c.factors] + [embed], -1)
-        keys = dict(zip(c.factors, jax.random.split(key, len(c.factors))))
+        keys = dict(zip(c.factors, jax.random.split(key, len(c.factors)) if key is not None else [None] * 3))
+        sample = lambda mean, std, k: mean if k is None else mean + std * jax.random.normal(k, mean.shape)  # noqa: E731
         new, stats = {}, {}
         for f in ("x", "y"):
             if f in c.factors:
                 prior = gaussian_params(self.priors[f](beliefs[f]))
                 post = gaussian_params(self.posteriors[f](context))
-                new[f"h{f}"], new[f] = beliefs[f], post[0] + post[1] * jax.random.normal(keys[f], post[0].shape)
+                new[f"h{f}"], new[f] = beliefs[f], sample(*post, keys[f])
                 stats[f] = (*prior, *post)
         if "z" in c.factors:
             xy = [new[f] for f in ("x", "y") if f in new]
             prior = gaussian_params(self.priors["z"](jnp.concatenate([beliefs["z"], *xy], -1)))
             post = gaussian_params(self.posteriors["z"](jnp.concatenate([beliefs["z"], *xy, embed], -1)))
-            new["hz"], new["z"] = beliefs["z"], post[0] + post[1] * jax.random.normal(keys["z"], post[0].shape)
+            new["hz"], new["z"] = beliefs["z"], sample(*post, keys["z"])
             stats["z"] = (*prior, *post)
         return new, stats
 

@@ -9,8 +9,9 @@ import pytest
 
 from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
 from platonic_rl.common.losses import sac_actor_loss, sac_critic_target
+from platonic_rl.common.policies import DreamerTanhNormalPolicy, TanhNormalPolicy
 from platonic_rl.denoised import losses
-from platonic_rl.denoised.model import (WorldModelConfig, all_features, gaussian_kl, imagine_x, init_params, initial_state,
+from platonic_rl.denoised.model import (WorldModelConfig, all_features, features, gaussian_kl, imagine_x, init_params, initial_state,
                             observe, FactoredRSSM)
 
 SMALL = dict(obs_shape=(5,), action_dim=2, x_belief=8, x_state=3, y_belief=6, y_state=2, hidden=16, embed_dim=16,
@@ -229,6 +230,55 @@ def test_bad_configs_are_rejected():
         DenoisedMDPConfig(beta=0.0)
     with pytest.raises(ValueError, match="policy"):
         DenoisedMDPConfig(policy="ppo")
+    with pytest.raises(ValueError, match="actor must be"):
+        DenoisedMDPConfig(actor="gaussian")
+
+
+def test_dreamer_actor_bounds_its_mean_and_starts_wide():
+    """DreamerV1's parametrisation by hand: zero outputs give mean 0 and sigma softplus(softplus^-1(5)) + 1e-4;
+    a huge output gives mean 5 tanh(m / 5) ~ 5, not m; sigma keeps a gradient where a clipped log sigma has none."""
+    actor = DreamerTanhNormalPolicy((4,), action_dim=2)
+    params = actor.init(jax.random.PRNGKey(0), jnp.zeros((1, 3)))
+    zero = jax.tree.map(jnp.zeros_like, params)
+    mean, log_std = actor.apply(zero, jnp.ones((1, 3)))
+    np.testing.assert_allclose(mean, 0.0, atol=1e-7)
+    np.testing.assert_allclose(np.exp(log_std), 5.0 + 1e-4, rtol=1e-6)
+    big = jax.tree.map(lambda p: p, zero)  # a copy
+    big["params"]["Dense_1"]["bias"] = jnp.array([100.0, -1.0, -100.0, 0.0])  # raw mean (100, -1), raw std (-100, 0)
+    mean, log_std = actor.apply(big, jnp.ones((1, 3)))
+    np.testing.assert_allclose(mean[0], [5 * np.tanh(20.0), 5 * np.tanh(-0.2)], rtol=1e-6)
+    np.testing.assert_allclose(np.exp(log_std[0, 0]), np.log1p(np.exp(-100 + np.log(np.expm1(5.0)))) + 1e-4, rtol=1e-5)
+    grad = jax.grad(lambda b: actor.apply({"params": {**big["params"], "Dense_1": {**big["params"]["Dense_1"],
+                                                                                  "bias": b}}},
+                                          jnp.ones((1, 3)))[1][0, 1])(big["params"]["Dense_1"]["bias"])
+    c = np.log(np.expm1(5.0))
+    np.testing.assert_allclose(grad[3], (1 / (1 + np.exp(-c))) / (5.0 + 1e-4), rtol=1e-5)  # d log sigma / d s at s = 0
+    clipped = TanhNormalPolicy((4,), action_dim=2)
+    low = {"params": {**zero["params"], "Dense_1": {"kernel": zero["params"]["Dense_1"]["kernel"],
+                                                     "bias": jnp.array([0.0, 0.0, -9.0, -9.0])}}}
+    grad = jax.grad(lambda b: clipped.apply({"params": {**low["params"], "Dense_1": {**low["params"]["Dense_1"],
+                                                                                    "bias": b}}},
+                                            jnp.ones((1, 3)))[1].sum())(low["params"]["Dense_1"]["bias"])
+    np.testing.assert_array_equal(grad[2:], 0.0)  # below the clip, the clipped log sigma has no gradient
+
+
+def test_deterministic_act_filters_with_the_posterior_mean():
+    """act without rng is deterministic and uses the posterior means (not one fixed noise draw every step)."""
+    config = DenoisedMDPConfig(model=WorldModelConfig(**SMALL), actor_hidden=(16,), critic_hidden=(16,), horizon=3,
+                               actor="dreamer")
+    agent = DenoisedMDPAgent.create(config, 0)
+    data = sequences(b=2, t=2)
+    obs, prev = data["observations"][:, 0], data["prev_actions"][:, 0]
+    latent = agent.initial_latent(2)
+    a1, l1 = agent.act(latent, obs, prev)
+    a2, l2 = agent.act(latent, obs, prev)
+    np.testing.assert_array_equal(a1, a2)
+    embed = agent.model.apply(agent.model_params, obs, method="encode")
+    _, stats = agent.model.apply(agent.model_params, latent, prev, embed, jax.random.PRNGKey(3), method="observe_step")
+    np.testing.assert_allclose(l1["x"], stats["x"][2], atol=1e-6)  # the posterior mean of x
+    np.testing.assert_allclose(l1["y"], stats["y"][2], atol=1e-6)
+    mean, _ = agent.actor_module(config).apply(agent.actor_params, features(l1, "x"))
+    np.testing.assert_allclose(a1, np.tanh(mean), atol=1e-6)
 
 
 def test_pixel_encoder_and_decoder_shapes():

@@ -102,3 +102,17 @@ def test_updates_split_into_calls_are_the_same_updates():
     assert not xla_convolutions(dataclasses.replace(pixels, conv_impl="im2col")) and not xla_convolutions(WorldModelConfig())
     with pytest.raises(ValueError, match="updates_per_call must be a positive divisor"):
         DMCOnlineConfig(updates_per_collect=100, updates_per_call=3)
+
+
+def test_exploration_draws_from_its_own_stream_not_the_distractors():
+    """The env seeded with s draws its distractor signals from default_rng(s); the episode's random actions (and
+    exploration noise) come from a stream spawned off s, so they are no copy of the distractors' innovations."""
+    from platonic_rl.envs.dmc import DMCEnv
+    from platonic_rl.training.world_model import run_episode
+    env = DMCEnv("reacher-easy", "distractors", seed=3, action_repeat=50, num_distractors=2)
+    episode = run_episode(env, seed=3)
+    own = np.random.default_rng(np.random.SeedSequence(3).spawn(1)[0])
+    expected = np.stack([own.uniform(-1, 1, 2) for _ in range(len(episode["prev_actions"]) - 1)])
+    np.testing.assert_allclose(episode["prev_actions"][1:], expected, rtol=1e-6)
+    shared = np.random.default_rng(3).uniform(-1, 1, 2)
+    assert not np.allclose(episode["prev_actions"][1], shared)

@@ -118,7 +118,8 @@ def run_episode(env: DMCEnv, agent=None, key=None, noise: float = 0.0, seed: int
     and the episode return."""
     obs, info = env.reset(seed=seed)
     action_dim = env.action_space.shape[0]
-    rng = np.random.default_rng(seed)
+    # Exploration's own stream: the env seeded with ``seed`` draws its distractors from default_rng(seed).
+    rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
     observations, prev_actions, rewards = [obs], [np.zeros(action_dim, np.float32)], [0.0]
     agent_states, distractor_states = [info["agent_state"]], [info["distractor_state"]]
     latent = agent.initial_policy_state(1) if agent is not None else None
