@@ -109,9 +109,9 @@ class Args:
     imagine_starts: int | None = None
     """Posterior states the policy imagines from, drawn from the batch's batch_size x chunk (default: the preset's;
     cpu 128; batch_size x chunk or more: all of them, as Dreamer)."""
-    actor: Literal["clipped", "dreamer"] = "clipped"
+    actor: Literal["dreamer", "clipped"] = "dreamer"
     """The actor's parametrisation (``DenoisedMDPConfig.actor``): ``dreamer`` is DreamerV1's and the official Denoised
-    MDP code's; ``clipped`` (log sigma clipped, unbounded mean) is the one the recorded results used."""
+    MDP code's; ``clipped`` (log sigma clipped, unbounded mean) is the one results recorded before 2026-11-25 used."""
     out_dir: str = "results/dmc"
 
     def __post_init__(self):
@@ -135,7 +135,7 @@ class Args:
 
 def make_agent(method: str, task: str, variant: str, obs_shape: tuple[int, ...], action_dim: int, preset: str,
                policy: str, seed: int, free_nats: float = 3.0, kl_split: bool = False,
-               imagine_starts: int | None = None, beta: float | None = None, actor: str = "clipped"
+               imagine_starts: int | None = None, beta: float | None = None, actor: str = "dreamer"
                ) -> DenoisedMDPAgent:
     """The agent of ``method`` at ``preset``; ``imagine_starts`` replaces the preset's and ``beta`` Table D.5's
     if given; ``actor``: :attr:`DenoisedMDPConfig.actor`."""

@@ -203,3 +203,16 @@ def test_a_field_added_after_the_run_started_may_stay_at_its_default(tmp_path):
         RunDirectory.open(tmp_path, dict(agent_config=Config(width=16, compute_dtype="bfloat16"), steps=10))
     with pytest.raises(RunDirectoryError, match=r"agent_config\.width: saved 16, now 8"):
         RunDirectory.open(tmp_path, dict(agent_config=Config(), steps=10))  # a saved field at another value
+
+
+def test_a_field_whose_default_changed_behaviour_matches_old_runs_only_at_its_old_value(tmp_path):
+    """SAVED_WITHOUT_FIELD: DenoisedMDPConfig.actor's default is DreamerV1's actor, but runs saved before the field
+    existed used the clipped one: they resume as "clipped" and refuse the new default."""
+    from platonic_rl.agents.denoised_mdp import DenoisedMDPConfig
+    from platonic_rl.training.run import as_json
+    saved = as_json(dict(agent_config=DenoisedMDPConfig(actor="clipped")))
+    del saved["agent_config"]["actor"]  # as saved before the field existed
+    RunDirectory.open(tmp_path, saved).close()
+    RunDirectory.open(tmp_path, dict(agent_config=DenoisedMDPConfig(actor="clipped"))).close()
+    with pytest.raises(RunDirectoryError, match=r"agent_config\.actor: saved None, now 'dreamer'"):
+        RunDirectory.open(tmp_path, dict(agent_config=DenoisedMDPConfig()))

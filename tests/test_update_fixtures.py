@@ -26,7 +26,7 @@ def expected():
 def test_every_recorded_agent_is_computed(expected):
     assert {k.split("/")[0] for k in expected.files} == set(update_fixtures.CASES) == {
         "qrl", "qrl_continuous", "crl_binary_nce", "crl_infonce", "gcbc", "ddpg_her_mlp", "ddpg_her_iqe",
-        "denoised_imagine", "denoised_sac", "dreamer"}
+        "denoised_imagine", "denoised_sac", "dreamer", "dreamer_actor_dreamer"}
 
 
 @pytest.mark.parametrize("name", list(update_fixtures.CASES))

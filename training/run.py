@@ -62,15 +62,20 @@ def _json_default(value: Any) -> Any:
 
 
 def _default_valued(tree: Any, prefix: str = "") -> set[str]:
-    """Dotted names of the dataclass fields in ``tree`` (dicts and dataclasses, nested) that hold their default."""
+    """Dotted names of the dataclass fields in ``tree`` (dicts and dataclasses, nested) that hold the value runs saved
+    before the field existed had: its default, or, for a field whose default changed the behaviour, the value the
+    class names in ``SAVED_WITHOUT_FIELD`` (a dict: field name -> the old behaviour's value)."""
     if isinstance(tree, dict):
         return {k for key, sub in tree.items() for k in _default_valued(sub, f"{prefix}{key}.")}
     if not dataclasses.is_dataclass(tree) or isinstance(tree, type):
         return set()
     found = set()
+    legacy = getattr(type(tree), "SAVED_WITHOUT_FIELD", {})
     for f in dataclasses.fields(tree):
         value, name = getattr(tree, f.name), f"{prefix}{f.name}"
-        if f.default is not dataclasses.MISSING:
+        if f.name in legacy:
+            default = legacy[f.name]
+        elif f.default is not dataclasses.MISSING:
             default = f.default
         elif f.default_factory is not dataclasses.MISSING:
             default = f.default_factory()
