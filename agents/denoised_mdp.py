@@ -363,7 +363,8 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
 
     def act(self, latent: dict, observations, prev_actions, rng: jax.Array | None = None):
         """Filter one step, then act from x's features: with ``rng`` (a PRNG key or an int seed) a posterior sample
-        and a sample of pi; without, deterministically, the posterior mean and pi's mode tanh(mu). ``latent`` (e.g. :meth:`initial_latent`) must have the observations' batch size N.
+        and a sample of pi; without, deterministically, the posterior mean and tanh of pi's pre-tanh mean mu (the
+        tanh-Normal's median; DreamerV1 takes the likeliest of 100 samples). ``latent`` (e.g. :meth:`initial_latent`) must have the observations' batch size N.
         Returns (actions [N, A] in [-1, 1], new latent)."""
         m = self.config.model
         observations, prev_actions = jnp.asarray(observations), jnp.asarray(prev_actions)
@@ -380,7 +381,7 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
             raise ValueError(f"act: latent batch size must match observations: latent shapes {latent_shapes} "
                              f"(initial_latent(N) gives [N, size]) vs observations {tuple(observations.shape)} "
                              f"(N = {observations.shape[0]})")
-        if rng is None:  # deterministic: the posterior means, then pi's mode
+        if rng is None:  # deterministic: the posterior means, then tanh(mu)
             latent = self.filter(latent, observations, prev_actions, None)
             mean, _ = self.actor_module(self.config).apply(self.actor_params, features(latent, "x"))
             return jnp.tanh(mean), latent

@@ -222,7 +222,7 @@ class FactoredRSSM(nn.Module):
         if "z" in c.factors:
             beliefs["z"] = self._belief("z", state, [state["z"], action])
         context = jnp.concatenate([beliefs[f] for f in c.factors] + [embed], -1)
-        keys = dict(zip(c.factors, jax.random.split(key, len(c.factors)) if key is not None else [None] * 3))
+        keys = dict(zip(c.factors, jax.random.split(key, len(c.factors)) if key is not None else [None] * len(c.factors)))
         sample = lambda mean, std, k: mean if k is None else mean + std * jax.random.normal(k, mean.shape)  # noqa: E731
         new, stats = {}, {}
         for f in ("x", "y"):

@@ -253,9 +253,14 @@ def test_dreamer_actor_bounds_its_mean_and_starts_wide():
                                           jnp.ones((1, 3)))[1][0, 1])(big["params"]["Dense_1"]["bias"])
     c = np.log(np.expm1(5.0))
     np.testing.assert_allclose(grad[3], (1 / (1 + np.exp(-c))) / (5.0 + 1e-4), rtol=1e-5)  # d log sigma / d s at s = 0
+    low_bias = jnp.array([0.0, 0.0, -9.0, -9.0])
+    grad = jax.grad(lambda b: actor.apply({"params": {**zero["params"], "Dense_1": {**zero["params"]["Dense_1"],
+                                                                                   "bias": b}}},
+                                          jnp.ones((1, 3)))[1][0, 0])(low_bias)
+    softplus = np.log1p(np.exp(c - 9))
+    np.testing.assert_allclose(grad[2], (1 / (1 + np.exp(9 - c))) / (softplus + 1e-4), rtol=1e-4)  # ~0.99, not 0
     clipped = TanhNormalPolicy((4,), action_dim=2)
-    low = {"params": {**zero["params"], "Dense_1": {"kernel": zero["params"]["Dense_1"]["kernel"],
-                                                     "bias": jnp.array([0.0, 0.0, -9.0, -9.0])}}}
+    low = {"params": {**zero["params"], "Dense_1": {"kernel": zero["params"]["Dense_1"]["kernel"], "bias": low_bias}}}
     grad = jax.grad(lambda b: clipped.apply({"params": {**low["params"], "Dense_1": {**low["params"]["Dense_1"],
                                                                                     "bias": b}}},
                                             jnp.ones((1, 3)))[1].sum())(low["params"]["Dense_1"]["bias"])
@@ -263,9 +268,10 @@ def test_dreamer_actor_bounds_its_mean_and_starts_wide():
 
 
 def test_deterministic_act_filters_with_the_posterior_mean():
-    """act without rng is deterministic and uses the posterior means (not one fixed noise draw every step)."""
-    config = DenoisedMDPConfig(model=WorldModelConfig(**SMALL), actor_hidden=(16,), critic_hidden=(16,), horizon=3,
-                               actor="dreamer")
+    """act without rng is deterministic and uses the posterior means (not one fixed noise draw every step); z's
+    posterior then reads x's and y's means."""
+    config = DenoisedMDPConfig(model=WorldModelConfig(**SMALL, z_belief=4, z_state=2), actor_hidden=(16,),
+                               critic_hidden=(16,), horizon=3, actor="dreamer")
     agent = DenoisedMDPAgent.create(config, 0)
     data = sequences(b=2, t=2)
     obs, prev = data["observations"][:, 0], data["prev_actions"][:, 0]
@@ -277,6 +283,9 @@ def test_deterministic_act_filters_with_the_posterior_mean():
     _, stats = agent.model.apply(agent.model_params, latent, prev, embed, jax.random.PRNGKey(3), method="observe_step")
     np.testing.assert_allclose(l1["x"], stats["x"][2], atol=1e-6)  # the posterior mean of x
     np.testing.assert_allclose(l1["y"], stats["y"][2], atol=1e-6)
+    assert not np.allclose(l1["z"], stats["z"][2], atol=1e-3)  # z's posterior there read sampled x and y
+    _, mean_stats = agent.model.apply(agent.model_params, latent, prev, embed, None, method="observe_step")
+    np.testing.assert_allclose(l1["z"], mean_stats["z"][2], atol=1e-6)
     mean, _ = agent.actor_module(config).apply(agent.actor_params, features(l1, "x"))
     np.testing.assert_allclose(a1, np.tanh(mean), atol=1e-6)
 

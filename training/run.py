@@ -94,7 +94,8 @@ def settings_differences(saved: dict, settings: Any, ignore: tuple[str, ...] = (
     """The dotted names where ``saved`` (settings as read back from JSON) and ``settings`` (live: dicts and config
     dataclasses, nested) differ, as ``{name: (saved, now)}``; names under ``ignore`` are skipped. A config field
     that ``saved`` lacks and that now holds its default is no difference: a field added to the library later, whose
-    default keeps the old behaviour (as resuming a run directory allows)."""
+    default keeps the old behaviour (as resuming a run directory allows). A field whose default changed the
+    behaviour names the old value in its class's ``SAVED_WITHOUT_FIELD``; only that value matches then."""
     return _differences(saved, as_json(settings), set(ignore), _default_valued(settings))
 
 
