@@ -111,7 +111,9 @@ class Args:
     cpu 128; batch_size x chunk or more: all of them, as Dreamer)."""
     actor: Literal["dreamer", "clipped"] = "dreamer"
     """The actor's parametrisation (``DenoisedMDPConfig.actor``): ``dreamer`` is DreamerV1's and the official Denoised
-    MDP code's; ``clipped`` (log sigma clipped, unbounded mean) is the one results recorded before 2026-11-25 used."""
+    MDP code's; ``clipped`` (log sigma clipped, unbounded mean) is the one results recorded before 2026-11-25 used.
+    A run directory saved before the field existed resumes only with ``clipped`` (and then with today's exploration
+    stream and posterior-mean evaluation, so not as it would have gone on at the time)."""
     out_dir: str = "results/dmc"
 
     def __post_init__(self):
@@ -307,7 +309,7 @@ def summarise(runs: list[dict]) -> dict:
 
 def format_table(args: Args, summary: dict, runs: list[dict] = ()) -> str:
     lines = [f"DMC ({args.observation} observations), {len(args.tasks)} task(s), {len(args.seeds)} seed(s), {args.env_steps} env "
-             f"steps, preset {args.preset!r}, policy {args.policy!r}; returns averaged over tasks",
+             f"steps, preset {args.preset!r}, policy {args.policy!r}, actor {args.actor!r}; returns averaged over tasks",
              f"{'variant':14s}{'method':10s}{'return':>9s}{'x->agent':>10s}{'x->distr':>10s}{'y->agent':>10s}"
              f"{'y->distr':>10s}   Table 5.1 (pixels, 1M steps)"]
     fmt = lambda v: f"{v:10.3f}" if v is not None and np.isfinite(v) else f"{'-':>10s}"  # noqa: E731
