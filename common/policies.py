@@ -15,6 +15,15 @@ from platonic_rl.common.networks import AtariConvBackbone
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
+def _two_halves(x: jax.Array, hidden: Sequence[int], action_dim: int, activation, dtype) -> tuple[jax.Array, jax.Array]:
+    """The raw (location, scale) outputs of an MLP head, float32, each [..., action_dim]; called inside a compact
+    ``__call__``, so its layers belong to (and are named in) the calling module."""
+    for width in hidden:
+        x = activation(nn.Dense(width, dtype=dtype)(x))
+    out = nn.Dense(2 * action_dim, dtype=dtype)(x).astype(jnp.float32)
+    return tuple(jnp.split(out, 2, axis=-1))
+
+
 class TanhNormalPolicy(nn.Module):
     """pi(a | x) = tanh(N(mu(x), diag sigma(x)^2)): an MLP outputs mu and log sigma (clipped to [-5, 2])."""
 
@@ -24,10 +33,7 @@ class TanhNormalPolicy(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
-        for width in self.hidden:
-            x = nn.relu(nn.Dense(width, dtype=self.dtype)(x))
-        out = nn.Dense(2 * self.action_dim, dtype=self.dtype)(x).astype(jnp.float32)
-        mean, log_std = jnp.split(out, 2, axis=-1)
+        mean, log_std = _two_halves(x, self.hidden, self.action_dim, nn.relu, self.dtype)
         return mean, jnp.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)
 
 
@@ -49,10 +55,7 @@ class DreamerTanhNormalPolicy(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
-        for width in self.hidden:
-            x = nn.elu(nn.Dense(width, dtype=self.dtype)(x))
-        out = nn.Dense(2 * self.action_dim, dtype=self.dtype)(x).astype(jnp.float32)
-        raw_mean, raw_std = jnp.split(out, 2, axis=-1)
+        raw_mean, raw_std = _two_halves(x, self.hidden, self.action_dim, nn.elu, self.dtype)
         mean = self.mean_scale * jnp.tanh(raw_mean / self.mean_scale)
         std = jax.nn.softplus(raw_std + float(np.log(np.expm1(self.init_std)))) + self.min_std
         return mean, jnp.log(std)
