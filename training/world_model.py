@@ -217,9 +217,9 @@ def latent_probe_data(agent, config: DMCOnlineConfig, episodes: int, seed: int, 
     m = agent.config.model
     out = {k: [] for k in ("x", "y", "agent_state", "distractor_state", "episode")}
     for i in range(episodes):
-        key = jax.random.PRNGKey(seed + i)
-        ep = run_episode(env, agent, key, noise, seed=seed + i)
-        states, _ = _posterior(agent, ep["observations"][None], ep["prev_actions"][None], key)
+        act_key, filter_key = jax.random.split(jax.random.PRNGKey(seed + i))  # the policy's and the filter's draws
+        ep = run_episode(env, agent, act_key, noise, seed=seed + i)
+        states, _ = _posterior(agent, ep["observations"][None], ep["prev_actions"][None], filter_key)
         out["x"].append(np.asarray(features(states, "x"))[0])
         if "y" in m.factors:
             out["y"].append(np.asarray(features(states, "y"))[0])
