@@ -364,8 +364,9 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
     def act(self, latent: dict, observations, prev_actions, rng: jax.Array | None = None):
         """Filter one step, then act from x's features: with ``rng`` (a PRNG key or an int seed) a posterior sample
         and a sample of pi; without, deterministically, the posterior mean and tanh of pi's pre-tanh mean mu (the
-        tanh-Normal's median; DreamerV1 takes the likeliest of 100 samples). ``latent`` (e.g. :meth:`initial_latent`) must have the observations' batch size N.
-        Returns (actions [N, A] in [-1, 1], new latent)."""
+        tanh-Normal's median; DreamerV1 takes the likeliest of 100 samples). ``latent`` (e.g.
+        :meth:`initial_latent`) must have the observations' batch size N. Returns (actions [N, A] in [-1, 1], new
+        latent)."""
         m = self.config.model
         observations, prev_actions = jnp.asarray(observations), jnp.asarray(prev_actions)
         if (observations.ndim < 1 or tuple(observations.shape[1:]) != tuple(m.obs_shape)

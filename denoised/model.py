@@ -159,6 +159,11 @@ def gaussian_params(out: jax.Array) -> tuple[jax.Array, jax.Array]:
     return mean, jax.nn.softplus(raw) + MIN_STD
 
 
+def gaussian_sample(mean: jax.Array, std: jax.Array, key: jax.Array | None) -> jax.Array:
+    """A reparametrised draw mean + std * eps of N(mean, std^2); the mean itself if ``key`` is None."""
+    return mean if key is None else mean + std * jax.random.normal(key, mean.shape)
+
+
 def gaussian_kl(mean_q, std_q, mean_p, std_p) -> jax.Array:
     """KL(N(mean_q, std_q^2) || N(mean_p, std_p^2)) of diagonal Gaussians, summed over the last axis."""
     var_ratio = jnp.square(std_q / std_p)
@@ -207,7 +212,7 @@ class FactoredRSSM(nn.Module):
         """One step of the x prior alone (imagination): h^x_t, then x_t ~ p(x_t | h^x_t)."""
         hx = self._belief("x", state, [state["x"], action])
         mean, std = gaussian_params(self.priors["x"](hx))
-        return dict(hx=hx, x=mean + std * jax.random.normal(key, mean.shape))
+        return dict(hx=hx, x=gaussian_sample(mean, std, key))
 
     def observe_step(self, state: dict, action, embed, key):
         """One filtering step: beliefs from the previous latents, priors, posteriors, posterior samples.
@@ -222,20 +227,19 @@ class FactoredRSSM(nn.Module):
         if "z" in c.factors:
             beliefs["z"] = self._belief("z", state, [state["z"], action])
         context = jnp.concatenate([beliefs[f] for f in c.factors] + [embed], -1)
-        keys = dict(zip(c.factors, jax.random.split(key, len(c.factors)) if key is not None else [None] * len(c.factors)))
-        sample = lambda mean, std, k: mean if k is None else mean + std * jax.random.normal(k, mean.shape)  # noqa: E731
+        keys = {} if key is None else dict(zip(c.factors, jax.random.split(key, len(c.factors))))
         new, stats = {}, {}
         for f in ("x", "y"):
             if f in c.factors:
                 prior = gaussian_params(self.priors[f](beliefs[f]))
                 post = gaussian_params(self.posteriors[f](context))
-                new[f"h{f}"], new[f] = beliefs[f], sample(*post, keys[f])
+                new[f"h{f}"], new[f] = beliefs[f], gaussian_sample(*post, keys.get(f))
                 stats[f] = (*prior, *post)
         if "z" in c.factors:
             xy = [new[f] for f in ("x", "y") if f in new]
             prior = gaussian_params(self.priors["z"](jnp.concatenate([beliefs["z"], *xy], -1)))
             post = gaussian_params(self.posteriors["z"](jnp.concatenate([beliefs["z"], *xy, embed], -1)))
-            new["hz"], new["z"] = beliefs["z"], sample(*post, keys["z"])
+            new["hz"], new["z"] = beliefs["z"], gaussian_sample(*post, keys.get("z"))
             stats["z"] = (*prior, *post)
         return new, stats
 

@@ -4,8 +4,8 @@ Schedule (Dreamer's, used by Denoised MDP): prefill ``prefill_steps`` env steps 
 actions, then repeat: ``updates_per_collect`` gradient steps
 (:func:`~platonic_rl.training.updates.update_in_calls`: compiled calls of
 :func:`~platonic_rl.training.updates.update_steps`, all in one unless ``updates_per_call`` says otherwise, on a
-:class:`~platonic_rl.envs.replay.SequenceSampler` of ``batch_size`` x ``chunk`` sequences) and one exploration episode (the agent's action + N(0, noise^2),
-clipped), i.e. 100 updates every 1000 env steps. Env steps are control steps: one episode is 1000 of
+:class:`~platonic_rl.envs.replay.SequenceSampler` of ``batch_size`` x ``chunk`` sequences) and one exploration
+episode (the agent's action + N(0, noise^2), clipped), i.e. 100 updates every 1000 env steps. Env steps are control steps: one episode is 1000 of
 them (500 agent steps at action repeat 2). Before the first update, state observations' per-dimension
 statistics over the prefill episodes set the agent's normaliser (``normalise_observations``; kept in its
 checkpoints). Every ``eval_every`` env steps, ``eval_episodes`` deterministic episodes are evaluated (mean
