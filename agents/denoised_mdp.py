@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 import flax.linen as nn
 import flax.struct
@@ -42,6 +42,7 @@ from platonic_rl.denoised.model import (FactoredRSSM, WorldModelConfig, all_feat
                                         initial_state, observe)
 
 Batch = dict[str, jax.Array]
+ActorKind = Literal["dreamer", "clipped"]  # DenoisedMDPConfig.actor
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +58,7 @@ class DenoisedMDPConfig:
     # "dreamer": DreamerV1's actor, as the official code (mean 5 tanh(m / 5), sigma softplus(s + c) + 1e-4, 5 at
     # the start, ELU); "clipped": an unbounded mean and log sigma clipped to [-5, 2] (ReLU), the actor of the
     # runs saved before this field existed (SAVED_WITHOUT_FIELD: a run directory without it resumes as "clipped").
-    actor: Literal["dreamer", "clipped"] = "dreamer"
+    actor: ActorKind = "dreamer"
     actor_hidden: tuple[int, ...] = (400, 400, 400)
     critic_hidden: tuple[int, ...] = (400, 400, 400)
     horizon: int = 15
@@ -82,8 +83,8 @@ class DenoisedMDPConfig:
             raise ValueError(f"DenoisedMDPConfig: need alpha > 0 and beta in (0, 1], got {self.alpha}, {self.beta}")
         if self.policy not in ("imagine", "sac"):
             raise ValueError(f"DenoisedMDPConfig.policy must be 'imagine' or 'sac', got {self.policy!r}")
-        if self.actor not in ("dreamer", "clipped"):
-            raise ValueError(f"DenoisedMDPConfig.actor must be 'dreamer' or 'clipped', got {self.actor!r}")
+        if self.actor not in get_args(ActorKind):
+            raise ValueError(f"DenoisedMDPConfig.actor must be one of {get_args(ActorKind)}, got {self.actor!r}")
         if self.imagine_starts is not None and self.imagine_starts < 1:
             raise ValueError(f"DenoisedMDPConfig.imagine_starts must be >= 1 or None, got {self.imagine_starts}")
         if self.horizon < 1 or self.free_nats < 0:

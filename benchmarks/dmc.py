@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import tyro
 
-from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
+from platonic_rl.agents.denoised_mdp import ActorKind, DenoisedMDPAgent, DenoisedMDPConfig
 from platonic_rl.benchmarks import report
 from platonic_rl.training.run import as_json, describe_differences, read_json, settings_differences, write_json
 from platonic_rl.training.world_model import DMCOnlineConfig, latent_probe_data, run_episode, train_dmc_online
@@ -109,7 +109,7 @@ class Args:
     imagine_starts: int | None = None
     """Posterior states the policy imagines from, drawn from the batch's batch_size x chunk (default: the preset's;
     cpu 128; batch_size x chunk or more: all of them, as Dreamer)."""
-    actor: Literal["dreamer", "clipped"] = "dreamer"
+    actor: ActorKind = DenoisedMDPConfig.actor
     """The actor's parametrisation (``DenoisedMDPConfig.actor``): ``dreamer`` is DreamerV1's and the official Denoised
     MDP code's; ``clipped`` (log sigma clipped, unbounded mean) is the one results recorded before 2026-11-25 used.
     A run directory saved before the field existed resumes only with ``clipped`` (and then with today's exploration
@@ -137,15 +137,16 @@ class Args:
 
 def make_agent(method: str, task: str, variant: str, obs_shape: tuple[int, ...], action_dim: int, preset: str,
                policy: str, seed: int, free_nats: float = 3.0, kl_split: bool = False,
-               imagine_starts: int | None = None, beta: float | None = None, actor: str = "dreamer"
+               imagine_starts: int | None = None, beta: float | None = None, actor: ActorKind | None = None
                ) -> DenoisedMDPAgent:
     """The agent of ``method`` at ``preset``; ``imagine_starts`` replaces the preset's and ``beta`` Table D.5's
-    if given; ``actor``: :attr:`DenoisedMDPConfig.actor`."""
+    if given; ``actor`` (:attr:`DenoisedMDPConfig.actor`) the config's default if None."""
     p = PRESETS[preset]
     pixels = len(obs_shape) == 3
     model = WorldModelConfig(obs_shape=tuple(obs_shape), action_dim=action_dim,
                              **{**p["model"], **(PIXEL_MODEL[preset] if pixels else {})})
-    heads = {**p["agent"], **({} if imagine_starts is None else dict(imagine_starts=imagine_starts)), "actor": actor}
+    heads = {**p["agent"], **({} if imagine_starts is None else dict(imagine_starts=imagine_starts)),
+             **({} if actor is None else dict(actor=actor))}
     if method == "denoised":
         config = DenoisedMDPConfig(model=model, beta=BETAS[task][variant] if beta is None else beta,
                                    policy=policy, free_nats=free_nats,
