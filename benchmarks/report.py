@@ -3,7 +3,8 @@
     record = report.save_run(out, "platonic_rl.benchmarks.mountaincar", args, dict(results=...), table,
                              plots={"values.png": lambda path: plot_values(path, ...)}, total_seconds=...)
 
-``results.json`` holds ``command`` (the shell command that reruns the run), ``args`` (the CLI arguments,
+``results.json`` holds ``command`` (the shell command that reruns the run), ``commit`` (the suite's git commit,
+``+modified`` when tracked files differ from it; None outside a git checkout), ``args`` (the CLI arguments,
 ``dataclasses.asdict``), the benchmark's own record, ``table`` (the printed text), ``jax_backend`` and
 ``jax_devices``, and ``total_seconds`` when given. :func:`resave_run` rewrites an earlier run's record (e.g. with
 a reference curve added later) and keeps what describes that run: its command, args, devices and seconds.
@@ -13,12 +14,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
+import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-RUN_KEYS = ("command", "args", "table", "jax_backend", "jax_devices", "total_seconds")
+RUN_KEYS = ("command", "commit", "args", "table", "jax_backend", "jax_devices", "total_seconds")
 """The keys :func:`save_run` writes itself; a benchmark's record must not hold them."""
 
 
@@ -27,6 +29,20 @@ def command(module_name: str, argv: Sequence[str] | None = None) -> str:
     arguments (``sys.argv[1:]``), so that the string reruns the current command."""
     argv = sys.argv[1:] if argv is None else argv
     return " ".join(shlex.quote(str(a)) for a in ["python", "-m", module_name, *argv])
+
+
+def source_commit() -> str | None:
+    """The git commit of the suite's source (``+modified`` appended when tracked files differ from it), or None when
+    the suite is not a git checkout (an installed wheel) or git is missing."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+        changed = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+modified" if changed else "") if head else None
 
 
 def save_run(out_dir: str | Path, module_name: str, args, record: Mapping[str, Any], table: str,
@@ -40,7 +56,8 @@ def save_run(out_dir: str | Path, module_name: str, args, record: Mapping[str, A
     clash = sorted(set(record) & set(RUN_KEYS))
     if clash:
         raise ValueError(f"save_run: the record must not hold {clash}; save_run writes them itself")
-    saved = dict(command=command(module_name), args=dataclasses.asdict(args), **record, table=table,
+    saved = dict(command=command(module_name), commit=source_commit(), args=dataclasses.asdict(args), **record,
+                 table=table,
                  jax_backend=jax.default_backend(), jax_devices=[str(d) for d in jax.devices()])
     if total_seconds is not None:
         saved["total_seconds"] = total_seconds

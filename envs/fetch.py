@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -158,7 +158,7 @@ class ImageRenderer:
             renderer.close()
 
 
-def rollout(env, task: str, policy: Callable[[np.ndarray, np.ndarray], np.ndarray], seed: int | None,
+def rollout(env, task: str, policy: Callable[[np.ndarray, np.ndarray], np.ndarray], seed: int | Sequence[int] | None,
             renderer: ImageRenderer | None = None) -> dict[str, np.ndarray]:
     """One 50-step episode in every sub-env of ``env`` (:func:`make_vector_env`) with ``policy(obs, goals) ->
     actions [N, 4]``: :meth:`~platonic_rl.envs.goal_env.GoalEnvAdapter.rollout` with the task's goal

@@ -13,7 +13,7 @@ of the env's fixed length.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -107,13 +107,20 @@ class GoalEnvAdapter:
         out[..., list(self.goal_dims)] = goals
         return out
 
-    def rollout(self, policy: Callable[[np.ndarray, np.ndarray], np.ndarray], seed: int | None,
+    def rollout(self, policy: Callable[[np.ndarray, np.ndarray], np.ndarray], seed: int | Sequence[int] | None,
                 renderer=None) -> dict[str, np.ndarray]:
         """One episode in every sub-env with ``policy(observations, goals) -> actions [N, A]`` (clipped to
-        [-1, 1]). States: the policy sees states [N, D] and goal states [N, D]; with a ``renderer``
+        [-1, 1]). ``seed``: one reset seed per sub-env (a sequence of ``num_envs`` ints: the loops give every
+        episode its own), or an int as gymnasium takes it (sub-env j gets ``seed + j``, so rollouts seeded s and
+        s + 1 share all but one episode), or None. States: the policy sees states [N, D] and goal states [N, D]; with a ``renderer``
         (``observe() -> frames``, ``goal_images() -> frames``) it sees frames and goal frames instead.
         Returns observations [N, T + 1, D], actions [N, T, A], goals [N, D], success [N] (at any step),
         final_success [N], and with a renderer images [N, T + 1, ...] and goal_images [N, ...]."""
+        if seed is not None and not isinstance(seed, (int, np.integer)):
+            seed = [int(s) for s in seed]
+            if len(seed) != self.num_envs:
+                raise ValueError(f"GoalEnvAdapter.rollout: seed must be an int, None or {self.num_envs} seeds (one per "
+                                 f"sub-env), got {len(seed)} seeds")
         obs, _ = self.env.reset(seed=seed)
         goals = self.goal_states(obs["desired_goal"])
         observations, actions, successes = [obs["observation"].astype(np.float32)], [], []

@@ -43,7 +43,7 @@ def test_presets_and_image_agents():
 def test_zero_action_reference_is_the_rate_of_episodes_solved_at_the_start(monkeypatch):
     # FetchPush: a gripper that never moves leaves the object where it starts, so the reference is exactly
     # the fraction of evaluation episodes whose object starts within the 5 cm success threshold.
-    from platonic_rl.training.schedule import eval_seed
+    from platonic_rl.training.schedule import episode_seeds, eval_seed
     from platonic_rl.envs import fetch
 
     steps = [2000, 4000]
@@ -51,7 +51,8 @@ def test_zero_action_reference_is_the_rate_of_episodes_solved_at_the_start(monke
     env = fetch.make_vector_env("push", 10)
     expected = []
     for step in steps:
-        starts = [env.reset(seed=eval_seed(step) + i)[0] for i in range(2)]
+        seeds = episode_seeds(eval_seed(step), 20)  # one reset seed per episode
+        starts = [env.reset(seed=seeds[10 * i:10 * (i + 1)])[0] for i in range(2)]
         gap = np.concatenate([np.linalg.norm(o["achieved_goal"] - o["desired_goal"], axis=-1) for o in starts])
         expected.append(float(np.mean(gap < 0.05)))
     env.close()

@@ -43,6 +43,7 @@ def test_save_run_writes_results_plots_and_prints(tmp_path, monkeypatch, capsys)
     assert on_disk["table"] == "the table" and on_disk["total_seconds"] == 12.5 and on_disk["gamma"] == 0.9
     assert on_disk["results"] == {"a": 0.5, "curve": [0, 1, 2]}  # NumPy values as plain numbers and lists
     assert on_disk["jax_backend"] and on_disk["jax_devices"] and isinstance(on_disk["jax_devices"][0], str)
+    assert on_disk["commit"] == report.source_commit()
     assert saved.keys() == on_disk.keys() and saved["command"] == on_disk["command"]
     assert "results" in record and "command" not in record  # the caller's record is not changed
     printed = capsys.readouterr().out
@@ -73,3 +74,24 @@ def test_resave_run_keeps_the_runs_command_args_and_seconds(tmp_path, monkeypatc
     assert again["summary"] == {"a": 1, "reference": 0.1} and (tmp_path / "p.png").is_file()
     with pytest.raises(ValueError, match="overwrite"):
         report.resave_run(tmp_path, "platonic_rl.benchmarks.x", record, "t", command_key="command")
+
+
+def test_source_commit_names_the_checkout_and_says_when_it_was_modified(tmp_path, monkeypatch):
+    import subprocess
+
+    root = tmp_path / "suite"
+    (root / "benchmarks").mkdir(parents=True)
+    (root / "a.txt").write_text("a")
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git[:3] + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "a.txt"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "one"], check=True)
+    head = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    monkeypatch.setattr(report, "__file__", str(root / "benchmarks" / "report.py"))
+    (root / "untracked.json").write_text("{}")  # a benchmark's own output is no modification
+    assert report.source_commit() == head
+    (root / "a.txt").write_text("b")
+    assert report.source_commit() == head + "+modified"
+    monkeypatch.setattr(report, "__file__", str(tmp_path / "elsewhere" / "benchmarks" / "report.py"))
+    (tmp_path / "elsewhere").mkdir()
+    assert report.source_commit() is None

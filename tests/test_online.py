@@ -83,3 +83,46 @@ def test_image_observations_run_end_to_end(tmp_path):
     assert history[-1]["env_steps"] == 200 and 0.0 <= history[-1]["eval_success"] <= 1.0
     with pytest.raises(ValueError, match="obs"):
         OnlineConfig(obs="pixels")
+
+
+def test_every_episode_of_a_run_has_its_own_seed(monkeypatch):
+    # Seeding a vector env with one int gives sub-env j the seed s + j, so batches seeded s and s + 1 replay nine
+    # of ten episodes. Every prefill, exploration and evaluation episode of a run must reset with its own seed.
+    from platonic_rl.envs.goal_env import GoalEnvAdapter
+
+    seen = []
+    rollout = GoalEnvAdapter.rollout
+
+    def spy(self, policy, seed, renderer=None):
+        seen.append(list(seed))
+        return rollout(self, policy, seed, renderer)
+
+    monkeypatch.setattr(GoalEnvAdapter, "rollout", spy)
+    loop = dataclasses.replace(TOY, env_steps=500, eval_every=100, eval_episodes=12)
+    train_online(GCBCAgent.create(GCBCConfig(hidden=(16,)), 0), loop)
+    seeds = [s for batch in seen for s in batch]
+    # 2 prefill batches of 2 episodes, 3 exploration cycles of 2, 3 evaluations of 12 episodes on 10 envs (2 batches)
+    assert [len(batch) for batch in seen] == [2, 2] + [2, 10, 10] * 3
+    assert len(set(seeds)) == len(seeds)
+
+
+def test_the_episodes_of_one_evaluation_are_all_different():
+    # FetchReach, 50 evaluation episodes on 10 envs: with one int seed per batch only 14 goals were distinct.
+    from platonic_rl.training.goal_online import evaluate
+    from platonic_rl.training.schedule import eval_seed
+
+    env = fetch.adapter(fetch.make_vector_env("reach", 10), "reach")
+    starts, calls = [], [0]
+
+    def still(observations, goals):  # records each episode's first state and goal state
+        if calls[0] % fetch.EPISODE_LENGTH == 0:
+            starts.append(np.concatenate([observations, goals], axis=1))
+        calls[0] += 1
+        return np.zeros((len(observations), 4), np.float32)
+
+    evaluate(still, env, 50, seed=eval_seed(2000))
+    with pytest.raises(ValueError, match="10 seeds"):
+        env.rollout(still, seed=[1, 2, 3])
+    env.close()
+    first = np.concatenate(starts)
+    assert first.shape == (50, 20) and len(np.unique(first[:, 10:], axis=0)) == 50  # 50 distinct goals

@@ -37,7 +37,7 @@ from platonic_rl.envs.goal_env import GoalEnvAdapter
 from platonic_rl.envs.replay import EpisodeBuffer, GoalSampler
 from platonic_rl.training.run import RunDirectory, agent_settings, finish_row
 from platonic_rl.training.schedule import (EXPLORATION_STREAM, EvaluationSchedule, checkpoint_due, episode_seed,
-                                           eval_seed)
+                                           episode_seeds, eval_seed)
 from platonic_rl.training.updates import update_in_calls, updates_per_call
 
 
@@ -145,12 +145,18 @@ _greedy = jax.jit(lambda agent, observations, goals: agent.step(None, observatio
 
 
 def evaluate(policy, env: GoalEnvAdapter, episodes: int, seed: int, renderer=None) -> float:
-    """Success rate of ``policy(obs, goals) -> actions`` over ``episodes`` episodes (in batches of env's size)."""
+    """Success rate of ``policy(obs, goals) -> actions`` over ``episodes`` episodes, run in batches of ``env``'s
+    size (a :class:`~platonic_rl.envs.goal_env.GoalEnvAdapter`; for your own vector env, wrap it first). Every
+    episode resets with its own seed (:func:`~platonic_rl.training.schedule.episode_seeds` of ``seed``), so the
+    episodes of one evaluation are all different, and those of evaluations with other seeds too; the same
+    ``seed`` gives the same episodes, whatever the policy."""
     if episodes < 1:
         raise ValueError(f"evaluate: episodes must be >= 1, got {episodes}")
+    batches = math.ceil(episodes / env.num_envs)
+    seeds = episode_seeds(seed, batches * env.num_envs)
     successes = []
-    for i in range(math.ceil(episodes / env.num_envs)):
-        out = env.rollout(policy, seed=seed + i, renderer=renderer)
+    for i in range(batches):
+        out = env.rollout(policy, seed=seeds[i * env.num_envs:(i + 1) * env.num_envs], renderer=renderer)
         successes.append(out["success"])
     return float(np.concatenate(successes)[:episodes].mean())
 
@@ -166,6 +172,10 @@ def make_goal_env(task: str, num_envs: int) -> GoalEnvAdapter:
     gym.register_envs(gymnasium_robotics)
     return GoalEnvAdapter(gym.make_vec(task, num_envs=num_envs, vectorization_mode="sync"))
 
+
+# How episodes are seeded, saved with every run: a run directory saved when one int seeded all sub-envs of a batch
+# (so consecutive batches replayed each other's episodes) lacks it, and is refused rather than resumed differently.
+EPISODE_SEEDS = "one reset seed per episode"
 
 # Loop settings that may change when a run is continued: the budget, and what changes neither the updates
 # nor the logged rows.
@@ -213,7 +223,7 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
     run = None
     if run_dir is not None:
         loop = {k: v for k, v in dataclasses.asdict(config).items() if k not in RESUMABLE or k == "env_steps"}
-        settings = dict(**agent_settings(agent), loop=loop,
+        settings = dict(**agent_settings(agent), loop=loop, episode_seeds=EPISODE_SEEDS,
                         env=dict(goal_dims=list(env.goal_dims), obs_dim=env.obs_dim, action_dim=env.action_dim))
         run = RunDirectory.open(run_dir, settings, resume=config.resume, overwrite=config.overwrite,
                                 resumable=("loop.env_steps",), step_key="env_steps")
@@ -231,8 +241,9 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
     random_policy = np.random.default_rng(config.seed)
     while int(state["buffer"].size) < config.prefill_episodes and int(state["env_steps"]) < config.env_steps:
         before = int(state["env_steps"])
+        first = int(state["buffer"].size)  # every episode its own seed: episode i of the run resets with seed i's
         collect(state, lambda o, g: random_policy.uniform(-1, 1, (len(o), env.action_dim)),
-                seed=episode_seed(config.seed, int(state["buffer"].size)))
+                seed=[episode_seed(config.seed, first + j) for j in range(env.num_envs)])
         bar.update(int(state["env_steps"]) - before)
     evaluations = EvaluationSchedule(config.eval_every, int(state["env_steps"]))
     while int(state["env_steps"]) < config.env_steps:
@@ -242,7 +253,7 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
         before = int(state["env_steps"])
         explore_success = collect(
             state, lambda o, g: np.asarray(explore(state["agent"], o, g, next(act_keys), config.exploration_noise)),
-            seed=episode_seed(config.seed, cycle, EXPLORATION_STREAM))
+            seed=[episode_seed(config.seed, cycle * env.num_envs + j, EXPLORATION_STREAM) for j in range(env.num_envs)])
         state["agent"], metrics = train_cycle(state["agent"], state["buffer"], train_key, goal_mask, config,
                                               first_step=cycle * config.updates_per_cycle + 1)
         state["key"], state["cycle"] = key, jnp.int32(cycle + 1)

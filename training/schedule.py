@@ -3,7 +3,9 @@
 Seeds: every episode resets its env with a seed derived from the run's seed and the episode's index, so a
 resumed run collects exactly the episodes an uninterrupted one would. Evaluations use seeds that depend
 only on when they happen (:func:`eval_seed`), so every agent -- and any reference policy -- is evaluated
-on the same episodes at the same step.
+on the same episodes at the same step. Loops that reset several envs at once give each env its own episode's seed
+(:func:`episode_seed` per episode index, :func:`episode_seeds` for an evaluation), so no two episodes of a run
+repeat each other.
 """
 from __future__ import annotations
 
@@ -18,6 +20,22 @@ def episode_seed(seed: int, index: int, stream: int = 0) -> int:
 def eval_seed(when: int) -> int:
     """Seed of the evaluation at ``when`` (an env-step count or an episode index), the same for every run."""
     return 10_000_000 + int(when)
+
+
+EPISODES_PER_SEED = 100_000
+"""Most episodes one seed of :func:`episode_seeds` names (an evaluation of more is refused)."""
+
+
+def episode_seeds(seed: int, episodes: int) -> list[int]:
+    """Reset seeds of ``episodes`` episodes that ``seed`` stands for (e.g. one evaluation's): episode k gets
+    ``seed * EPISODES_PER_SEED + k``. The episodes of one seed, and those of two different seeds, never share a
+    reset seed -- unlike seeding a gymnasium vector env with one int, which gives sub-env j the seed ``seed + j``,
+    so that seeds s and s + 1 replay all but one of each other's episodes."""
+    if not 0 <= int(episodes) <= EPISODES_PER_SEED:
+        raise ValueError(f"episode_seeds: episodes must be in [0, {EPISODES_PER_SEED}], got {episodes}")
+    if int(seed) < 0:
+        raise ValueError(f"episode_seeds: seed must be >= 0, got {seed}")
+    return [int(seed) * EPISODES_PER_SEED + k for k in range(int(episodes))]
 
 
 def checkpoint_due(count: int, every: int, final: bool) -> bool:
