@@ -61,6 +61,22 @@ def success_of(info: dict) -> np.ndarray:
                    "a goal env must report whether the goal is reached")
 
 
+def time_limit(env) -> int | None:
+    """The time limit of a gymnasium vector env's episodes: the smallest ``max_episode_steps`` of its sub-envs' specs
+    (``gymnasium.make_vec(id, max_episode_steps=100)`` sets theirs, while the vector env's own spec keeps the
+    registered one), else the vector env's own spec's; None if neither says."""
+    try:
+        specs = env.get_attr("spec")
+    except Exception:  # noqa: BLE001 -- a vector env without get_attr, or sub-envs without a spec
+        specs = ()
+    limits = [spec.max_episode_steps for spec in specs if getattr(spec, "max_episode_steps", None)]
+    if limits:
+        return int(min(limits))
+    spec = getattr(env, "spec", None)
+    limit = getattr(spec, "max_episode_steps", None) if spec is not None else None
+    return int(limit) if limit else None
+
+
 class GoalEnvAdapter:
     """A gymnasium *vector* goal env (e.g. ``gymnasium.make_vec(id, num_envs=n)``) seen through goal states.
 
@@ -84,15 +100,17 @@ class GoalEnvAdapter:
         if len(self.goal_dims) != space["desired_goal"].shape[0] or not all(0 <= d < self.obs_dim for d in self.goal_dims):
             raise ValueError(f"GoalEnvAdapter: goal_dims {self.goal_dims} must name {space['desired_goal'].shape[0]} "
                              f"observation dimensions in [0, {self.obs_dim})")
-        spec = getattr(env, "spec", None)
-        limit = getattr(spec, "max_episode_steps", None) if spec is not None else None
+        limit = time_limit(env)
         if episode_length is None:
             episode_length = limit
         if not episode_length or episode_length < 1:
-            raise ValueError("GoalEnvAdapter: episode_length is not known from the env's spec; pass it")
+            raise ValueError("episode_length is not known from the env's time limit (its sub-envs' spec has no "
+                             "max_episode_steps): pass it (OnlineConfig.episode_length, or GoalEnvAdapter's "
+                             "episode_length)")
         if limit is not None and episode_length > limit:
-            raise ValueError(f"GoalEnvAdapter: episode_length={episode_length} exceeds the env's time limit of {limit} "
-                             "steps (the vector env would reset mid-episode)")
+            raise ValueError(f"episode_length={episode_length} (OnlineConfig.episode_length, or GoalEnvAdapter's) exceeds "
+                             f"the env's time limit of {limit} steps, so the env would end episodes early; use at most "
+                             f"{limit}, or make the env with a longer max_episode_steps")
         self.episode_length = int(episode_length)
 
     @property
@@ -131,9 +149,10 @@ class GoalEnvAdapter:
             action = np.clip(np.asarray(policy(*inputs), np.float32), -1.0, 1.0)
             obs, _, terminated, truncated, info = self.env.step(action)
             if np.any(np.logical_or(terminated, truncated)) and len(actions) < self.episode_length - 1:
-                raise ValueError(f"GoalEnvAdapter: an episode ended after {len(actions) + 1} of {self.episode_length} "
-                                 "steps; episodes must run their full length (use the env's continuing mode, or a "
-                                 "shorter episode_length)")
+                raise ValueError(f"an episode ended after {len(actions) + 1} of episode_length={self.episode_length} "
+                                 "steps; every episode must run its full length. Set OnlineConfig.episode_length (or "
+                                 f"GoalEnvAdapter's episode_length) to at most {len(actions) + 1}, or make the env "
+                                 "continue (e.g. its continuing_task mode) until then")
             observations.append(obs["observation"].astype(np.float32))
             if renderer:
                 images.append(renderer.observe())

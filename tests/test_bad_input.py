@@ -183,7 +183,10 @@ def test_fetch_cli_rejects_empty_agents_seeds_and_a_budget_below_the_prefill(cap
         bf.Args(env_steps=10_000)
     with pytest.raises(ValueError, match="--batch-size must be >= 1"):
         bf.Args(batch_size=0)
-    bf.Args(env_steps=10_001)
+    with pytest.raises(ValueError, match="--env-steps must be the 10000 env steps of random prefill plus whole "
+                                         "cycles of 500"):
+        bf.Args(env_steps=10_001)
+    bf.Args(env_steps=10_500)
     bf.Args(env_steps=100, from_logs=True)  # reports of logged runs do not train
     with pytest.raises(SystemExit):
         tyro.cli(bf.Args, args=["--agents"])
@@ -194,6 +197,10 @@ def test_fetch_cli_rejects_empty_agents_seeds_and_a_budget_below_the_prefill(cap
     with pytest.raises(ValueError, match=r"OnlineConfig.env_steps=1000 must be greater than the random prefill of "
                                          r"1000 env steps"):
         train_online(None, small, tmp_path)
+    # A budget that is not the prefill plus whole cycles would run its last cycle past it (4000 ran 6000 env steps).
+    with pytest.raises(ValueError, match=r"OnlineConfig.env_steps=4100 is not the random prefill \(1000 env steps\) "
+                                         r"plus a whole number of cycles of 500 env steps.*use env_steps=4000 or 4500"):
+        train_online(None, dataclasses.replace(small, env_steps=4_100), tmp_path)
     assert not any(tmp_path.iterdir())
 
 
@@ -246,3 +253,50 @@ def test_qrl_config_for_another_environment_says_to_unset_mountaincars_general_g
     with pytest.raises(ValueError, match=r"MountainCar's top-of-hill goal.*general_goal=None and p_general_goal=0\.0"):
         QRLConfig(obs_dim=4)
     assert QRLConfig(obs_dim=4, general_goal=None, p_general_goal=0.0).general_goal is None
+
+
+# 10 -----------------------------------------------------------------------------------------------------
+def walks(n=300):
+    """An offline dataset of the continuous goal-conditioned agents (2-d states and actions, goals)."""
+    rng = np.random.default_rng(0)
+    obs = rng.uniform(-1, 1, (n, 2)).astype(np.float32)
+    return dict(observations=obs, actions=rng.uniform(-1, 1, (n, 2)).astype(np.float32),
+                next_observations=obs + 0.01, rewards=-np.ones(n, np.float32), goals=obs[::-1].copy())
+
+
+@pytest.mark.parametrize("name", ["gcbc", "crl", "qrl_continuous", "ddpg_her"])
+def test_every_agent_checks_the_whole_dataset_before_training(name, tmp_path):
+    # One NaN row among 300, never sampled in a short run, used to go unnoticed (or to end a long run as a
+    # NonFiniteError naming an update): it is found before anything trains, naming the key and the row.
+    from platonic_rl import agents
+    from platonic_rl.training.offline import TrainConfig, load_dataset, train_offline
+
+    small = dict(gcbc=dict(hidden=(8,)), crl=dict(hidden=(8,), repr_dim=4, actor_hidden=(8,)),
+                 qrl_continuous=dict(encoder_hidden=(8,), latent_dim=8, projector_hidden=(8,), iqe_components=2,
+                                     iqe_dim_per_component=4, dynamics_hidden=(8,), actor_hidden=(8,)),
+                 ddpg_her=dict(hidden=(8,), goal_dims=(0, 1)))[name]
+    agent = agents.make(name, obs_dim=2, action_dim=2, **small)
+    config = TrainConfig(steps=10, batch_size=4, log_every=10, progress=False)
+    data = walks()
+    data["goals"][217, 1] = np.nan
+    with pytest.raises(ValueError, match=r"data\['goals'\] row 217 holds a non-finite value \(NaN or infinity\): "
+                                         r"data\['goals'\]\[217, 1\] = nan \(1 of 300 rows are bad\)"):
+        train_offline(agent, data, config, run_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()  # refused before any run directory
+    data = walks()
+    data["actions"][[5, 9], 0] = [1.5, -2.0]
+    with pytest.raises(ValueError, match=r"data\['actions'\] row 5 is outside \[-1, 1\].*= 1\.5 \(2 of 300 rows"):
+        train_offline(agent, data, config)
+    data = walks()
+    data["rewards"][299] = np.inf
+    np.savez(tmp_path / "walks.npz", **data)
+    with pytest.raises(ValueError, match=r"data\['rewards'\] row 299 holds a non-finite value.*\[299\] = inf"):
+        load_dataset(tmp_path / "walks.npz")  # the loader checks too
+
+
+def test_discrete_action_ids_below_minus_one_are_named():
+    from platonic_rl.training.offline import check_values
+
+    check_values(dict(actions=np.array([0, 2, -1])))
+    with pytest.raises(ValueError, match=r"data\['actions'\] row 1 is below -1.*= -3 \(1 of 3 rows"):
+        check_values(dict(actions=np.array([0, -3, 1])))

@@ -22,7 +22,8 @@ def test_pointmaze_goal_dims_goal_states_and_success_key():
 
 
 def test_episode_length_beyond_the_time_limit_and_missing_success_are_refused():
-    with pytest.raises(ValueError, match="exceeds the env's time limit of 300"):
+    with pytest.raises(ValueError, match=r"episode_length=301 \(OnlineConfig.episode_length, or GoalEnvAdapter's\) "
+                                         "exceeds the env's time limit of 300"):
         GoalEnvAdapter(gym.make_vec("PointMaze_UMaze-v3", num_envs=1, vectorization_mode="sync"), episode_length=301)
     with pytest.raises(KeyError, match="none of the success keys"):
         success_of({"reward": np.zeros(2)})
@@ -53,3 +54,19 @@ def test_find_goal_dims_refuses_an_ambiguous_goal():
     with pytest.raises(ValueError, match=r"achieved_goal\[0\] matches observation dimensions \[0, 1\]"):
         find_goal_dims(gym.vector.SyncVectorEnv([Twin]))
     assert GoalEnvAdapter(gym.vector.SyncVectorEnv([Twin]), goal_dims=(1,), episode_length=3).goal_dims == (1,)
+
+
+def test_the_time_limit_is_the_sub_envs_and_an_early_end_names_the_users_setting():
+    # gymnasium.make_vec(..., max_episode_steps=100) limits the sub-envs; the vector env's own spec still says 300.
+    vector = gym.make_vec("PointMaze_UMaze-v3", num_envs=2, vectorization_mode="sync", max_episode_steps=100)
+    assert vector.spec.max_episode_steps == 300
+    env = GoalEnvAdapter(vector)
+    assert env.episode_length == 100
+    with pytest.raises(ValueError, match="exceeds the env's time limit of 100"):
+        GoalEnvAdapter(vector, episode_length=101)
+    # An env that ends its episodes before the adapter's length: the error says which setting to change.
+    env.episode_length = 120
+    with pytest.raises(ValueError, match=r"an episode ended after 100 of episode_length=120 steps.*"
+                                         r"OnlineConfig.episode_length.*at most 100"):
+        env.rollout(lambda o, g: np.zeros((len(o), 2), np.float32), seed=[0, 1])
+    env.close()

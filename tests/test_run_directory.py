@@ -216,3 +216,70 @@ def test_a_field_whose_default_changed_behaviour_matches_old_runs_only_at_its_ol
     RunDirectory.open(tmp_path, dict(agent_config=DenoisedMDPConfig(actor="clipped"))).close()
     with pytest.raises(RunDirectoryError, match=r"agent_config\.actor: saved None, now 'dreamer'"):
         RunDirectory.open(tmp_path, dict(agent_config=DenoisedMDPConfig()))
+
+
+HOLD = """
+import sys, time
+from platonic_rl.training.run import RunDirectory
+run = RunDirectory.open(sys.argv[1], dict(lr=0.1))
+print("holding", flush=True)
+time.sleep(120)
+"""
+
+
+def hold_in_another_process(path):
+    """A second process that opens ``path`` as a run directory and keeps it open; returns it once it holds it."""
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "holding"
+    return holder
+
+
+def test_a_second_writer_is_refused_naming_the_holders_process_id(tmp_path):
+    from platonic_rl.training.run import RunDirectoryInUseError
+
+    holder = hold_in_another_process(tmp_path / "run")
+    try:
+        with pytest.raises(RunDirectoryInUseError, match=rf"{tmp_path / 'run'} is in use by process {holder.pid} on "):
+            RunDirectory.open(tmp_path / "run", dict(lr=0.1))
+        with pytest.raises(RunDirectoryInUseError, match=f"process {holder.pid}"):  # overwriting is writing too
+            RunDirectory.open(tmp_path / "run", dict(lr=0.1), overwrite=True)
+        assert (tmp_path / "run" / "config.json").exists()  # the holder's run was not touched
+    finally:
+        holder.terminate()
+        holder.wait()
+    # In one process too: a directory open in one RunDirectory is refused to a second until the first is closed.
+    first = RunDirectory.open(tmp_path / "mine", dict(lr=0.1))
+    with pytest.raises(RunDirectoryInUseError, match=f"process {__import__('os').getpid()}"):
+        RunDirectory.open(tmp_path / "mine", dict(lr=0.1))
+    first.close()
+    first.close()  # closing twice is harmless
+    with RunDirectory.open(tmp_path / "mine", dict(lr=0.1)) as again:
+        assert again.path == tmp_path / "mine"
+    RunDirectory.open(tmp_path / "mine", dict(lr=0.1)).close()  # the context manager released it
+
+
+def test_a_killed_holder_does_not_block_the_next_run(tmp_path):
+    import signal
+
+    holder = hold_in_another_process(tmp_path / "run")
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    assert (tmp_path / "run" / ".run.holder").exists()  # it had no chance to clean up
+    run = RunDirectory.open(tmp_path / "run", dict(lr=0.1))  # resumes its (empty) run
+    assert json.loads((tmp_path / "run" / ".run.holder").read_text())["pid"] == __import__("os").getpid()
+    run.close()
+    assert not (tmp_path / "run" / ".run.holder").exists()
+
+
+def test_a_loop_that_fails_releases_its_directory(tmp_path):
+    # A refused resume, and a run stopped by an error, leave the directory free for the next attempt.
+    train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=20), run_dir=tmp_path / "r")
+    with pytest.raises(RunDirectoryError, match="other settings"):
+        train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=20, batch_size=8),
+                      run_dir=tmp_path / "r")
+    with pytest.raises(RunDirectoryError, match="beyond this run's budget"):
+        train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=10), run_dir=tmp_path / "r")
+    RunDirectory.open(tmp_path / "r", {}, overwrite=True).close()

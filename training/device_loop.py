@@ -319,44 +319,41 @@ def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig
         run = RunDirectory.open(run_dir, settings, resume=resume, overwrite=overwrite,
                                 resumable=("loop.iterations",) if seeds is None else (), step_key="iteration")
         state = LoopState(**run.restore(_as_dict(state), budget=config.iterations, resize_buffer=seeds is None))
-    rows = run.rows if run else []
-    bar = tqdm(total=config.env_steps(env), initial=int(np.max(state.env_steps)), desc=desc, unit="step")
-    chunks_done = 0
-    while int(np.max(state.iteration)) < config.iterations:
-        first = int(np.max(state.iteration))
-        n = min(config.chunk_iterations, config.iterations - first)
-        new_state, metrics = run_chunk(state, n)
-        metrics = jax.device_get(metrics)
-        if seeds is not None:  # [seeds, n] -> [n, seeds]
-            metrics = {k: np.swapaxes(v, 0, 1) for k, v in metrics.items()}
-        finite = {k[len("finite/"):]: np.all(v.reshape(n, -1), axis=1) for k, v in metrics.items()
-                  if k.startswith("finite/")}  # per iteration, over seeds
-        try:
+    try:
+        rows = run.rows if run else []
+        bar = tqdm(total=config.env_steps(env), initial=int(np.max(state.env_steps)), desc=desc, unit="step")
+        chunks_done = 0
+        while int(np.max(state.iteration)) < config.iterations:
+            first = int(np.max(state.iteration))
+            n = min(config.chunk_iterations, config.iterations - first)
+            new_state, metrics = run_chunk(state, n)
+            metrics = jax.device_get(metrics)
+            if seeds is not None:  # [seeds, n] -> [n, seeds]
+                metrics = {k: np.swapaxes(v, 0, 1) for k, v in metrics.items()}
+            finite = {k[len("finite/"):]: np.all(v.reshape(n, -1), axis=1) for k, v in metrics.items()
+                      if k.startswith("finite/")}  # per iteration, over seeds
             check_finite(finite, first_step=first + 1, unit="iteration")
-        except Exception:
-            if run:
-                run.close()
-            raise
-        state, chunks_done = new_state, chunks_done + 1
-        for i in range(n):
-            row = {"iteration": first + i + 1}
-            for k, v in metrics.items():
-                if k.startswith("finite/") or np.all(np.isnan(v[i])):
-                    continue
-                row[k] = float(np.mean(v[i]))
-                if seeds is not None and k == "eval_success":
-                    row.update({f"eval_success/{s}": float(x) for s, x in zip(seeds, v[i])})
-            row["env_steps"] = int(np.max(metrics["env_steps"][i]))
-            last = first + i + 1 == config.iterations
-            finish_row(run, rows, row, first + i + 1, _as_dict(state),
-                       due=i == n - 1 and checkpoint_due(chunks_done, config.checkpoint_every, last))
-        bar.update(int(np.max(state.env_steps)) - bar.n)
-        evals = [r["eval_success"] for r in rows if "eval_success" in r]
-        if evals:
-            bar.set_postfix(success=f"{evals[-1]:.2f}")
-    bar.close()
-    if run:
-        run.close()
+            state, chunks_done = new_state, chunks_done + 1
+            for i in range(n):
+                row = {"iteration": first + i + 1}
+                for k, v in metrics.items():
+                    if k.startswith("finite/") or np.all(np.isnan(v[i])):
+                        continue
+                    row[k] = float(np.mean(v[i]))
+                    if seeds is not None and k == "eval_success":
+                        row.update({f"eval_success/{s}": float(x) for s, x in zip(seeds, v[i])})
+                row["env_steps"] = int(np.max(metrics["env_steps"][i]))
+                last = first + i + 1 == config.iterations
+                finish_row(run, rows, row, first + i + 1, _as_dict(state),
+                           due=i == n - 1 and checkpoint_due(chunks_done, config.checkpoint_every, last))
+            bar.update(int(np.max(state.env_steps)) - bar.n)
+            evals = [r["eval_success"] for r in rows if "eval_success" in r]
+            if evals:
+                bar.set_postfix(success=f"{evals[-1]:.2f}")
+        bar.close()
+    finally:
+        if run:
+            run.close()
     return state.agent, rows
 
 

@@ -89,8 +89,9 @@ class OnlineConfig:
                              f"{self.updates_per_cycle} (or None), got {self.updates_per_call}")
 
     def check_budget(self) -> None:
-        """Raise ``ValueError`` unless ``env_steps`` exceeds the random prefill (else :func:`train_online` would
-        prefill, then stop without one training cycle or evaluation). Called by :func:`train_online` before
+        """Raise ``ValueError`` unless ``env_steps`` is the random prefill plus a whole number (>= 1) of cycles (with
+        no cycle, :func:`train_online` would prefill and stop without training; with a part of one, the last cycle
+        would run past the budget). Called by :func:`train_online` before
         anything runs; not in ``__post_init__``, so that configs of runs only read back (reports from logs)
         stay constructible."""
         if self.env_steps <= self.prefill_env_steps:
@@ -98,6 +99,14 @@ class OnlineConfig:
                              f"{self.prefill_env_steps} env steps (prefill_episodes={self.prefill_episodes}, in "
                              f"batches of rollouts_per_cycle={self.rollouts_per_cycle} episodes of "
                              f"{self.steps_per_episode} steps), else no training cycle or evaluation runs")
+        cycle = self.rollouts_per_cycle * self.steps_per_episode
+        extra = (self.env_steps - self.prefill_env_steps) % cycle
+        if extra:
+            options = [n for n in (self.env_steps - extra, self.env_steps - extra + cycle) if n > self.prefill_env_steps]
+            raise ValueError(f"OnlineConfig.env_steps={self.env_steps} is not the random prefill ({self.prefill_env_steps} "
+                             f"env steps) plus a whole number of cycles of {cycle} env steps (rollouts_per_cycle="
+                             f"{self.rollouts_per_cycle} episodes of {self.steps_per_episode} steps): the last cycle would "
+                             f"run past the budget; use env_steps={' or '.join(map(str, options))}")
 
     @property
     def prefill_env_steps(self) -> int:
@@ -228,52 +237,54 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
         run = RunDirectory.open(run_dir, settings, resume=config.resume, overwrite=config.overwrite,
                                 resumable=("loop.env_steps",), step_key="env_steps")
         state = run.restore(state, budget=config.env_steps, resize_buffer=True)
-    history = run.rows if run else []
+    try:
+        history = run.rows if run else []
 
-    def collect(state, policy, seed):
-        out = env.rollout(policy, seed=seed, renderer=renderer)
-        stored = out["images"] if image else out["observations"]
-        state["buffer"] = state["buffer"].add(jnp.asarray(stored), jnp.asarray(out["actions"]))
-        state["env_steps"] = state["env_steps"] + out["actions"].shape[0] * length
-        return float(out["success"].mean())
+        def collect(state, policy, seed):
+            out = env.rollout(policy, seed=seed, renderer=renderer)
+            stored = out["images"] if image else out["observations"]
+            state["buffer"] = state["buffer"].add(jnp.asarray(stored), jnp.asarray(out["actions"]))
+            state["env_steps"] = state["env_steps"] + out["actions"].shape[0] * length
+            return float(out["success"].mean())
 
-    bar = tqdm(total=config.env_steps, initial=int(state["env_steps"]), desc=desc, unit="step")
-    random_policy = np.random.default_rng(config.seed)
-    while int(state["buffer"].size) < config.prefill_episodes and int(state["env_steps"]) < config.env_steps:
-        before = int(state["env_steps"])
-        first = int(state["buffer"].size)  # every episode its own seed: episode i of the run resets with seed i's
-        collect(state, lambda o, g: random_policy.uniform(-1, 1, (len(o), env.action_dim)),
-                seed=[episode_seed(config.seed, first + j) for j in range(env.num_envs)])
-        bar.update(int(state["env_steps"]) - before)
-    evaluations = EvaluationSchedule(config.eval_every, int(state["env_steps"]))
-    while int(state["env_steps"]) < config.env_steps:
-        cycle, cycle_start = int(state["cycle"]), time.perf_counter()
-        key, act_key, train_key = jax.random.split(state["key"], 3)
-        act_keys = iter(jax.random.split(act_key, length))
-        before = int(state["env_steps"])
-        explore_success = collect(
-            state, lambda o, g: np.asarray(explore(state["agent"], o, g, next(act_keys), config.exploration_noise)),
-            seed=[episode_seed(config.seed, cycle * env.num_envs + j, EXPLORATION_STREAM) for j in range(env.num_envs)])
-        state["agent"], metrics = train_cycle(state["agent"], state["buffer"], train_key, goal_mask, config,
-                                              first_step=cycle * config.updates_per_cycle + 1)
-        state["key"], state["cycle"] = key, jnp.int32(cycle + 1)
-        row = {"env_steps": int(state["env_steps"]), "cycle": cycle + 1, "explore_success": explore_success,
-               **{k: float(v) for k, v in metrics.items()}}
-        if evaluations.due(int(state["env_steps"]), final=int(state["env_steps"]) >= config.env_steps):
-            greedy = lambda o, g: np.asarray(_greedy(state["agent"], o, g))  # noqa: E731
-            row["eval_success"] = evaluate(greedy, eval_env, config.eval_episodes,
-                                           seed=eval_seed(state["env_steps"]), renderer=eval_renderer)
-            bar.set_postfix(success=f"{row['eval_success']:.2f}")
-        row["cycle_seconds"] = time.perf_counter() - cycle_start  # rollouts + updates + evaluation, wall clock
-        bar.update(int(state["env_steps"]) - before)
-        finish_row(run, history, row, int(state["env_steps"]), state,
-                   due=checkpoint_due(cycle + 1, config.checkpoint_every, int(state["env_steps"]) >= config.env_steps))
-    bar.close()
-    if run:
-        run.close()
-    for r in (renderer, eval_renderer):
-        if r is not None:
-            r.close()
-    env.close()
-    eval_env.close()
+        bar = tqdm(total=config.env_steps, initial=int(state["env_steps"]), desc=desc, unit="step")
+        random_policy = np.random.default_rng(config.seed)
+        while int(state["buffer"].size) < config.prefill_episodes and int(state["env_steps"]) < config.env_steps:
+            before = int(state["env_steps"])
+            first = int(state["buffer"].size)  # every episode its own seed: episode i of the run resets with seed i's
+            collect(state, lambda o, g: random_policy.uniform(-1, 1, (len(o), env.action_dim)),
+                    seed=[episode_seed(config.seed, first + j) for j in range(env.num_envs)])
+            bar.update(int(state["env_steps"]) - before)
+        evaluations = EvaluationSchedule(config.eval_every, int(state["env_steps"]))
+        while int(state["env_steps"]) < config.env_steps:
+            cycle, cycle_start = int(state["cycle"]), time.perf_counter()
+            key, act_key, train_key = jax.random.split(state["key"], 3)
+            act_keys = iter(jax.random.split(act_key, length))
+            before = int(state["env_steps"])
+            explore_success = collect(
+                state, lambda o, g: np.asarray(explore(state["agent"], o, g, next(act_keys), config.exploration_noise)),
+                seed=[episode_seed(config.seed, cycle * env.num_envs + j, EXPLORATION_STREAM) for j in range(env.num_envs)])
+            state["agent"], metrics = train_cycle(state["agent"], state["buffer"], train_key, goal_mask, config,
+                                                  first_step=cycle * config.updates_per_cycle + 1)
+            state["key"], state["cycle"] = key, jnp.int32(cycle + 1)
+            row = {"env_steps": int(state["env_steps"]), "cycle": cycle + 1, "explore_success": explore_success,
+                   **{k: float(v) for k, v in metrics.items()}}
+            if evaluations.due(int(state["env_steps"]), final=int(state["env_steps"]) >= config.env_steps):
+                greedy = lambda o, g: np.asarray(_greedy(state["agent"], o, g))  # noqa: E731
+                row["eval_success"] = evaluate(greedy, eval_env, config.eval_episodes,
+                                               seed=eval_seed(state["env_steps"]), renderer=eval_renderer)
+                bar.set_postfix(success=f"{row['eval_success']:.2f}")
+            row["cycle_seconds"] = time.perf_counter() - cycle_start  # rollouts + updates + evaluation, wall clock
+            bar.update(int(state["env_steps"]) - before)
+            finish_row(run, history, row, int(state["env_steps"]), state,
+                       due=checkpoint_due(cycle + 1, config.checkpoint_every, int(state["env_steps"]) >= config.env_steps))
+        bar.close()
+    finally:
+        if run:
+            run.close()
+        for r in (renderer, eval_renderer):
+            if r is not None:
+                r.close()
+        env.close()
+        eval_env.close()
     return state["agent"], history

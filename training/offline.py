@@ -93,7 +93,40 @@ def _check_data(data: dict[str, Any]) -> int:
     n = next(iter(sizes.values()))
     if n == 0:
         raise ValueError("data is empty (leading dimension 0)")
+    check_values(data)
     return n
+
+
+def check_values(data: dict[str, Any]) -> None:
+    """Every row of a dataset, before any training: float arrays hold no NaN or infinity, and continuous actions
+    (float ``actions``) lie in [-1, 1], integer ones (action ids) are >= -1. Raises ``ValueError`` naming the key,
+    the first bad row, its value and how many rows are bad; nothing is clipped or dropped. (During training only
+    sampled rows are seen, so a bad row could go unnoticed for thousands of updates, or forever.)"""
+    for key, value in data.items():
+        array = np.asarray(value)
+        rows = array.reshape(len(array), -1)
+        if np.issubdtype(array.dtype, np.inexact):
+            bad = ~np.isfinite(rows)
+            if bad.any():
+                _raise_rows(key, rows, bad, "holds a non-finite value (NaN or infinity)")
+        if key == "actions" and np.issubdtype(array.dtype, np.floating):
+            bad = (rows < -1) | (rows > 1)
+            if bad.any():
+                _raise_rows(key, rows, bad, "is outside [-1, 1], the continuous agents' action range (rescale the "
+                            "dataset's actions; nothing is clipped)")
+        elif key == "actions" and np.issubdtype(array.dtype, np.integer):
+            bad = rows < -1
+            if bad.any():
+                _raise_rows(key, rows, bad, "is below -1 (action ids are >= 0; -1 means no action)")
+
+
+def _raise_rows(key: str, rows: np.ndarray, bad: np.ndarray, what: str) -> None:
+    flagged = np.flatnonzero(bad.any(axis=1))
+    row = int(flagged[0])
+    column = int(np.flatnonzero(bad[row])[0])
+    where = f"[{row}, {column}]" if rows.shape[1] > 1 else f"[{row}]"
+    raise ValueError(f"data[{key!r}] row {row} {what}: data[{key!r}]{where} = {rows[row, column].item()!r} "
+                     f"({len(flagged)} of {len(rows)} rows are bad)")
 
 
 # TrainConfig fields that may differ when a run is continued: the budget (a run can be extended) and
@@ -194,36 +227,38 @@ def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str
         step = run.latest_step or 0
     else:
         step = 0
-    history = run.rows if run else []
-    agent, key = state["agent"], state["sampler_key"]
-    calls_per_row = config.log_every // config.call_size
+    try:
+        history = run.rows if run else []
+        agent, key = state["agent"], state["sampler_key"]
+        calls_per_row = config.log_every // config.call_size
 
-    start = time.time()
-    with tqdm(total=config.steps, initial=step, desc=desc, disable=not config.progress, unit="update",
-              dynamic_ncols=True) as bar:
-        compiling = step < config.steps
-        if compiling:
-            bar.set_postfix_str("compiling")
-        while step < config.steps:
-            sums = None
-            for call in range(calls_per_row):
-                key, keys = chain_keys(key, config.call_size)
-                agent, metrics, finite = update_steps(agent, batches, keys)
-                check_finite(finite, first_step=step + call * config.call_size + 1)
-                sums = metrics if sums is None else jax.tree_util.tree_map(jnp.add, sums, metrics)
-                if compiling:
-                    bar.set_postfix_str("")
-                    compiling = False
-                bar.update(config.call_size)
-            step += config.log_every
-            row = {"step": step, **{k: float(jnp.mean(v)) / calls_per_row for k, v in sums.items()},
-                   "wall_time": time.time() - start}
-            finish_row(run, history, row, step, {"agent": agent, "sampler_key": key},
-                       due=checkpoint_due(step, config.checkpoint_every, step == config.steps))
-            bar.set_postfix({k: f"{row[k]:.3g}" for k in ("loss", "violation", "lagrange_multiplier")
-                             if k in row})
-    if run:
-        run.close()
+        start = time.time()
+        with tqdm(total=config.steps, initial=step, desc=desc, disable=not config.progress, unit="update",
+                  dynamic_ncols=True) as bar:
+            compiling = step < config.steps
+            if compiling:
+                bar.set_postfix_str("compiling")
+            while step < config.steps:
+                sums = None
+                for call in range(calls_per_row):
+                    key, keys = chain_keys(key, config.call_size)
+                    agent, metrics, finite = update_steps(agent, batches, keys)
+                    check_finite(finite, first_step=step + call * config.call_size + 1)
+                    sums = metrics if sums is None else jax.tree_util.tree_map(jnp.add, sums, metrics)
+                    if compiling:
+                        bar.set_postfix_str("")
+                        compiling = False
+                    bar.update(config.call_size)
+                step += config.log_every
+                row = {"step": step, **{k: float(jnp.mean(v)) / calls_per_row for k, v in sums.items()},
+                       "wall_time": time.time() - start}
+                finish_row(run, history, row, step, {"agent": agent, "sampler_key": key},
+                           due=checkpoint_due(step, config.checkpoint_every, step == config.steps))
+                bar.set_postfix({k: f"{row[k]:.3g}" for k in ("loss", "violation", "lagrange_multiplier")
+                                 if k in row})
+    finally:
+        if run:
+            run.close()
     return agent, history
 
 

@@ -17,6 +17,10 @@ A directory refuses to be misused:
   ``resumable``, e.g. the budget, may change), and nothing in the directory is touched;
 * a fresh run (``resume=False``) into a directory that holds a run is refused unless ``overwrite=True``,
   which clears the directory first, so checkpoints and metrics of two runs never mix;
+* a directory in use by another process (or another open :class:`RunDirectory` of this one) is refused with
+  :class:`RunDirectoryInUseError`, naming the holder's process id; the lock (``.run.lock``, an OS file lock taken
+  with ``filelock``) is released by :meth:`RunDirectory.close` or when the holder's process ends in any way, so a
+  killed run (even by SIGKILL) leaves nothing that blocks the next;
 * a corrupt checkpoint gives one short message naming its step folder and the fallback (delete the folder
   and the run resumes from the previous checkpoint);
 * a damaged last line of ``metrics.jsonl`` (a run killed while writing it) is dropped with a warning, and a
@@ -30,6 +34,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import sys
 import time
 import warnings
@@ -38,10 +43,49 @@ from typing import Any, Iterable
 
 import jax
 import orbax.checkpoint as ocp
+from filelock import FileLock, Timeout
 
 
 class RunDirectoryError(ValueError):
     """A run directory that cannot be used as asked (other settings, not empty, corrupt checkpoint)."""
+
+
+class RunDirectoryInUseError(RunDirectoryError):
+    """A run directory that another process (or another open :class:`RunDirectory`) is writing."""
+
+
+LOCK_FILE = ".run.lock"
+"""The OS lock of a run directory: held while a :class:`RunDirectory` is open, freed when its process ends."""
+HOLDER_FILE = ".run.holder"
+"""Who holds the lock: a JSON object with ``pid``, ``host``, ``since`` and ``command`` (for the refusal message)."""
+LOCK_FILES = (LOCK_FILE, HOLDER_FILE)
+
+
+def lock_run_directory(path: Path) -> FileLock:
+    """Take ``path``'s lock without waiting, and record this process as its holder. Raises
+    :class:`RunDirectoryInUseError` naming the holder's process id if the lock is held."""
+    lock = FileLock(str(path / LOCK_FILE), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        holder = _holder(path)
+        who = (f"process {holder.get('pid')} on {holder.get('host')} (since {holder.get('since')}: "
+               f"{holder.get('command')})" if holder else "a process that has not yet recorded its id")
+        raise RunDirectoryInUseError(
+            f"{path} is in use by {who}; two writers of one run directory would mix their checkpoints and metrics. "
+            "Wait for that run to end (or stop it), or use another directory. A run that was killed frees its lock "
+            "when its process ends.") from None
+    write_json(path / HOLDER_FILE, dict(pid=os.getpid(), host=socket.gethostname(),
+                                        since=time.strftime("%Y-%m-%d %H:%M:%S"), command=" ".join(sys.argv)))
+    return lock
+
+
+def _holder(path: Path) -> dict:
+    try:
+        holder = json.loads((path / HOLDER_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return holder if isinstance(holder, dict) else {}
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -220,8 +264,8 @@ class _TensorBoard:
 class RunDirectory:
     """See the module docstring. Build with :meth:`open`."""
 
-    def __init__(self, path: Path, keep: int, step_key: str, tensorboard: bool):
-        self.path, self.step_key, self.tensorboard = path, step_key, tensorboard
+    def __init__(self, path: Path, keep: int, step_key: str, tensorboard: bool, lock: FileLock | None = None):
+        self.path, self.step_key, self.tensorboard, self._lock = path, step_key, tensorboard, lock
         self.manager = ocp.CheckpointManager(
             (path / "checkpoints").absolute(),
             options=ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False),
@@ -242,24 +286,34 @@ class RunDirectory:
         path = Path(path)
         defaults = _default_valued(settings)
         settings = as_json(settings)
-        holds_run = path.is_dir() and any(path.iterdir())
-        if holds_run and overwrite:
-            if not (path / "config.json").exists():
-                raise RunDirectoryError(f"{path} is not empty and is not a run directory (no config.json): overwrite "
-                                        "only clears run directories; choose another directory")
-            shutil.rmtree(path)
-        elif holds_run and not resume:
-            raise RunDirectoryError(f"{path} already holds a run; pass overwrite=True (command lines: --overwrite) to clear "
-                                    "it first, resume=True to continue it, or choose another directory")
+
+        def contents() -> list[Path]:
+            return [p for p in path.iterdir() if p.name not in LOCK_FILES] if path.is_dir() else []
+
+        if overwrite and contents() and not (path / "config.json").exists():
+            raise RunDirectoryError(f"{path} is not empty and is not a run directory (no config.json): overwrite "
+                                    "only clears run directories; choose another directory")
         path.mkdir(parents=True, exist_ok=True)
-        config_file = path / "config.json"
-        if config_file.exists():
-            cls._check_settings(path, json.loads(config_file.read_text()).get("settings", {}), settings,
-                                set(resumable), defaults)
-        record = dict(command=" ".join(sys.argv), settings=settings)
-        if not config_file.exists() or resumable:  # keep the file current with a changed budget
-            config_file.write_text(json.dumps(record, indent=1))
-        return cls(path, keep, step_key, tensorboard)
+        lock = lock_run_directory(path)  # from here on this process is the directory's only writer
+        try:
+            holds_run = bool(contents())
+            if holds_run and overwrite:
+                for item in contents():  # the lock stays: it is this process's
+                    shutil.rmtree(item) if item.is_dir() and not item.is_symlink() else item.unlink()
+            elif holds_run and not resume:
+                raise RunDirectoryError(f"{path} already holds a run; pass overwrite=True (command lines: --overwrite) "
+                                        "to clear it first, resume=True to continue it, or choose another directory")
+            config_file = path / "config.json"
+            if config_file.exists():
+                cls._check_settings(path, json.loads(config_file.read_text()).get("settings", {}), settings,
+                                    set(resumable), defaults)
+            record = dict(command=" ".join(sys.argv), settings=settings)
+            if not config_file.exists() or resumable:  # keep the file current with a changed budget
+                config_file.write_text(json.dumps(record, indent=1))
+            return cls(path, keep, step_key, tensorboard, lock)
+        except BaseException:
+            _release(path, lock)
+            raise
 
     @staticmethod
     def _check_settings(path: Path, saved: dict, settings: dict, resumable: set[str], defaults: set[str] = frozenset()
@@ -282,6 +336,13 @@ class RunDirectory:
         of ``step_key``) is refused. With ``resize_buffer``, a replay buffer saved at another capacity
         (``state["buffer"]``, with ``capacity``/``resized``: a run whose budget grew) is restored at its saved
         size and resized to this state's, keeping every episode."""
+        try:
+            return self._restore_latest(state, budget, resize_buffer)
+        except BaseException:
+            self.close()  # a run that cannot start does not keep its directory locked
+            raise
+
+    def _restore_latest(self, state: Any, budget: int, resize_buffer: bool) -> Any:
         step = self.latest_step
         if step is not None and step > budget:
             raise RunDirectoryError(f"{self.path} is already at {self.step_key} {step}, beyond this run's budget of "
@@ -354,10 +415,32 @@ class RunDirectory:
         return list(self.metrics.rows) if self.metrics else []
 
     def close(self) -> None:
-        self.manager.wait_until_finished()
-        self.manager.close()
-        if self._board is not None:
-            self._board.close()
+        """Finish writing and release the directory's lock (closing twice does nothing more)."""
+        try:
+            self.manager.wait_until_finished()
+            self.manager.close()
+            if self._board is not None:
+                self._board.close()
+                self._board = None
+        finally:
+            if self._lock is not None:
+                _release(self.path, self._lock)
+                self._lock = None
+
+    def __enter__(self) -> "RunDirectory":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def _release(path: Path, lock: FileLock) -> None:
+    """Forget this process as ``path``'s holder, then release the lock (its file stays: removing a lock file
+    while another process waits on it would let two processes hold it)."""
+    try:
+        (path / HOLDER_FILE).unlink(missing_ok=True)
+    finally:
+        lock.release(force=True)
 
 
 def agent_settings(agent: Any) -> dict:

@@ -163,49 +163,51 @@ def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None 
         run = RunDirectory.open(run_dir, dict(**agent_settings(agent), loop=loop), resume=config.resume,
                                 overwrite=config.overwrite, resumable=("loop.env_steps",), step_key="env_steps")
         state = run.restore(state, budget=config.env_steps, resize_buffer=True)
-    history = run.rows if run else []
-    bar = tqdm(total=config.env_steps, initial=int(state["env_steps"]), desc=desc, unit="step")
-    evaluations = EvaluationSchedule(config.eval_every, int(state["env_steps"]))
+    try:
+        history = run.rows if run else []
+        bar = tqdm(total=config.env_steps, initial=int(state["env_steps"]), desc=desc, unit="step")
+        evaluations = EvaluationSchedule(config.eval_every, int(state["env_steps"]))
 
-    def store(episode):
-        state["buffer"] = state["buffer"].add(jnp.asarray(episode["observations"]),
-                                              jnp.asarray(episode["prev_actions"]), jnp.asarray(episode["rewards"]))
-        state["env_steps"] = state["env_steps"] + EPISODE_STEPS
-        state["episode"] = state["episode"] + 1
-        bar.update(EPISODE_STEPS)
+        def store(episode):
+            state["buffer"] = state["buffer"].add(jnp.asarray(episode["observations"]),
+                                                  jnp.asarray(episode["prev_actions"]), jnp.asarray(episode["rewards"]))
+            state["env_steps"] = state["env_steps"] + EPISODE_STEPS
+            state["episode"] = state["episode"] + 1
+            bar.update(EPISODE_STEPS)
 
-    while int(state["env_steps"]) < config.env_steps:
-        index = int(state["episode"])
-        seed = episode_seed(config.seed, index)
-        row = {}
-        if int(state["env_steps"]) < config.prefill_steps:
-            episode = run_episode(env, seed=seed)
-        else:
-            key, train_key, act_key = jax.random.split(state["key"], 3)
-            first = (index - math.ceil(config.prefill_steps / EPISODE_STEPS)) * config.updates_per_collect + 1
-            if first == 1 and config.normalise_observations and len(env.observation_space.shape) == 1:
-                stored = state["buffer"].observations[:int(state["buffer"].size)]  # the prefill episodes
-                state["agent"] = state["agent"].with_observation_statistics(stored)
-            state["agent"], metrics = train_chunk(state["agent"], state["buffer"], train_key,
-                                                  config.updates_per_collect, config.batch_size, config.chunk, first,
-                                                  config.updates_per_call)
-            state["key"] = key
-            row.update({k: float(v) for k, v in metrics.items()})
-            episode = run_episode(env, state["agent"], act_key, config.exploration_noise, seed=seed)
-        store(episode)
-        row = {"env_steps": int(state["env_steps"]), "episode": index + 1, "train_return": episode["episode_return"],
-               **row}
-        if evaluations.due(int(state["env_steps"]), final=int(state["env_steps"]) >= config.env_steps):
-            returns = [run_episode(env, state["agent"], seed=eval_seed(index) + 1_000_000 * i, greedy=True)["episode_return"]
-                       for i in range(config.eval_episodes)]
-            row["eval_return"] = float(np.mean(returns))
-            row["eval_return_std"] = float(np.std(returns))
-            bar.set_postfix(eval_return=f"{row['eval_return']:.0f}")
-        finish_row(run, history, row, int(state["env_steps"]), state,
-                   due=checkpoint_due(index + 1, config.checkpoint_every, int(state["env_steps"]) >= config.env_steps))
-    bar.close()
-    if run:
-        run.close()
+        while int(state["env_steps"]) < config.env_steps:
+            index = int(state["episode"])
+            seed = episode_seed(config.seed, index)
+            row = {}
+            if int(state["env_steps"]) < config.prefill_steps:
+                episode = run_episode(env, seed=seed)
+            else:
+                key, train_key, act_key = jax.random.split(state["key"], 3)
+                first = (index - math.ceil(config.prefill_steps / EPISODE_STEPS)) * config.updates_per_collect + 1
+                if first == 1 and config.normalise_observations and len(env.observation_space.shape) == 1:
+                    stored = state["buffer"].observations[:int(state["buffer"].size)]  # the prefill episodes
+                    state["agent"] = state["agent"].with_observation_statistics(stored)
+                state["agent"], metrics = train_chunk(state["agent"], state["buffer"], train_key,
+                                                      config.updates_per_collect, config.batch_size, config.chunk, first,
+                                                      config.updates_per_call)
+                state["key"] = key
+                row.update({k: float(v) for k, v in metrics.items()})
+                episode = run_episode(env, state["agent"], act_key, config.exploration_noise, seed=seed)
+            store(episode)
+            row = {"env_steps": int(state["env_steps"]), "episode": index + 1, "train_return": episode["episode_return"],
+                   **row}
+            if evaluations.due(int(state["env_steps"]), final=int(state["env_steps"]) >= config.env_steps):
+                returns = [run_episode(env, state["agent"], seed=eval_seed(index) + 1_000_000 * i, greedy=True)["episode_return"]
+                           for i in range(config.eval_episodes)]
+                row["eval_return"] = float(np.mean(returns))
+                row["eval_return_std"] = float(np.std(returns))
+                bar.set_postfix(eval_return=f"{row['eval_return']:.0f}")
+            finish_row(run, history, row, int(state["env_steps"]), state,
+                       due=checkpoint_due(index + 1, config.checkpoint_every, int(state["env_steps"]) >= config.env_steps))
+        bar.close()
+    finally:
+        if run:
+            run.close()
     return state["agent"], history
 
 
