@@ -55,4 +55,6 @@ def make(name: str, seed: int = 0, **overrides) -> Any:
 
 __all__ = ["CRLAgent", "CRLConfig", "DDPGHERAgent", "DDPGHERConfig", "DenoisedMDPAgent", "DenoisedMDPConfig",
            "GCBCAgent", "GCBCConfig", "QRLAgent", "QRLConfig", "QRLContinuousAgent", "QRLContinuousConfig",
-           "REGISTRY", "make", "make_config"]
+           "REGISTRY", "make", "make_config",
+           # the submodules, so that the API reference (pdoc) documents each of them
+           "common", "contract", "crl", "ddpg_her", "denoised_mdp", "gcbc", "qrl", "qrl_continuous", "seeds"]
