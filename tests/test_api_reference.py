@@ -18,7 +18,8 @@ def public_modules() -> list[str]:
 
 
 def test_the_reference_builds_and_covers_every_public_module(tmp_path):
-    # The documented command: python3 -m pdoc platonic_rl -o build/api (pdoc renders locally; nothing is fetched).
+    # The README's command, run in-process (pdoc renders locally; nothing is fetched).
+    assert "python3 -m pdoc platonic_rl -o build/api" in (Path(__file__).parents[1] / "README.md").read_text()
     pdoc.pdoc("platonic_rl", output_directory=tmp_path)
     pages = {str(p.relative_to(tmp_path).with_suffix("")).replace("/", ".") for p in tmp_path.rglob("*.html")}
     modules = public_modules()

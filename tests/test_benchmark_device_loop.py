@@ -1,7 +1,9 @@
-"""The device-loop benchmark's quick scale: the learning part runs end to end (several seeds in one program, in a
-resumable run directory), saves its record and plot, and a rerun reuses finished runs instead of training again.
-(The timing parts compile QRL programs for a minute or more on 2 cores: they run in the measurement runs, whose
-commands and results are kept in docs/results/device_loop_cpu/.)"""
+"""The device-loop benchmark's quick scale: the learning part saves its record and plot, a rerun reuses finished runs
+instead of training again, other settings are refused and --overwrite retrains -- checked in the default suite with
+a stand-in for the trainer (the trainer itself, several seeds in one resumable program, is tests/test_device_loop.py's),
+and end to end, with real training and QRL's critic check, under ``-m slow``. (The timing parts compile QRL programs
+for a minute or more on 2 cores: they run in the measurement runs, whose commands and results are kept in
+docs/results/device_loop_cpu/.)"""
 import json
 import shutil
 
@@ -14,6 +16,45 @@ from platonic_rl.benchmarks.maze2d import grid_argmin_actions
 from platonic_rl.envs import jax_env
 
 
+def test_learning_records_are_saved_reused_refused_and_retrained(tmp_path, capsys, monkeypatch):
+    trained = []
+
+    def fake_train(cfg, env, config, seed, run_dir, overwrite, desc):  # success = seed / 10 at every evaluation
+        trained.append((type(cfg).__name__, config.iterations, overwrite))
+        run_dir.mkdir(parents=True, exist_ok=True)  # as the run directory the real trainer opens
+        rows = [{"iteration": i, "env_steps": 100 * i, "eval_success": sum(seed) / 10 / len(seed),
+                 **{f"eval_success/{s}": s / 10 for s in seed}}
+                for i in range(1, config.iterations + 1) if i % config.eval_every == 0]
+        return None, rows
+
+    monkeypatch.setattr(device_loop, "train_on_device", fake_train)
+    monkeypatch.setattr(device_loop, "critic_check", lambda agents, env, episodes: dict(
+        episodes=episodes, actor=[0.5, 0.5], critic_alone=[0.25, 0.25]))
+    args = device_loop.Args(scale="quick", parts=("learning",), envs=("umaze",), methods=("gcbc", "qrl"), seeds=2,
+                            out_dir=str(tmp_path))
+    record = device_loop.run(args)
+    assert trained == [("GCBCConfig", 12, False), ("QRLContinuousConfig", 12, False)]
+    assert record["learning"]["umaze/gcbc"]["success"] == [[0.0, 0.1], [0.0, 0.1]]  # 2 evaluations x 2 seeds
+    assert record["learning"]["umaze/qrl"]["critic_check"]["episodes"] == args.check_episodes
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["command"].startswith("python -m platonic_rl.benchmarks.device_loop") and saved["commit"] is not None
+    assert (tmp_path / "learning.png").stat().st_size > 10_000
+    # A rerun (a fresh clone has the records, not the checkpoints) reuses both without training.
+    again = device_loop.run(args)
+    assert len(trained) == 2 and again["learning"] == record["learning"]
+    assert capsys.readouterr().out.count("its record reused") == 2
+    with pytest.raises(ValueError, match="other settings[\\s\\S]*loop.iterations: saved 12, now 6"):
+        device_loop.run(device_loop.Args(**{**vars(args), "iterations": 6}))  # never mixed with another budget
+    with pytest.raises(ValueError, match="check_episodes: saved 64, now 8"):  # QRL's check is part of its record
+        device_loop.run(device_loop.Args(**{**vars(args), "check_episodes": 8}))
+    # --overwrite retrains this call's runs and keeps what other calls recorded.
+    record = device_loop.run(device_loop.Args(**{**vars(args), "methods": ("gcbc",), "iterations": 6,
+                                                 "overwrite": True}))
+    assert trained[-1] == ("GCBCConfig", 6, True) and set(record["learning"]) == {"umaze/gcbc", "umaze/qrl"}
+    assert len(record["learning"]["umaze/gcbc"]["success"]) == 1  # 6 iterations: one evaluation
+
+
+@pytest.mark.slow  # ~80 s on 2 cores (three device-loop programs compiled); the fast test above covers the reuse logic
 def test_quick_benchmark_runs_saves_and_reuses_finished_runs(tmp_path, capsys):
     args = device_loop.Args(scale="quick", parts=("learning",), envs=("umaze",), methods=("gcbc",), seeds=2,
                             out_dir=str(tmp_path))
@@ -40,6 +81,7 @@ def test_quick_benchmark_runs_saves_and_reuses_finished_runs(tmp_path, capsys):
     assert len(record["learning"]["umaze/gcbc"]["success"]) == 1  # 6 iterations: one evaluation
 
 
+@pytest.mark.slow  # ~50 s: a QRL device-loop program; grid_argmin_actions is tested fast in tests/test_maze2d.py
 def test_qrl_critic_check_acts_per_seed_on_the_same_episodes(tmp_path):
     args = device_loop.Args(scale="quick", parts=("learning",), envs=("reacher",), methods=("qrl",), seeds=2,
                             iterations=6, check_episodes=16, out_dir=str(tmp_path))

@@ -6,7 +6,11 @@ On the machine that wrote them the numbers are reproduced bit for bit; elsewhere
 in the last bits (other CPUs fuse and order sums differently) and Adam's first steps, lr * g / |g|, turn a
 sign flip of a near-zero gradient entry into a full step of that entry, so the comparison allows 1e-4
 relative + 1e-5 absolute: far below what any change of the update (another loss weight, a missed
-stop-gradient, another order of random draws) moves these numbers.
+stop-gradient, another order of random draws) moves these numbers. Batch means of critic values at sampled
+actions (``LOOSE``) sum terms of both signs to near zero, so their absolute error is that of the terms, and the
+actor's Adam steps amplify it from update to update: on one machine of this project's kind Contrastive RL's
+``actor_q`` (about 0.18, then 0.05) came out 1.1e-4 off at the first update and 2.9e-4 off at the third (5.8e-4
+with XLA's CPU backend at optimisation level 0, as the test suite compiles); they allow 1e-3 absolute.
 """
 import sys
 from pathlib import Path
@@ -29,6 +33,10 @@ def test_every_recorded_agent_is_computed(expected):
         "denoised_imagine", "denoised_sac", "dreamer", "dreamer_actor_dreamer"}
 
 
+LOOSE = ("actor_q", "actor_loss", "logits_positive")
+"""Metrics that are batch means of critic values at sampled actions (see the module docstring): 1e-3 absolute."""
+
+
 @pytest.mark.parametrize("name", list(update_fixtures.CASES))
 def test_agent_update_matches_the_recorded_numbers(name, expected):
     computed = update_fixtures.compute([name])
@@ -38,6 +46,7 @@ def test_agent_update_matches_the_recorded_numbers(name, expected):
     differ = []
     for key in recorded:
         want, got = expected[key], computed[key]
-        if want.shape != got.shape or not np.allclose(got, want, rtol=1e-4, atol=1e-5):
+        atol = 1e-3 if key.rsplit("/", 1)[-1] in LOOSE else 1e-5
+        if want.shape != got.shape or not np.allclose(got, want, rtol=1e-4, atol=atol):
             differ.append(f"{key}: recorded {want.ravel()[:4]}, now {np.ravel(got)[:4]}")
     assert not differ, "\n".join(differ[:20])
