@@ -240,6 +240,10 @@ def add_reference_to(directory: str) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"--add-reference-to: no results.json in {directory!r}")
     record = json.loads(path.read_text())
+    if "commit" not in record:  # saved before 02dfb5b, whose evaluations reset each batch with one int seed
+        raise ValueError(f"--add-reference-to: {path} was saved before results recorded their commit (02dfb5b), "
+                         "when the agents' evaluation episodes were seeded otherwise; the reference computed today "
+                         "would not be on the same episodes. Add it with the code of that run's commit")
     known = {f.name for f in dataclasses.fields(Args)}
     args = Args(**{k: tuple(v) if isinstance(v, list) else v for k, v in record["args"].items() if k in known})
     add_reference(record, args.env)

@@ -33,9 +33,14 @@ def command(module_name: str, argv: Sequence[str] | None = None) -> str:
 
 def source_commit() -> str | None:
     """The git commit of the suite's source (``+modified`` appended when tracked files differ from it), or None when
-    the suite is not a git checkout (an installed wheel) or git is missing."""
+    the suite is not the top of a git checkout (an installed wheel, or a copy inside another repository), git is
+    missing or refuses the directory."""
     root = Path(__file__).resolve().parents[1]
     try:
+        top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                             timeout=10, check=True).stdout.strip()
+        if not top or Path(top).resolve() != root:  # the suite installed inside some other repository
+            return None
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
                               timeout=10, check=True).stdout.strip()
         changed = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],

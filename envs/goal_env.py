@@ -64,14 +64,15 @@ def success_of(info: dict) -> np.ndarray:
 def time_limit(env) -> int | None:
     """The time limit of a gymnasium vector env's episodes: the smallest ``max_episode_steps`` of its sub-envs' specs
     (``gymnasium.make_vec(id, max_episode_steps=100)`` sets theirs, while the vector env's own spec keeps the
-    registered one), else the vector env's own spec's; None if neither says."""
+    registered one; None if they have specs without limits), else the vector env's own spec's; None if neither
+    says."""
     try:
-        specs = env.get_attr("spec")
-    except Exception:  # noqa: BLE001 -- a vector env without get_attr, or sub-envs without a spec
-        specs = ()
-    limits = [spec.max_episode_steps for spec in specs if getattr(spec, "max_episode_steps", None)]
-    if limits:
-        return int(min(limits))
+        specs = [spec for spec in env.get_attr("spec") if spec is not None]
+    except Exception:  # noqa: BLE001 -- a vector env without get_attr
+        specs = []
+    if specs:  # the sub-envs' own word; none of them limited (max_episode_steps=-1 in make_vec): no limit
+        limits = [spec.max_episode_steps for spec in specs if (getattr(spec, "max_episode_steps", None) or 0) > 0]
+        return int(min(limits)) if limits else None
     spec = getattr(env, "spec", None)
     limit = getattr(spec, "max_episode_steps", None) if spec is not None else None
     return int(limit) if limit else None
@@ -134,8 +135,10 @@ class GoalEnvAdapter:
         (``observe() -> frames``, ``goal_images() -> frames``) it sees frames and goal frames instead.
         Returns observations [N, T + 1, D], actions [N, T, A], goals [N, D], success [N] (at any step),
         final_success [N], and with a renderer images [N, T + 1, ...] and goal_images [N, ...]."""
-        if seed is not None and not isinstance(seed, (int, np.integer)):
-            seed = [int(s) for s in seed]
+        if isinstance(seed, (int, np.integer)):
+            seed = int(seed)
+        elif seed is not None:
+            seed = [None if s is None else int(s) for s in seed]
             if len(seed) != self.num_envs:
                 raise ValueError(f"GoalEnvAdapter.rollout: seed must be an int, None or {self.num_envs} seeds (one per "
                                  f"sub-env), got {len(seed)} seeds")

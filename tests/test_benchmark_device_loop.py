@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from platonic_rl.benchmarks import device_loop
+from platonic_rl.benchmarks import device_loop, report
 from platonic_rl.benchmarks.maze2d import grid_argmin_actions
 from platonic_rl.envs import jax_env
 
@@ -37,7 +37,8 @@ def test_learning_records_are_saved_reused_refused_and_retrained(tmp_path, capsy
     assert record["learning"]["umaze/gcbc"]["success"] == [[0.0, 0.1], [0.0, 0.1]]  # 2 evaluations x 2 seeds
     assert record["learning"]["umaze/qrl"]["critic_check"]["episodes"] == args.check_episodes
     saved = json.loads((tmp_path / "results.json").read_text())
-    assert saved["command"].startswith("python -m platonic_rl.benchmarks.device_loop") and saved["commit"] is not None
+    assert saved["command"].startswith("python -m platonic_rl.benchmarks.device_loop")
+    assert saved["commit"] == report.source_commit()
     assert (tmp_path / "learning.png").stat().st_size > 10_000
     # A rerun (a fresh clone has the records, not the checkpoints) reuses both without training.
     again = device_loop.run(args)

@@ -40,7 +40,7 @@ def test_presets_and_image_agents():
         bf.agent_config("crl", "reach", obs="image")
 
 
-def test_zero_action_reference_is_the_rate_of_episodes_solved_at_the_start(monkeypatch):
+def test_zero_action_reference_is_the_rate_of_episodes_solved_at_the_start(monkeypatch, tmp_path):
     # FetchPush: a gripper that never moves leaves the object where it starts, so the reference is exactly
     # the fraction of evaluation episodes whose object starts within the 5 cm success threshold.
     from platonic_rl.training.schedule import episode_seeds, eval_seed
@@ -60,13 +60,13 @@ def test_zero_action_reference_is_the_rate_of_episodes_solved_at_the_start(monke
     with pytest.raises(ValueError, match="episodes must be >= 1"):
         bf.zero_action_success("push", steps, episodes=0)
     # A peer not above the reference gets no efficiency ratio (it would compare noise); one above keeps it.
-    monkeypatch.setattr(bf, "zero_action_success", lambda task, s, episodes=50: reference)
+    monkeypatch.setattr(bf, "zero_action_success", lambda task, s, episodes=50: [0.0, 0.3])
     curve = lambda final: dict(final_success=final, env_steps=steps, smoothed_mean=[final / 2, final])  # noqa: E731
     record = dict(curves={"qrl": [dict(env_steps=steps)]},
                   summary={"qrl": dict(curve(0.95), smoothed_mean=[0.7, 0.95]), "crl": curve(0.16),
                            "gcbc": curve(0.6)})
     summary = bf.add_reference(record, "push")["summary"]  # reference smoothed final: (0.0 + 0.3) / 2
-    assert summary["zero_action"]["final_success"] == pytest.approx(np.mean(reference))
+    assert summary["zero_action"]["final_success"] == pytest.approx(0.15)
     # crl is within 0.05 of it: no ratio; gcbc ends at 0.6, which QRL first exceeds at 2000 of 4000 steps.
     assert summary["crl"]["qrl_sample_efficiency_ratio"] is None
     assert summary["gcbc"]["qrl_sample_efficiency_ratio"] == pytest.approx(2.0)
@@ -75,6 +75,10 @@ def test_zero_action_reference_is_the_rate_of_episodes_solved_at_the_start(monke
     assert "zero_action" in table and "x" not in table.splitlines()[-1].split()[-1]
     with pytest.raises(FileNotFoundError, match="add-reference-to"):
         bf.add_reference_to("/nonexistent/run")
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "results.json").write_text('{"args": {}, "summary": {}, "curves": {}}')
+    with pytest.raises(ValueError, match="saved before results recorded their commit"):
+        bf.add_reference_to(str(tmp_path / "old"))
 
 
 def test_from_logs_reports_runs_in_progress(tmp_path, monkeypatch):

@@ -95,3 +95,6 @@ def test_source_commit_names_the_checkout_and_says_when_it_was_modified(tmp_path
     monkeypatch.setattr(report, "__file__", str(tmp_path / "elsewhere" / "benchmarks" / "report.py"))
     (tmp_path / "elsewhere").mkdir()
     assert report.source_commit() is None
+    (root / "inner" / "benchmarks").mkdir(parents=True)  # a copy inside another repository: not its commit
+    monkeypatch.setattr(report, "__file__", str(root / "inner" / "benchmarks" / "report.py"))
+    assert report.source_commit() is None

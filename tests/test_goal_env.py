@@ -70,3 +70,12 @@ def test_the_time_limit_is_the_sub_envs_and_an_early_end_names_the_users_setting
                                          r"OnlineConfig.episode_length.*at most 100"):
         env.rollout(lambda o, g: np.zeros((len(o), 2), np.float32), seed=[0, 1])
     env.close()
+
+
+def test_sub_envs_without_a_time_limit_have_none():
+    # make_vec(..., max_episode_steps=-1) wraps no TimeLimit: nothing ends an episode, whatever the registry says.
+    vector = gym.make_vec("PointMaze_UMaze-v3", num_envs=1, vectorization_mode="sync", max_episode_steps=-1)
+    from platonic_rl.envs.goal_env import time_limit
+
+    assert time_limit(vector) is None and GoalEnvAdapter(vector, episode_length=400).episode_length == 400
+    vector.close()

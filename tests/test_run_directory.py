@@ -3,6 +3,7 @@ reported briefly, a NaN stops the run at its step, and a killed run still resume
 import csv
 import dataclasses
 import json
+import re
 import struct
 
 import jax
@@ -79,9 +80,9 @@ def test_a_fresh_run_into_a_used_directory_is_refused_unless_overwritten(tmp_pat
     assert json.loads((run_dir / "config.json").read_text())["settings"]["train_config"]["seed"] == 5
 
 
-def test_a_nan_row_stops_the_run_at_its_step_and_keeps_the_last_good_checkpoint(tmp_path):
+def test_an_overflowing_row_stops_the_run_at_its_step_and_keeps_the_last_good_checkpoint(tmp_path):
     poisoned = data()
-    poisoned["observations"][123, 1] = np.nan
+    poisoned["observations"][123, 1] = 3e38  # finite (a NaN is refused before training), but overflows the encoder
     config = dataclasses.replace(CONFIG, steps=400, log_every=10, checkpoint_every=10)
     with pytest.raises(NonFiniteError, match=r"non-finite values at update (\d+): .*agent_state") as error:
         train_offline(QRLAgent.create(TINY, 0), poisoned, config, tmp_path)
@@ -242,7 +243,8 @@ def test_a_second_writer_is_refused_naming_the_holders_process_id(tmp_path):
 
     holder = hold_in_another_process(tmp_path / "run")
     try:
-        with pytest.raises(RunDirectoryInUseError, match=rf"{tmp_path / 'run'} is in use by process {holder.pid} on "):
+        with pytest.raises(RunDirectoryInUseError, match=rf"{re.escape(str(tmp_path / 'run'))} is in use by process "
+                                                         rf"{holder.pid} on "):
             RunDirectory.open(tmp_path / "run", dict(lr=0.1))
         with pytest.raises(RunDirectoryInUseError, match=f"process {holder.pid}"):  # overwriting is writing too
             RunDirectory.open(tmp_path / "run", dict(lr=0.1), overwrite=True)
@@ -274,7 +276,7 @@ def test_a_killed_holder_does_not_block_the_next_run(tmp_path):
     assert not (tmp_path / "run" / ".run.holder").exists()
 
 
-def test_a_loop_that_fails_releases_its_directory(tmp_path):
+def test_a_loop_that_fails_releases_its_directory(tmp_path, monkeypatch):
     # A refused resume, and a run stopped by an error, leave the directory free for the next attempt.
     train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=20), run_dir=tmp_path / "r")
     with pytest.raises(RunDirectoryError, match="other settings"):
@@ -282,4 +284,13 @@ def test_a_loop_that_fails_releases_its_directory(tmp_path):
                       run_dir=tmp_path / "r")
     with pytest.raises(RunDirectoryError, match="beyond this run's budget"):
         train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=10), run_dir=tmp_path / "r")
+    # An error inside the loop (here the NaN check of the first call) leaves the directory free too.
+    import platonic_rl.training.offline as offline
+
+    def nan(finite, first_step, unit="update"):
+        raise NonFiniteError(f"NaN at {unit} {first_step}")
+
+    monkeypatch.setattr(offline, "check_finite", nan)
+    with pytest.raises(NonFiniteError, match="NaN at update 21"):
+        train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=40), run_dir=tmp_path / "r")
     RunDirectory.open(tmp_path / "r", {}, overwrite=True).close()

@@ -34,7 +34,8 @@ def test_every_recorded_agent_is_computed(expected):
 
 
 LOOSE = ("actor_q", "actor_loss", "logits_positive")
-"""Metrics that are batch means of critic values at sampled actions (see the module docstring): 1e-3 absolute."""
+"""Contrastive RL's metrics that are batch means of critic values at sampled actions (see the module docstring):
+1e-3 absolute. Every other agent's metrics keep 1e-5."""
 
 
 @pytest.mark.parametrize("name", list(update_fixtures.CASES))
@@ -46,7 +47,7 @@ def test_agent_update_matches_the_recorded_numbers(name, expected):
     differ = []
     for key in recorded:
         want, got = expected[key], computed[key]
-        atol = 1e-3 if key.rsplit("/", 1)[-1] in LOOSE else 1e-5
+        atol = 1e-3 if key.startswith("crl_") and key.rsplit("/", 1)[-1] in LOOSE else 1e-5
         if want.shape != got.shape or not np.allclose(got, want, rtol=1e-4, atol=atol):
             differ.append(f"{key}: recorded {want.ravel()[:4]}, now {np.ravel(got)[:4]}")
     assert not differ, "\n".join(differ[:20])

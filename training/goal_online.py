@@ -212,32 +212,32 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
         return env if isinstance(env, GoalEnvAdapter) else GoalEnvAdapter(env, episode_length=config.episode_length)
 
     env, eval_env = build(config.rollouts_per_cycle), build(min(config.eval_episodes, 10))
-    if config.episode_length is None:
-        config = dataclasses.replace(config, episode_length=env.episode_length)
-    elif config.episode_length != env.episode_length:
-        env.episode_length = eval_env.episode_length = config.episode_length
-    config.check_budget()
-    length = config.episode_length
-    renderer = fetch.ImageRenderer(env.env, config.task) if image else None
-    eval_renderer = fetch.ImageRenderer(eval_env.env, config.task) if image else None
-    if image:  # goals are whole future frames
-        goal_mask = None
-        buffer = EpisodeBuffer.create(config.episode_capacity, length, (fetch.IMAGE_SIZE, fetch.IMAGE_SIZE, 3),
-                                      env.action_dim, jnp.uint8)
-    else:
-        goal_mask = jnp.asarray(env.goal_mask)
-        buffer = EpisodeBuffer.create(config.episode_capacity, length, env.obs_dim, env.action_dim)
-    key = jax.random.PRNGKey(config.seed)
-    state = dict(agent=agent, buffer=buffer, key=key, env_steps=jnp.int32(0), cycle=jnp.int32(0))
-    run = None
-    if run_dir is not None:
-        loop = {k: v for k, v in dataclasses.asdict(config).items() if k not in RESUMABLE or k == "env_steps"}
-        settings = dict(**agent_settings(agent), loop=loop, episode_seeds=EPISODE_SEEDS,
-                        env=dict(goal_dims=list(env.goal_dims), obs_dim=env.obs_dim, action_dim=env.action_dim))
-        run = RunDirectory.open(run_dir, settings, resume=config.resume, overwrite=config.overwrite,
-                                resumable=("loop.env_steps",), step_key="env_steps")
-        state = run.restore(state, budget=config.env_steps, resize_buffer=True)
-    try:
+    run = renderer = eval_renderer = None
+    try:  # whatever stops the run (a refusal, an error), the envs and the run directory are closed
+        if config.episode_length is None:
+            config = dataclasses.replace(config, episode_length=env.episode_length)
+        elif config.episode_length != env.episode_length:
+            env.episode_length = eval_env.episode_length = config.episode_length
+        config.check_budget()
+        length = config.episode_length
+        renderer = fetch.ImageRenderer(env.env, config.task) if image else None
+        eval_renderer = fetch.ImageRenderer(eval_env.env, config.task) if image else None
+        if image:  # goals are whole future frames
+            goal_mask = None
+            buffer = EpisodeBuffer.create(config.episode_capacity, length, (fetch.IMAGE_SIZE, fetch.IMAGE_SIZE, 3),
+                                          env.action_dim, jnp.uint8)
+        else:
+            goal_mask = jnp.asarray(env.goal_mask)
+            buffer = EpisodeBuffer.create(config.episode_capacity, length, env.obs_dim, env.action_dim)
+        key = jax.random.PRNGKey(config.seed)
+        state = dict(agent=agent, buffer=buffer, key=key, env_steps=jnp.int32(0), cycle=jnp.int32(0))
+        if run_dir is not None:
+            loop = {k: v for k, v in dataclasses.asdict(config).items() if k not in RESUMABLE or k == "env_steps"}
+            settings = dict(**agent_settings(agent), loop=loop, episode_seeds=EPISODE_SEEDS,
+                            env=dict(goal_dims=list(env.goal_dims), obs_dim=env.obs_dim, action_dim=env.action_dim))
+            run = RunDirectory.open(run_dir, settings, resume=config.resume, overwrite=config.overwrite,
+                                    resumable=("loop.env_steps",), step_key="env_steps")
+            state = run.restore(state, budget=config.env_steps, resize_buffer=True)
         history = run.rows if run else []
 
         def collect(state, policy, seed):
@@ -280,11 +280,13 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
                        due=checkpoint_due(cycle + 1, config.checkpoint_every, int(state["env_steps"]) >= config.env_steps))
         bar.close()
     finally:
-        if run:
-            run.close()
-        for r in (renderer, eval_renderer):
-            if r is not None:
-                r.close()
-        env.close()
-        eval_env.close()
+        try:
+            if run:
+                run.close()
+        finally:
+            for r in (renderer, eval_renderer):
+                if r is not None:
+                    r.close()
+            env.close()
+            eval_env.close()
     return state["agent"], history

@@ -104,6 +104,8 @@ def check_values(data: dict[str, Any]) -> None:
     sampled rows are seen, so a bad row could go unnoticed for thousands of updates, or forever.)"""
     for key, value in data.items():
         array = np.asarray(value)
+        if jnp.issubdtype(array.dtype, jnp.floating) and not np.issubdtype(array.dtype, np.inexact):
+            array = array.astype(np.float32)  # bfloat16 and other ml_dtypes floats, exactly
         rows = array.reshape(len(array), -1)
         if np.issubdtype(array.dtype, np.inexact):
             bad = ~np.isfinite(rows)

@@ -20,7 +20,8 @@ A directory refuses to be misused:
 * a directory in use by another process (or another open :class:`RunDirectory` of this one) is refused with
   :class:`RunDirectoryInUseError`, naming the holder's process id; the lock (``.run.lock``, an OS file lock taken
   with ``filelock``) is released by :meth:`RunDirectory.close` or when the holder's process ends in any way, so a
-  killed run (even by SIGKILL) leaves nothing that blocks the next;
+  killed run (even by SIGKILL) leaves nothing that blocks the next (on a network filesystem, only as far as its
+  locks reach across hosts);
 * a corrupt checkpoint gives one short message naming its step folder and the fallback (delete the folder
   and the run resumes from the previous checkpoint);
 * a damaged last line of ``metrics.jsonl`` (a run killed while writing it) is dropped with a warning, and a
@@ -58,13 +59,16 @@ LOCK_FILE = ".run.lock"
 """The OS lock of a run directory: held while a :class:`RunDirectory` is open, freed when its process ends."""
 HOLDER_FILE = ".run.holder"
 """Who holds the lock: a JSON object with ``pid``, ``host``, ``since`` and ``command`` (for the refusal message)."""
-LOCK_FILES = (LOCK_FILE, HOLDER_FILE)
+LOCK_FILES = (LOCK_FILE, HOLDER_FILE, HOLDER_FILE + ".tmp")
 
 
 def lock_run_directory(path: Path) -> FileLock:
     """Take ``path``'s lock without waiting, and record this process as its holder. Raises
     :class:`RunDirectoryInUseError` naming the holder's process id if the lock is held."""
-    lock = FileLock(str(path / LOCK_FILE), timeout=0)
+    # One hold per process, whatever thread closes it; the lock file is kept on release (removing it while another
+    # process waits on it would let two hold it); no silent fallback to a marker file where flock is unavailable.
+    lock = FileLock(str(path / LOCK_FILE), timeout=0, thread_local=False, fallback_to_soft=False,
+                    preserve_lock_file=True)
     try:
         lock.acquire()
     except Timeout:
@@ -75,6 +79,9 @@ def lock_run_directory(path: Path) -> FileLock:
             f"{path} is in use by {who}; two writers of one run directory would mix their checkpoints and metrics. "
             "Wait for that run to end (or stop it), or use another directory. A run that was killed frees its lock "
             "when its process ends.") from None
+    except OSError as error:  # a filesystem without flock (some network mounts)
+        raise RunDirectoryError(f"{path}: cannot take the run directory's lock {path / LOCK_FILE} ({error}); run "
+                                "directories need a filesystem with file locks (flock)") from None
     write_json(path / HOLDER_FILE, dict(pid=os.getpid(), host=socket.gethostname(),
                                         since=time.strftime("%Y-%m-%d %H:%M:%S"), command=" ".join(sys.argv)))
     return lock
@@ -266,6 +273,7 @@ class RunDirectory:
 
     def __init__(self, path: Path, keep: int, step_key: str, tensorboard: bool, lock: FileLock | None = None):
         self.path, self.step_key, self.tensorboard, self._lock = path, step_key, tensorboard, lock
+        self._closed = False
         self.manager = ocp.CheckpointManager(
             (path / "checkpoints").absolute(),
             options=ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False),
@@ -416,6 +424,9 @@ class RunDirectory:
 
     def close(self) -> None:
         """Finish writing and release the directory's lock (closing twice does nothing more)."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             self.manager.wait_until_finished()
             self.manager.close()
