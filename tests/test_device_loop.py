@@ -141,7 +141,7 @@ def test_eight_devices_over_two_processes_equal_one_device(one_device, tmp_path)
     from platonic_rl.training import distributed
 
     env = dict(os.environ, JAX_PLATFORMS="cpu",
-               XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip())
+               XLA_FLAGS=os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4")
     results = distributed.launch(2, [sys.executable, "-c", SCRIPT, "mesh", str(tmp_path / "two.npz")], env=env,
                                  timeout=600)
     for r in results:

@@ -10,7 +10,7 @@ stop-gradient, another order of random draws) moves these numbers. Batch means o
 actions (``LOOSE``) sum terms of both signs to near zero, so their absolute error is that of the terms, and the
 actor's Adam steps amplify it from update to update: on one machine of this project's kind Contrastive RL's
 ``actor_q`` (about 0.18, then 0.05) came out 1.1e-4 off at the first update and 2.9e-4 off at the third (5.8e-4
-with XLA's CPU backend at optimisation level 0); they allow 1e-3 absolute.
+with XLA's CPU backend at optimisation level 0, as the test suite compiles); they allow 1e-3 absolute.
 """
 import sys
 from pathlib import Path
