@@ -114,9 +114,9 @@ class Args:
                              f"nothing is trained or evaluated; got {self.env_steps}")
         cycle = OnlineConfig.rollouts_per_cycle * fetch.EPISODE_LENGTH
         if trains and (self.env_steps - prefill) % cycle:
-            raise ValueError(f"--env-steps must be the {prefill} env steps of random prefill plus whole cycles of {cycle} "
-                             f"env steps ({OnlineConfig.rollouts_per_cycle} episodes x {fetch.EPISODE_LENGTH} steps), "
-                             f"else the last cycle runs past the budget; got {self.env_steps}")
+            raise ValueError(f"--env-steps must be the {prefill} env steps of random prefill plus whole cycles of "
+                             f"{cycle} env steps ({OnlineConfig.rollouts_per_cycle} episodes x {fetch.EPISODE_LENGTH} "
+                             f"steps), else the last cycle runs past the budget; got {self.env_steps}")
         for name in ("batch_size", "updates_per_cycle", "updates_per_call"):
             value = getattr(self, name)
             if value is not None and value < 1:

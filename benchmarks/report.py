@@ -62,8 +62,7 @@ def save_run(out_dir: str | Path, module_name: str, args, record: Mapping[str, A
     if clash:
         raise ValueError(f"save_run: the record must not hold {clash}; save_run writes them itself")
     saved = dict(command=command(module_name), commit=source_commit(), args=dataclasses.asdict(args), **record,
-                 table=table,
-                 jax_backend=jax.default_backend(), jax_devices=[str(d) for d in jax.devices()])
+                 table=table, jax_backend=jax.default_backend(), jax_devices=[str(d) for d in jax.devices()])
     if total_seconds is not None:
         saved["total_seconds"] = total_seconds
     return _write(Path(out_dir), saved, plots)

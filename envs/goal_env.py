@@ -109,9 +109,9 @@ class GoalEnvAdapter:
                              "max_episode_steps): pass it (OnlineConfig.episode_length, or GoalEnvAdapter's "
                              "episode_length)")
         if limit is not None and episode_length > limit:
-            raise ValueError(f"episode_length={episode_length} (OnlineConfig.episode_length, or GoalEnvAdapter's) exceeds "
-                             f"the env's time limit of {limit} steps, so the env would end episodes early; use at most "
-                             f"{limit}, or make the env with a longer max_episode_steps")
+            raise ValueError(f"episode_length={episode_length} (OnlineConfig.episode_length, or GoalEnvAdapter's) "
+                             f"exceeds the env's time limit of {limit} steps, so the env would end episodes early; use "
+                             f"at most {limit}, or make the env with a longer max_episode_steps")
         self.episode_length = int(episode_length)
 
     @property
@@ -131,8 +131,9 @@ class GoalEnvAdapter:
         """One episode in every sub-env with ``policy(observations, goals) -> actions [N, A]`` (clipped to
         [-1, 1]). ``seed``: one reset seed per sub-env (a sequence of ``num_envs`` ints: the loops give every
         episode its own), or an int as gymnasium takes it (sub-env j gets ``seed + j``, so rollouts seeded s and
-        s + 1 share all but one episode), or None. States: the policy sees states [N, D] and goal states [N, D]; with a ``renderer``
-        (``observe() -> frames``, ``goal_images() -> frames``) it sees frames and goal frames instead.
+        s + 1 share all but one episode), or None. States: the policy sees states [N, D] and goal states [N, D];
+        with a ``renderer`` (``observe() -> frames``, ``goal_images() -> frames``) it sees frames and goal frames
+        instead.
         Returns observations [N, T + 1, D], actions [N, T, A], goals [N, D], success [N] (at any step),
         final_success [N], and with a renderer images [N, T + 1, ...] and goal_images [N, ...]."""
         if isinstance(seed, (int, np.integer)):

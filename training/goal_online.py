@@ -102,11 +102,13 @@ class OnlineConfig:
         cycle = self.rollouts_per_cycle * self.steps_per_episode
         extra = (self.env_steps - self.prefill_env_steps) % cycle
         if extra:
-            options = [n for n in (self.env_steps - extra, self.env_steps - extra + cycle) if n > self.prefill_env_steps]
-            raise ValueError(f"OnlineConfig.env_steps={self.env_steps} is not the random prefill ({self.prefill_env_steps} "
-                             f"env steps) plus a whole number of cycles of {cycle} env steps (rollouts_per_cycle="
-                             f"{self.rollouts_per_cycle} episodes of {self.steps_per_episode} steps): the last cycle would "
-                             f"run past the budget; use env_steps={' or '.join(map(str, options))}")
+            below = self.env_steps - extra
+            options = [n for n in (below, below + cycle) if n > self.prefill_env_steps]
+            raise ValueError(f"OnlineConfig.env_steps={self.env_steps} is not the random prefill "
+                             f"({self.prefill_env_steps} env steps) plus a whole number of cycles of {cycle} env steps "
+                             f"(rollouts_per_cycle={self.rollouts_per_cycle} episodes of {self.steps_per_episode} "
+                             f"steps): the last cycle would run past the budget; use "
+                             f"env_steps={' or '.join(map(str, options))}")
 
     @property
     def prefill_env_steps(self) -> int:
@@ -240,6 +242,10 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
             state = run.restore(state, budget=config.env_steps, resize_buffer=True)
         history = run.rows if run else []
 
+        def batch_seeds(first: int, stream: int = 0) -> list[int]:
+            """One reset seed per sub-env: episodes first, first + 1, ... of ``stream``, each its own."""
+            return [episode_seed(config.seed, first + j, stream) for j in range(env.num_envs)]
+
         def collect(state, policy, seed):
             out = env.rollout(policy, seed=seed, renderer=renderer)
             stored = out["images"] if image else out["observations"]
@@ -251,9 +257,8 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
         random_policy = np.random.default_rng(config.seed)
         while int(state["buffer"].size) < config.prefill_episodes and int(state["env_steps"]) < config.env_steps:
             before = int(state["env_steps"])
-            first = int(state["buffer"].size)  # every episode its own seed: episode i of the run resets with seed i's
             collect(state, lambda o, g: random_policy.uniform(-1, 1, (len(o), env.action_dim)),
-                    seed=[episode_seed(config.seed, first + j) for j in range(env.num_envs)])
+                    seed=batch_seeds(int(state["buffer"].size)))
             bar.update(int(state["env_steps"]) - before)
         evaluations = EvaluationSchedule(config.eval_every, int(state["env_steps"]))
         while int(state["env_steps"]) < config.env_steps:
@@ -263,7 +268,7 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
             before = int(state["env_steps"])
             explore_success = collect(
                 state, lambda o, g: np.asarray(explore(state["agent"], o, g, next(act_keys), config.exploration_noise)),
-                seed=[episode_seed(config.seed, cycle * env.num_envs + j, EXPLORATION_STREAM) for j in range(env.num_envs)])
+                seed=batch_seeds(cycle * env.num_envs, EXPLORATION_STREAM))
             state["agent"], metrics = train_cycle(state["agent"], state["buffer"], train_key, goal_mask, config,
                                                   first_step=cycle * config.updates_per_cycle + 1)
             state["key"], state["cycle"] = key, jnp.int32(cycle + 1)
@@ -276,8 +281,9 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
                 bar.set_postfix(success=f"{row['eval_success']:.2f}")
             row["cycle_seconds"] = time.perf_counter() - cycle_start  # rollouts + updates + evaluation, wall clock
             bar.update(int(state["env_steps"]) - before)
+            final = int(state["env_steps"]) >= config.env_steps
             finish_row(run, history, row, int(state["env_steps"]), state,
-                       due=checkpoint_due(cycle + 1, config.checkpoint_every, int(state["env_steps"]) >= config.env_steps))
+                       due=checkpoint_due(cycle + 1, config.checkpoint_every, final))
         bar.close()
     finally:
         try:
