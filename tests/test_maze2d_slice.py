@@ -1,0 +1,69 @@
+"""The paper-scale maze2d slice at its tiny size: a prepared dataset, chunks, evaluations, resume."""
+import json
+
+import numpy as np
+import pytest
+
+from platonic_rl.benchmarks import maze2d_slice
+from platonic_rl.envs import maze2d
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    path = tmp_path_factory.mktemp("slice") / "umaze.npz"
+    info = maze2d_slice.prepare_dataset(path, "umaze", size=2_000, seed=0)
+    return path, info
+
+
+def test_prepared_dataset_is_the_generated_trajectory(prepared):
+    path, info = prepared
+    data, stored = maze2d_slice.load_prepared(path, "umaze")
+    generated = maze2d.generate("umaze", 2_000, seed=0, progress=False)
+    assert stored == info and info["action_noise"] == maze2d.ACTION_NOISE and info["transitions"] == 2_000
+    for key in ("observations", "next_observations", "actions"):
+        np.testing.assert_allclose(data[key], generated[key], atol=1e-5)
+    np.testing.assert_array_equal(data["segment_end"], generated["segment_end"])
+    with pytest.raises(ValueError, match="holds maze2d-umaze, not --layout 'medium'"):
+        maze2d_slice.load_prepared(path, "medium")
+
+
+def test_tiny_run_trains_in_chunks_evaluates_and_resumes(prepared, tmp_path, capsys):
+    path, _ = prepared
+    argv = ["--dataset", str(path), "--layout", "umaze", "--size", "tiny", "--updates", "100", "--chunk", "50",
+            "--episodes", "4", "--minutes", "5", "--out-dir", str(tmp_path)]
+    record = maze2d_slice.main(argv)
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["updates"] == record["updates"] == 100 and saved["samples"] == 100 * 64
+    assert [c["from_update"] for c in saved["chunks"]] == [0, 50]
+    assert [e["updates"] for e in saved["evaluations"]] == [50, 100]  # after the first chunk, and at the end
+    for evaluation in saved["evaluations"]:
+        for policy in ("actor", "critic"):
+            for mode in ("single", "multi"):  # D4RL-normalised: between the minimum (about -17) and 300 steps at goal
+                assert -30 < evaluation[f"{policy}_{mode}"] < 300
+    assert set(saved["signals"]) == {*maze2d_slice.SIGNALS, "flat"}
+    assert [row["step"] for row in saved["history"]] == [50, 100]
+
+    record = maze2d_slice.main(argv[:argv.index("--updates") + 1] + ["150"] + argv[argv.index("--updates") + 2:])
+    assert "continuing" in capsys.readouterr().out and record["chunks"] == [record["chunks"][0]]
+    assert record["chunks"][0]["from_update"] == 100 and record["updates"] == 150
+
+
+def test_convergence_measures_the_tail_slope():
+    rows = [{"step": s, "critic0/lagrange_multiplier": 10.0, "critic1/lagrange_multiplier": 10.0,
+             "critic0/violation": float(s), "critic1/violation": float(s)} for s in range(100, 1100, 100)]
+    signals = maze2d_slice.convergence(rows)
+    assert signals["lagrange_multiplier"]["tail_change"] == pytest.approx(0.0, abs=1e-9)
+    # the last 20%: steps 800..1000, a rise of 200 over a mean of 900
+    assert signals["violation"]["tail_change"] == pytest.approx(200 / 900, rel=1e-6)
+    assert signals["flat"] is False and signals["violation"]["first"] == 100 and signals["violation"]["last"] == 1000
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="--updates=150 must be a multiple of --chunk=100"):
+        maze2d_slice.Args(dataset="x.npz", updates=150, chunk=100)
+    with pytest.raises(ValueError, match="--size must be one of"):
+        maze2d_slice.Args(dataset="x.npz", size="huge")
+    with pytest.raises(ValueError, match="--dataset"):
+        maze2d_slice.Args()
+    with pytest.raises(ValueError, match="--plot needs OUT.png and at least one results.json"):
+        maze2d_slice.parse_args(["--plot", "out.png"])
