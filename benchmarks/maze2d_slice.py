@@ -71,6 +71,8 @@ class Args:
     """Seconds kept for the final evaluation and saving."""
     episodes: int = 100
     """Evaluation episodes per setting (single goal, multi goal)."""
+    episode_length: int = 0
+    """Steps per evaluation episode; 0: the layout's D4RL time limit (shorter: a smoke run, scores not D4RL's)."""
     seed: int = 0
     out_dir: str = "results/maze2d_slice"
     run_dir: str | None = None
@@ -79,6 +81,8 @@ class Args:
     """``OUT.png RESULTS.json [RESULTS.json ...]``: only draw one picture of a run's calls (where matplotlib is)."""
 
     def __post_init__(self):
+        if self.episode_length < 0:
+            raise ValueError(f"--episode-length must be >= 0 (0: the layout's limit), got {self.episode_length}")
         for name in ("updates", "chunk", "episodes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
@@ -162,12 +166,13 @@ def _critic_greedy_actions(agent: QRLContinuousAgent, env: PointMaze, norm, obse
     return grid[jnp.argmin(costs, -1)]
 
 
-@functools.partial(jax.jit, static_argnames=("layout", "mode", "episodes", "policy"))
+@functools.partial(jax.jit, static_argnames=("layout", "mode", "episodes", "policy", "episode_length"))
 def episode_returns(agent: QRLContinuousAgent, key: jax.Array, layout: str, mode: str, episodes: int,
-                    policy: str) -> jax.Array:
+                    policy: str, episode_length: int = 0) -> jax.Array:
     """Returns ``[episodes]`` (steps within 0.5 of the goal, D4RL's sparse reward) of ``policy`` ("actor": the
-    actor's mode action; "critic": :func:`_critic_greedy_actions`) in the JAX point maze."""
-    env = PointMaze(layout, goals=mode)
+    actor's mode action; "critic": :func:`_critic_greedy_actions`) in the JAX point maze, episodes of
+    ``episode_length`` steps (0: the layout's time limit)."""
+    env = PointMaze(layout, goals=mode, episode_length=episode_length)
     norm = normaliser(maze2d.get_layout(layout))
     if policy == "actor":
         act = lambda obs, goals, k: agent.act(norm(obs), norm(goals))  # noqa: E731
@@ -178,13 +183,13 @@ def episode_returns(agent: QRLContinuousAgent, key: jax.Array, layout: str, mode
     return reached.sum(1)
 
 
-def evaluate(agent: QRLContinuousAgent, layout: str, episodes: int, seed: int) -> dict:
+def evaluate(agent: QRLContinuousAgent, layout: str, episodes: int, seed: int, episode_length: int = 0) -> dict:
     """Mean D4RL-normalised score of the actor and of the critic check, single and multi goal."""
     out = {}
     for policy in ("actor", "critic"):
         for k, mode in enumerate(("single", "multi")):
             key = jax.random.PRNGKey(10_000 * k + seed)
-            returns = np.asarray(episode_returns(agent, key, layout, mode, episodes, policy))
+            returns = np.asarray(episode_returns(agent, key, layout, mode, episodes, policy, episode_length))
             out[f"{policy}_{mode}"] = float(maze2d.normalized_score(layout, returns).mean())
     return out
 
@@ -267,12 +272,12 @@ def run(args: Args) -> dict:
               flush=True)
         if len(chunks) == 1:
             t = time.time()
-            evaluations.append(dict(updates=done, **evaluate(agent, layout.name, args.episodes, args.seed)))
+            evaluations.append(dict(updates=done, **evaluate(agent, layout.name, args.episodes, args.seed, args.episode_length)))
             print(f"evaluation at {done:,} updates ({time.time() - t:.0f} s): {evaluations[-1]}", flush=True)
             if time.time() > deadline - args.eval_reserve:
                 break
     if not evaluations or evaluations[-1]["updates"] != done:
-        evaluations.append(dict(updates=done, **evaluate(agent, layout.name, args.episodes, args.seed)))
+        evaluations.append(dict(updates=done, **evaluate(agent, layout.name, args.episodes, args.seed, args.episode_length)))
         print(f"evaluation at {done:,} updates: {evaluations[-1]}", flush=True)
     steady = [c for c in chunks[1:]] or chunks  # the first chunk compiles
     updates_per_second = sum(c["updates"] for c in steady) / max(sum(c["seconds"] for c in steady), 1e-9)

@@ -22,6 +22,28 @@ def test_goals_and_oracles():
     assert partial["summary"]["top_of_hill"] < 100.0
 
 
+def test_benchmark_pipeline_with_a_small_network(tmp_path, monkeypatch):
+    """The whole run (dataset, training, evaluation from all 25,600 states, table, picture, record) with a
+    16-wide QRL: the quick preset's network is what makes the smoke run below slow on 2 cores."""
+    from platonic_rl.training.offline import TrainConfig, _mountaincar_config
+
+    small = (_mountaincar_config(16, 1, 8, 2, 4, 20, lr=1e-3), TrainConfig(steps=20, batch_size=64, log_every=10))
+    monkeypatch.setitem(bench.PRESETS, "quick", small)
+    record = bench.run(bench.Args(scale="quick", methods=("qrl_single", "qrl_multi"), steps=20, out_dir=str(tmp_path)))
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["command"].startswith("python -m platonic_rl.benchmarks.mountaincar")
+    assert saved["train_config"]["steps"] == 20 and saved["agent_configs"]["qrl_multi"]["encoder_hidden"] == [16]
+    assert [r["goal"] for r in record["results"]["qrl_single"]["per_goal"]] == ["top of hill"]  # single: one goal
+    assert len(record["results"]["qrl_multi"]["per_goal"]) == 10
+    for method in ("qrl_single", "qrl_multi"):
+        summary = record["results"][method]["summary"]
+        assert 0 <= summary["top_of_hill"] <= 100 and np.isfinite(summary["spearman_top_of_hill"])
+    assert record["results"]["oracle_full"]["summary"]["top_of_hill"] == pytest.approx(100.0)
+    assert (tmp_path / "values.png").stat().st_size > 10_000
+    assert "NOT comparable" in record["table"] and "QRL multi-goal" in record["table"]
+
+
+@pytest.mark.slow
 def test_benchmark_smoke_run(tmp_path):
     record = bench.run(bench.Args(scale="quick", methods=("qrl_multi",), steps=500, out_dir=str(tmp_path)))
     saved = json.loads((tmp_path / "results.json").read_text())

@@ -352,13 +352,38 @@ def test_actor_critic_gap_is_the_actors_learned_cost_above_the_best_grid_action(
     np.testing.assert_allclose(gap0, cost(np.zeros((5, 2))) - offered.min(0), rtol=1e-5, atol=1e-4)
 
 
+def _small_scale(bench, updates: int, small_networks: bool):
+    """The quick scale with ``updates`` updates per method and, with ``small_networks``, 16-wide networks and 8
+    MPPI samples (the quick scale's 64-wide networks make the run's compiles and episodes slow on 2 cores)."""
+    quick = bench.scales()["quick"]
+    short = {f"{m}_train": dataclasses.replace(getattr(quick, f"{m}_train"), steps=updates, log_every=updates // 2,
+                                               checkpoint_every=updates // 2) for m in ("qrl", "crl", "gcbc")}
+    if small_networks:
+        from platonic_rl.agents.crl import CRLConfig
+        from platonic_rl.agents.gcbc import GCBCConfig
+
+        short.update(qrl=bench._qrl((16,), 8, (16,), 2, 4, (16,), 1e-4), mppi_samples=8,
+                     crl=CRLConfig(obs_dim=4, action_dim=2, hidden=(16,), repr_dim=4, actor_hidden=(16,), bc_weight=0.05),
+                     gcbc=GCBCConfig(obs_dim=4, action_dim=2, hidden=(16,)))
+    return dataclasses.replace(quick, **short)
+
+
+def test_benchmark_pipeline_with_small_networks(tmp_path, monkeypatch):
+    """Every method of the benchmark end to end (datasets, training, MuJoCo episodes, MPPI, value maps, actor
+    check, table, pictures, record, and a rerun that reuses everything) with 16-wide networks and 20 updates."""
+    _check_benchmark_run(tmp_path, monkeypatch, updates=20, small_networks=True)
+
+
+@pytest.mark.slow
 def test_benchmark_quick_run(tmp_path, monkeypatch):
+    """The quick scale's networks, 200 updates per method."""
+    _check_benchmark_run(tmp_path, monkeypatch, updates=200, small_networks=False)
+
+
+def _check_benchmark_run(tmp_path, monkeypatch, updates: int, small_networks: bool):
     from platonic_rl.benchmarks import maze2d as bench
 
-    quick = bench.scales()["quick"]  # the pipeline end to end; 200 updates per method are enough for that
-    short = {m: dataclasses.replace(getattr(quick, f"{m}_train"), steps=200, log_every=100, checkpoint_every=100)
-             for m in ("qrl", "crl", "gcbc")}
-    smoke = dataclasses.replace(quick, **{f"{m}_train": t for m, t in short.items()})
+    smoke = _small_scale(bench, updates, small_networks)
     every_scale = bench.scales
     monkeypatch.setattr(bench, "scales", lambda: {**every_scale(), "quick": smoke})
     args = bench.Args(scale="quick", layouts=("umaze",), seeds=(0, 1), dataset_size=3_000, episodes=1,

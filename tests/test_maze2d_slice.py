@@ -30,7 +30,7 @@ def test_prepared_dataset_is_the_generated_trajectory(prepared):
 def test_tiny_run_trains_in_chunks_evaluates_and_resumes(prepared, tmp_path, capsys):
     path, _ = prepared
     argv = ["--dataset", str(path), "--layout", "umaze", "--size", "tiny", "--updates", "100", "--chunk", "50",
-            "--episodes", "4", "--minutes", "5", "--out-dir", str(tmp_path)]
+            "--episodes", "4", "--episode-length", "20", "--minutes", "5", "--out-dir", str(tmp_path)]
     record = maze2d_slice.main(argv)
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["updates"] == record["updates"] == 100 and saved["samples"] == 100 * 64
@@ -38,8 +38,8 @@ def test_tiny_run_trains_in_chunks_evaluates_and_resumes(prepared, tmp_path, cap
     assert [e["updates"] for e in saved["evaluations"]] == [50, 100]  # after the first chunk, and at the end
     for evaluation in saved["evaluations"]:
         for policy in ("actor", "critic"):
-            for mode in ("single", "multi"):  # D4RL-normalised: between the minimum (about -17) and 300 steps at goal
-                assert -30 < evaluation[f"{policy}_{mode}"] < 300
+            for mode in ("single", "multi"):  # D4RL-normalised 20-step returns: from about -17 (0 steps at the goal)
+                assert -20 < evaluation[f"{policy}_{mode}"] < 40
     assert set(saved["signals"]) == {*maze2d_slice.SIGNALS, "flat"}
     assert [row["step"] for row in saved["history"]] == [50, 100]
 
