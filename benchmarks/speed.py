@@ -188,6 +188,26 @@ def _world_model(dreamer: bool, preset: str, compute_dtype: str = "float32", pix
     return build
 
 
+# The maze2d width x batch ladder: QRL's ``cpu`` maze2d preset (latent 64, IQE-maxmean 16 x 16, 2 critics) with
+# every MLP at the width (2 layers, the projector 1), on 4-d states and 2-d actions.
+MAZE2D_LADDER = ((128, 256), (128, 1024), (128, 4096), (256, 256), (256, 1024), (512, 256), (512, 1024))
+
+
+def _maze2d_qrl(width: int, batch: int) -> Callable:
+    def build():
+        from platonic_rl.benchmarks.maze2d import scales
+
+        config = dataclasses.replace(scales()["cpu"].qrl, encoder_hidden=(width,) * 2, dynamics_hidden=(width,) * 2,
+                                     actor_hidden=(width,) * 2, projector_hidden=(width,))
+        return QRLContinuousAgent.create(config, 0), goal_batch(batch, 4, 2)
+    return build
+
+
+def maze2d_cases() -> list[Case]:
+    return [Case(f"maze2d_qrl_w{w}_b{b}", f"maze2d, cpu preset at width {w}, batch {b}", _maze2d_qrl(w, b), b)
+            for w, b in MAZE2D_LADDER]
+
+
 def full_cases() -> list[Case]:
     from platonic_rl.benchmarks.fetch import QRL_PRESETS
     from platonic_rl.benchmarks.dmc import PRESETS
@@ -223,7 +243,7 @@ def full_cases() -> list[Case]:
              _world_model(False, "cpu", pixels=True, conv_impl="im2col"), seq["cpu"]),
         Case("denoised_mdp", "cheetah states, Table D.4 (50 x 50 steps)", _world_model(False, "paper"),
              seq["paper"]),
-    ]
+    ] + maze2d_cases()
 
 
 def quick_cases() -> list[Case]:
