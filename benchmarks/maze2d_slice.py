@@ -125,8 +125,8 @@ def prepare_dataset(path: str | Path, layout: str, size: int | None = None, seed
                 action_noise=maze2d.ACTION_NOISE, episodes=int(data["segment_end"].sum()),
                 generation_seconds=round(time.time() - start, 1))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(path, states=states, actions=data["actions"].astype(np.float32), segment_end=data["segment_end"],
-             info=json.dumps(info))
+    np.savez_compressed(path, states=states, actions=data["actions"].astype(np.float32),
+                        segment_end=data["segment_end"], info=json.dumps(info))
     return info
 
 
@@ -272,12 +272,14 @@ def run(args: Args) -> dict:
               flush=True)
         if len(chunks) == 1:
             t = time.time()
-            evaluations.append(dict(updates=done, **evaluate(agent, layout.name, args.episodes, args.seed, args.episode_length)))
+            evaluations.append(dict(updates=done, **evaluate(agent, layout.name, args.episodes, args.seed,
+                                                                 args.episode_length)))
             print(f"evaluation at {done:,} updates ({time.time() - t:.0f} s): {evaluations[-1]}", flush=True)
             if time.time() > deadline - args.eval_reserve:
                 break
     if not evaluations or evaluations[-1]["updates"] != done:
-        evaluations.append(dict(updates=done, **evaluate(agent, layout.name, args.episodes, args.seed, args.episode_length)))
+        evaluations.append(dict(updates=done, **evaluate(agent, layout.name, args.episodes, args.seed,
+                                                             args.episode_length)))
         print(f"evaluation at {done:,} updates: {evaluations[-1]}", flush=True)
     steady = [c for c in chunks[1:]] or chunks  # the first chunk compiles
     updates_per_second = sum(c["updates"] for c in steady) / max(sum(c["seconds"] for c in steady), 1e-9)
@@ -340,8 +342,10 @@ def plot(path: str | Path, records: list[dict]) -> None:
         if signal == "violation":
             ax.set_yscale("log")
     ax = axes[3]
-    for name, marker in (("actor_single", "o-"), ("actor_multi", "s-"), ("critic_single", "o--"), ("critic_multi", "s--")):
-        ax.plot([e["updates"] for e in evaluations], [e[name] for e in evaluations], marker, label=name.replace("_", ", "))
+    for name, marker in (("actor_single", "o-"), ("actor_multi", "s-"), ("critic_single", "o--"),
+                         ("critic_multi", "s--")):
+        ax.plot([e["updates"] for e in evaluations], [e[name] for e in evaluations], marker,
+                label=name.replace("_", ", "))
     ax.axhline(0, color="grey", lw=0.5)
     ax.set_xlabel("updates")
     ax.set_ylabel("D4RL-normalised score")

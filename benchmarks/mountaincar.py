@@ -1,7 +1,7 @@
 """Offline QRL on discretised MountainCar: reproduce Table 4.1 and Figure 4-3 (dissertation section 4.3.3).
 
     python -m platonic_rl.benchmarks.mountaincar                      # quick: a few minutes on 2 CPU cores
-    python -m platonic_rl.benchmarks.mountaincar --scale cpu          # <= 30 min per method on 2 CPU cores
+    python -m platonic_rl.benchmarks.mountaincar --scale cpu          # ~26 min on 2 CPU cores
     python -m platonic_rl.benchmarks.mountaincar --scale paper        # appendix C.3.1 (accelerator-sized)
 
 Trains QRL single-goal, QRL multi-goal and the symmetric-l2 ablation (multi-goal) on the offline random-
@@ -56,7 +56,8 @@ METHODS = ("qrl_single", "qrl_multi", "l2_multi")
 
 
 # Scale-downs of C.3.1 (3x1024 MLPs, latent 256, IQE 16x32, batch 4096, 5e5 steps), shared with the
-# `python -m platonic_rl.training.offline` CLI: quick (a smoke run), cpu (<= 30 min per method on 2 CPU cores), paper (C.3.1).
+# `python -m platonic_rl.training.offline` CLI: quick (a smoke run), cpu (8-10 min of training per method on 2 CPU
+# cores), paper (C.3.1).
 PRESETS = mountaincar_presets()
 COMPARABLE_SCALES = ("cpu", "paper")  # quick is a smoke run: its scores are not comparable to the paper's
 

@@ -11,10 +11,10 @@ distances (gamma = 0.9; unreachable pairs have target gamma^inf = 0):
 1. **Random graphs** (Figure 3-4): three 300-vertex graphs (dense, sparse, block), training on a random
    fraction of the off-diagonal pairs (5 fractions, log-spaced 0.01-0.7) and testing on the rest. All
    (graph, fraction, seed) runs of one head are vmapped into one compiled training call.
-2. **Larger graph** (Table 3.2 columns): a sparse 2000-vertex graph with landmark train/test pairs: test
-   MSE on discounted distances, l1 error where the true distance is finite, and the mean prediction where
-   it is infinite. The paper's numbers (Berkeley-Stanford web graph) are printed beside for orientation:
-   the graphs differ, so compare the ordering, not the values.
+2. **Larger graph** (Table 3.2 columns): a sparse graph (600 / 1,500 / 5,000 vertices at the quick / cpu /
+   paper scale) with landmark train/test pairs: test MSE on discounted distances, l1 error where the true
+   distance is finite, and the mean prediction where it is infinite. The paper's numbers (Berkeley-Stanford web
+   graph) are printed beside for orientation: the graphs differ, so compare the ordering, not the values.
 3. **Throughput**: forward + backward pairs per second of each head alone at batch 4096, latent 2048.
 
 Saves ``results.json`` (with the exact command and config), ``mse_vs_train_size.png`` and
