@@ -59,8 +59,9 @@ class Args:
     """Transitions of a prepared dataset (default: D4RL's size for the layout)."""
     dataset_seed: int = 0
     size: str = "paper"
-    """``paper``: C.3.2's QRL (critic 3x1024, IQE-maxmean 64x32, actor 4x1024, batch 4096); ``tiny``: a
-    smoke size for CPUs and tests (NOT comparable to anything)."""
+    """``paper``: C.3.2's QRL (critic 3x1024, IQE-maxmean 64x32, actor 4x1024, batch 4096); ``cpu``: the maze2d
+    benchmark's cpu preset (2x128 MLPs, IQE-maxmean 16x16, batch 256, actor lr 3e-4); ``tiny``: a smoke size
+    for CPUs and tests (NOT comparable to anything)."""
     updates: int = 200_000
     """Updates in all (C.3.2: 2e5); a run stops earlier when the time budget ends."""
     chunk: int = 5_000
@@ -104,11 +105,16 @@ def _paper() -> tuple[QRLContinuousConfig, int]:
     return scale.qrl, scale.qrl_train.batch_size
 
 
+def _cpu() -> tuple[QRLContinuousConfig, int]:
+    scale = scales()["cpu"]
+    return scale.qrl, scale.qrl_train.batch_size
+
+
 def _tiny() -> tuple[QRLContinuousConfig, int]:
     return _qrl((32, 32), 16, (32,), 4, 4, (32, 32), 3e-4), 64
 
 
-SIZES = {"paper": _paper, "tiny": _tiny}
+SIZES = {"paper": _paper, "cpu": _cpu, "tiny": _tiny}
 
 
 # ---------------------------------------------------------------------------------------------- data
