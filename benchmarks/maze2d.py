@@ -103,7 +103,8 @@ def scales() -> dict[str, Scale]:
     the paper. ``cpu``: D4RL-size datasets; QRL 2x128 MLPs, latent 64, IQE-maxmean 16 x 16, batch 256, 40k
     updates, actor lr 3e-4 (the paper's 3e-5 is for 2e5 updates of batch 4096); Contrastive RL and GCBC 2x256,
     batch 256, 30k updates; 100 episodes; MPPI with 64 samples (the paper: 10,000) over 50 episodes. About an
-    hour per layout on 2 CPU cores for all four methods and 3 seeds. ``paper``: C.3.2 (accelerator-sized; QRL's actor 4 x 1024, its critic 3 x 1024)."""
+    hour per layout on 2 CPU cores for all four methods and 3 seeds. ``paper``: C.3.2 (accelerator-sized; QRL's
+    actor 4 x 1024, its critic 3 x 1024)."""
     d = 4 * 1024
     return {
         "quick": Scale(20_000, _qrl((64, 64), 32, (64,), 8, 8, (64, 64), 1e-4),
@@ -178,6 +179,20 @@ class Args:
 def normaliser(layout: maze2d.Layout):
     center, scale = (jnp.asarray(x, jnp.float32) for x in (layout.obs_center, layout.obs_scale))
     return lambda x: (jnp.asarray(x, jnp.float32) - center) / scale
+
+
+def normalised_data(data: dict, layout: maze2d.Layout) -> dict:
+    """A :func:`maze2d.load_dataset` dataset as the agents train on it: observations normalised by the
+    layout's extent (:func:`normaliser`), float32 actions, and the segment ends."""
+    norm = normaliser(layout)
+    return dict(observations=np.asarray(norm(data["observations"])), actions=np.asarray(data["actions"], np.float32),
+                next_observations=np.asarray(norm(data["next_observations"])), segment_end=data["segment_end"])
+
+
+def action_grid(grid_size: int, action_dim: int) -> jax.Array:
+    """Every action of a ``grid_size``^``action_dim`` grid over [-1, 1]^``action_dim``: ``[G, action_dim]``."""
+    axis = jnp.linspace(-1.0, 1.0, grid_size)
+    return jnp.stack(jnp.meshgrid(*[axis] * action_dim, indexing="ij"), -1).reshape(-1, action_dim)
 
 
 def method_setup(method: str, scale: Scale):
@@ -349,8 +364,7 @@ def value_maps(agent: QRLContinuousAgent, layout: maze2d.Layout, goals: list[tup
 def _grid_costs(agent: QRLContinuousAgent, observations: jax.Array, goals: jax.Array, grid_size: int):
     """The learned one-step cost c(a) = max_i d_i(T_i(f_i(s), a), f_i(g)) of every action of a ``grid_size``^A
     grid over [-1, 1]^A: (grid [G, A], costs [G, N]), and the cost function itself."""
-    axis = jnp.linspace(-1.0, 1.0, grid_size)
-    grid = jnp.stack(jnp.meshgrid(*[axis] * agent.config.action_dim, indexing="ij"), -1).reshape(-1, agent.config.action_dim)
+    grid = action_grid(grid_size, agent.config.action_dim)
 
     def cost(actions):
         return agent.goal_distances_after(agent.critic_params, observations, actions, goals).max(0)
@@ -516,9 +530,7 @@ def run(args: Args) -> dict:
         info.update(transitions=len(data["actions"]), episodes=int(data["segment_end"].sum()))
         datasets[layout_name] = info
         print(f"maze2d-{layout_name}: {info['transitions']:,} transitions in {info['episodes']:,} episodes ({path})")
-        norm = normaliser(layout)
-        data = dict(observations=np.asarray(norm(data["observations"])), actions=data["actions"].astype(np.float32),
-                    next_observations=np.asarray(norm(data["next_observations"])), segment_end=data["segment_end"])
+        data = normalised_data(data, layout)
         stacks = {}
         for method in [m for m in METHODS if m in args.methods]:
             eval_path = out / "evals" / f"{layout_name}-{method}.json"

@@ -36,12 +36,13 @@ import numpy as np
 
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
 from platonic_rl.benchmarks import report
-from platonic_rl.benchmarks.maze2d import _qrl, normaliser, scales
+from platonic_rl.benchmarks.maze2d import _qrl, action_grid, normalised_data, normaliser, scales
 from platonic_rl.envs import maze2d
 from platonic_rl.envs.jax_env import rollout
 from platonic_rl.envs.point_maze import PointMaze
 from platonic_rl.envs.replay import SegmentGoalSampler
 from platonic_rl.training.offline import TrainConfig, train_offline
+from platonic_rl.training.run import RunDirectory
 
 SIGNALS = ("lagrange_multiplier", "violation", "mean_goal_distance")
 GRID = 9  # actions per dimension of the critic check's grid over [-1, 1]^2
@@ -158,8 +159,7 @@ def load_prepared(path: str | Path, layout: str) -> tuple[dict, dict]:
 def _critic_greedy_actions(agent: QRLContinuousAgent, env: PointMaze, norm, observations, goals):
     """The grid action whose true next state (the JAX point maze's step) has the smallest learned distance
     to the goal, max over critics. observations, goals: raw ``[N, 4]``; returns ``[N, 2]``."""
-    axis = jnp.linspace(-1.0, 1.0, GRID)
-    grid = jnp.stack(jnp.meshgrid(axis, axis, indexing="ij"), -1).reshape(-1, 2)
+    grid = action_grid(GRID, env.action_dim)
 
     def next_state(observation, action):
         physics = env.dynamics(dict(position=observation[:2], velocity=observation[2:]), action)
@@ -203,6 +203,11 @@ def evaluate(agent: QRLContinuousAgent, layout: str, episodes: int, seed: int, e
 # --------------------------------------------------------------------------------------------- signals
 
 
+def signal_value(row: dict, signal: str) -> float:
+    """A metrics row's ``signal`` (one of :data:`SIGNALS`), the mean over the critics' ``critic<i>/<signal>``."""
+    return float(np.mean([value for key, value in row.items() if key.endswith("/" + signal)]))
+
+
 def convergence(history: list[dict], tail: float = 0.2) -> dict:
     """For each signal (mean over critics): its first and last logged value, and its relative change over the
     last ``tail`` of the logged updates -- the least-squares line's rise across that window over the
@@ -213,10 +218,9 @@ def convergence(history: list[dict], tail: float = 0.2) -> dict:
     steps = np.array([row["step"] for row in history], float)
     window = steps >= steps[-1] - tail * steps[-1]
     for signal in SIGNALS:
-        keys = [k for k in history[0] if k.endswith("/" + signal)]
-        if not keys:
+        if not any(key.endswith("/" + signal) for key in history[0]):
             continue
-        values = np.array([np.mean([row[k] for k in keys]) for row in history])
+        values = np.array([signal_value(row, signal) for row in history])
         x, y = steps[window], values[window]
         slope = np.polyfit(x, y, 1)[0] if len(x) > 1 else 0.0
         change = float(slope * (x[-1] - x[0]) / max(np.abs(y).mean(), 1e-12))
@@ -229,22 +233,13 @@ def convergence(history: list[dict], tail: float = 0.2) -> dict:
 # ---------------------------------------------------------------------------------------------- run
 
 
-def latest_checkpoint(run_dir: Path) -> int:
-    """The update of the latest checkpoint in a run directory (0 if none)."""
-    folder = run_dir / "checkpoints"
-    steps = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
-    return max(steps, default=0)
-
-
 def run(args: Args) -> dict:
     start = time.time()
     deadline = start + 60.0 * args.minutes
     config, batch = SIZES[args.size]()
     data, info = load_prepared(args.dataset, args.layout)
     layout = maze2d.get_layout(args.layout)
-    norm = normaliser(layout)
-    data = dict(observations=np.asarray(norm(data["observations"])), actions=data["actions"],
-                next_observations=np.asarray(norm(data["next_observations"])), segment_end=data["segment_end"])
+    data = normalised_data(data, layout)
     print(f"maze2d-{layout.name}: {len(data['actions']):,} transitions, {info['episodes']:,} episodes, action noise "
           f"{info['action_noise']}; QRL {args.size}: critic {config.encoder_hidden}, IQE {config.iqe_components}x"
           f"{config.iqe_dim_per_component}, actor {config.actor_hidden}, batch {batch}; {jax.devices()}", flush=True)
@@ -253,7 +248,13 @@ def run(args: Args) -> dict:
     sampler = SegmentGoalSampler.create(data, batch, p_future=0.0, bc_goals=True)
     run_dir = Path(args.run_dir or Path(args.out_dir) / "run")
     evaluations, chunks, history = [], [], []
-    done = latest_checkpoint(run_dir)
+
+    def evaluate_at(updates: int) -> None:
+        t = time.time()
+        evaluations.append(dict(updates=updates, **evaluate(agent, layout.name, args.episodes, args.seed,
+                                                            args.episode_length)))
+        print(f"evaluation at {updates:,} updates ({time.time() - t:.0f} s): {evaluations[-1]}", flush=True)
+    done = RunDirectory.saved_step(run_dir)
     if done:
         print(f"continuing {run_dir} from update {done:,}", flush=True)
     while done < args.updates:
@@ -274,20 +275,15 @@ def run(args: Args) -> dict:
         done = target
         row = history[-1]
         print(f"{done:,} updates in {time.time() - start:.0f} s (this chunk {seconds:.0f} s): "
-              + ", ".join(f"{s} {np.mean([row[k] for k in row if k.endswith('/' + s)]):.3g}" for s in SIGNALS),
+              + ", ".join(f"{s} {signal_value(row, s):.3g}" for s in SIGNALS),
               flush=True)
         if len(chunks) == 1:
-            t = time.time()
-            evaluations.append(dict(updates=done, **evaluate(agent, layout.name, args.episodes, args.seed,
-                                                                 args.episode_length)))
-            print(f"evaluation at {done:,} updates ({time.time() - t:.0f} s): {evaluations[-1]}", flush=True)
+            evaluate_at(done)
             if time.time() > deadline - args.eval_reserve:
                 break
     if not evaluations or evaluations[-1]["updates"] != done:
-        evaluations.append(dict(updates=done, **evaluate(agent, layout.name, args.episodes, args.seed,
-                                                             args.episode_length)))
-        print(f"evaluation at {done:,} updates: {evaluations[-1]}", flush=True)
-    steady = [c for c in chunks[1:]] or chunks  # the first chunk compiles
+        evaluate_at(done)
+    steady = chunks[1:] or chunks  # the first chunk compiles
     updates_per_second = sum(c["updates"] for c in steady) / max(sum(c["seconds"] for c in steady), 1e-9)
     signals = convergence(history)
     record = dict(layout=layout.name, size=args.size, dataset=info, agent_config=dataclasses.asdict(config),
@@ -340,8 +336,7 @@ def plot(path: str | Path, records: list[dict]) -> None:
     fig, axes = plt.subplots(1, 4, figsize=(17, 3.8))
     units = dict(lagrange_multiplier="lambda", violation="E[relu(d(s, s') - 1)^2]", mean_goal_distance="steps")
     for ax, signal in zip(axes, SIGNALS):
-        keys = [k for k in history[0] if k.endswith("/" + signal)]
-        ax.plot(steps, [np.mean([row[k] for k in keys]) for row in history], "o-", ms=3)
+        ax.plot(steps, [signal_value(row, signal) for row in history], "o-", ms=3)
         ax.set_xlabel("updates (batch %d)" % records[-1]["batch_size"])
         ax.set_ylabel(units[signal])
         ax.set_title(signal.replace("_", " "))

@@ -504,16 +504,6 @@ def make_dataset(layout: str | Layout, size: int | None = None, seed: int = 0, r
                 write_seconds=round(time.time() - start - seconds, 1))
     (path / "generation.json").write_text(json.dumps(info, indent=1))
     return path
-    start = time.time()
-    data = generate(layout, size, seed, progress)
-    seconds = time.time() - start
-    write_minari(data, layout, root, dataset_id(layout, size, seed),
-                 description=f"D4RL-procedure maze2d-{layout.name}, {size} steps, seed {seed}; generated in "
-                             f"{seconds:.0f} s")
-    info = dict(layout=layout.name, transitions=int(size), episodes=int(data["segment_end"].sum()), seed=seed,
-                generation_seconds=round(seconds, 1), write_seconds=round(time.time() - start - seconds, 1))
-    (path / "generation.json").write_text(json.dumps(info, indent=1))
-    return path
 
 
 def dataset_info(path: str | os.PathLike) -> dict:

@@ -7,9 +7,10 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 # The tests' programs are tiny, and compiling them is much of the suite's time. XLA's CPU backend spends most of a
 # compile in LLVM's optimisation passes; at level 0 the suite took 15 min 52 s in a quiet fresh clone on 2 cores,
-# against more than 18 min at the default level (stopped at 90% after 18 min) (the many agent and world-model compiles are faster, long training
-# loops slower: a test that trains long passes compiler_options to its own jit). The values agree to float32
-# accuracy (tests/test_update_fixtures.py holds at either level). A level given in XLA_FLAGS is kept.
+# against more than 18 min at the default level (stopped at 90% after 18 min): the many agent and world-model
+# compiles are faster, long training loops slower (a test that trains long passes compiler_options to its own
+# jit). The values agree to float32 accuracy (tests/test_update_fixtures.py holds at either level). A level given
+# in XLA_FLAGS is kept.
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
 

@@ -229,10 +229,10 @@ def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str
         step = run.latest_step or 0
     else:
         step = 0
-    # Committed to one device, as a restored checkpoint is: a later call in this process (the next chunk of a
-    # run) then reuses this call's compilations whether or not it restored.
-    state = jax.device_put(state, jax.local_devices()[0])
     try:
+        # Committed to one device, as a restored checkpoint is: a later call in this process (the next chunk of a
+        # run) then reuses this call's compilations whether or not it restored.
+        state = jax.device_put(state, jax.local_devices()[0])
         history = run.rows if run else []
         agent, key = state["agent"], state["sampler_key"]
         calls_per_row = config.log_every // config.call_size

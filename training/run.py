@@ -338,6 +338,14 @@ class RunDirectory:
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
 
+    @staticmethod
+    def saved_step(path: str | Path) -> int:
+        """The step of the latest checkpoint in the run directory ``path``, read without opening (or locking)
+        it: 0 when it holds none. A caller that resumes in chunks sizes the next one from it."""
+        folder = Path(path) / "checkpoints"
+        steps = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
+        return max(steps, default=0)
+
     def restore(self, state: Any, budget: int, resize_buffer: bool = False) -> Any:
         """``state`` from the latest checkpoint (the same structure, shapes and dtypes), or ``state`` itself if
         there is none; then opens the metrics log at that step. A checkpoint beyond ``budget`` (the run's total
