@@ -11,8 +11,9 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 # compiles are faster, long training loops slower (a test that trains long passes compiler_options to its own
 # jit). The values agree to float32 accuracy (tests/test_update_fixtures.py holds at either level). A level given
 # in XLA_FLAGS is kept.
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+for _flag in ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false"):
+    if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
