@@ -3,6 +3,9 @@
 reward (no training; it plans in the pure-JAX point maze of ``envs.point_maze``). ``qrl_grid`` (not in the
 paper) acts with QRL's trained critic alone, by the argmin of the learned one-step cost over a 9x9 action grid:
 what a perfect one-step actor would do, to tell a failing actor from a critic whose greedy policy fails.
+``qrl_true`` (not in the paper) is the critic-quality check: the grid action whose *true* next state (the pure-JAX
+point maze's step) has the smallest learned distance to the goal, max over the critics; no actor, no learned
+dynamics, so a failure there is the learned distance's own.
 
     python -m platonic_rl.benchmarks.maze2d --scale quick                       # minutes: a smoke run
     python -m platonic_rl.benchmarks.maze2d --scale cpu --layouts medium        # one layout, 3 seeds
@@ -47,8 +50,8 @@ from platonic_rl.envs.point_maze import PointMaze
 from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
 from platonic_rl.training.offline import TrainConfig, train_offline
 
-Method = Literal["qrl", "qrl_grid", "crl", "gcbc", "mppi", "mppi_true"]
-METHODS = ("qrl", "qrl_grid", "crl", "gcbc", "mppi", "mppi_true")
+Method = Literal["qrl", "qrl_grid", "qrl_true", "crl", "gcbc", "mppi", "mppi_true"]
+METHODS = ("qrl", "qrl_grid", "qrl_true", "crl", "gcbc", "mppi", "mppi_true")
 LAYOUTS = ("large", "medium", "umaze")
 
 # Table 4.2 (mean over 5 seeds), normalised scores: {method: {setting: {layout: score}}}.
@@ -60,7 +63,7 @@ PAPER = {
     "handcoded_controller": {"single": dict(large=128.13, medium=127.64, umaze=113.91),
                              "multi": dict(large=146.94, medium=119.97, umaze=128.53)},
 }
-NAMES = dict(qrl="QRL (+BC)", qrl_grid="QRL critic, grid argmin", crl="Contrastive RL (+BC)", gcbc="GCBC", mppi="MPPI with QRL value",
+NAMES = dict(qrl="QRL (+BC)", qrl_grid="QRL critic, grid argmin", qrl_true="QRL critic, true dynamics", crl="Contrastive RL (+BC)", gcbc="GCBC", mppi="MPPI with QRL value",
              mppi_true="MPPI, true dynamics")
 
 
@@ -300,6 +303,9 @@ def evaluate_method(method: str, stack: SeedStack | None, layout: maze2d.Layout,
             elif method == "qrl_grid":
                 episodes = args.episodes or scale.episodes
                 policy = grid_policy(agent, layout)
+            elif method == "qrl_true":
+                episodes = args.episodes or scale.episodes
+                policy = true_dynamics_greedy_policy(agent, layout)
             elif method == "mppi_true":
                 episodes = args.episodes or scale.mppi_episodes
                 policy = true_dynamics_mppi_policy(layout, scale.mppi_samples, seed=1000 + seed)
@@ -399,6 +405,37 @@ def grid_policy(agent: QRLContinuousAgent, layout: maze2d.Layout):
     from a critic whose greedy policy fails."""
     norm = normaliser(layout)
     return lambda obs, goals: np.asarray(grid_argmin_actions(agent, norm(obs), norm(goals)))
+
+
+def true_dynamics_greedy_actions(agent: QRLContinuousAgent, env: PointMaze, observations: jax.Array,
+                                  goals: jax.Array, grid_size: int = 9) -> jax.Array:
+    """The critic-quality check's action: of a ``grid_size``^2 grid over [-1, 1]^2, the action whose true next
+    state (``env``'s step, the pure-JAX point maze) has the smallest learned distance to the goal, max over the
+    critics. ``observations``, ``goals``: raw states ``[N, 4]`` (normalised here by the layout's extent);
+    returns ``[N, 2]``. Jit-able."""
+    grid = action_grid(grid_size, env.action_dim)
+    norm = normaliser(env.maze)
+
+    def next_state(observation, action):
+        return env.observe(env.dynamics(dict(position=observation[:2], velocity=observation[2:]), action))
+
+    nexts = jax.vmap(lambda o: jax.vmap(lambda a: next_state(o, a))(grid))(observations)  # [N, G, 4]
+    goals = jnp.broadcast_to(goals[:, None], nexts.shape)
+    costs = agent.goal_distances(norm(nexts.reshape(-1, 4)), norm(goals.reshape(-1, 4))).max(0)
+    return grid[jnp.argmin(costs.reshape(observations.shape[0], -1), -1)]
+
+
+@functools.partial(jax.jit, static_argnames=("env",))
+def _true_greedy(agent, env, observations, goals):
+    return true_dynamics_greedy_actions(agent, env, observations, goals)
+
+
+def true_dynamics_greedy_policy(agent: QRLContinuousAgent, layout: maze2d.Layout):
+    """A host policy acting by :func:`true_dynamics_greedy_actions` (the ``qrl_true`` row) while the episodes run
+    in MuJoCo."""
+    env = PointMaze(layout.name)
+    return lambda obs, goals: np.asarray(_true_greedy(agent, env, jnp.asarray(obs, jnp.float32),
+                                                      jnp.asarray(goals, jnp.float32)))
 
 
 def actor_check(agent: QRLContinuousAgent, data: dict, layout: maze2d.Layout, states: int = 1000, seed: int = 0
@@ -536,7 +573,7 @@ def run(args: Args) -> dict:
             eval_path = out / "evals" / f"{layout_name}-{method}.json"
             if eval_path.is_file() and not args.overwrite and method != "qrl":  # (QRL's stack feeds the plots)
                 continue
-            trained = "qrl" if method in ("mppi", "qrl_grid") else method
+            trained = "qrl" if method in ("mppi", "qrl_grid", "qrl_true") else method
             if method == "mppi_true":
                 stacks[trained] = None  # nothing to train
             if trained not in stacks:

@@ -36,7 +36,7 @@ import numpy as np
 
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
 from platonic_rl.benchmarks import report
-from platonic_rl.benchmarks.maze2d import _qrl, action_grid, normalised_data, normaliser, scales
+from platonic_rl.benchmarks.maze2d import _qrl, normalised_data, normaliser, scales, true_dynamics_greedy_actions
 from platonic_rl.envs import maze2d
 from platonic_rl.envs.jax_env import rollout
 from platonic_rl.envs.point_maze import PointMaze
@@ -156,34 +156,18 @@ def load_prepared(path: str | Path, layout: str) -> tuple[dict, dict]:
 # ---------------------------------------------------------------------------------------- evaluation
 
 
-def _critic_greedy_actions(agent: QRLContinuousAgent, env: PointMaze, norm, observations, goals):
-    """The grid action whose true next state (the JAX point maze's step) has the smallest learned distance
-    to the goal, max over critics. observations, goals: raw ``[N, 4]``; returns ``[N, 2]``."""
-    grid = action_grid(GRID, env.action_dim)
-
-    def next_state(observation, action):
-        physics = env.dynamics(dict(position=observation[:2], velocity=observation[2:]), action)
-        return env.observe(physics)
-
-    nexts = jax.vmap(lambda o: jax.vmap(lambda a: next_state(o, a))(grid))(observations)  # [N, G, 4]
-    n = observations.shape[0]
-    goals = jnp.broadcast_to(goals[:, None], nexts.shape)
-    costs = agent.goal_distances(norm(nexts.reshape(-1, 4)), norm(goals.reshape(-1, 4))).max(0).reshape(n, -1)
-    return grid[jnp.argmin(costs, -1)]
-
-
 @functools.partial(jax.jit, static_argnames=("layout", "mode", "episodes", "policy", "episode_length"))
 def episode_returns(agent: QRLContinuousAgent, key: jax.Array, layout: str, mode: str, episodes: int,
                     policy: str, episode_length: int = 0) -> jax.Array:
     """Returns ``[episodes]`` (steps within 0.5 of the goal, D4RL's sparse reward) of ``policy`` ("actor": the
-    actor's mode action; "critic": :func:`_critic_greedy_actions`) in the JAX point maze, episodes of
+    actor's mode action; "critic": the critic-quality check, :func:`~platonic_rl.benchmarks.maze2d.true_dynamics_greedy_actions`) in the JAX point maze, episodes of
     ``episode_length`` steps (0: the layout's time limit)."""
     env = PointMaze(layout, goals=mode, episode_length=episode_length)
     norm = normaliser(maze2d.get_layout(layout))
     if policy == "actor":
         act = lambda obs, goals, k: agent.act(norm(obs), norm(goals))  # noqa: E731
     else:
-        act = lambda obs, goals, k: _critic_greedy_actions(agent, env, norm, obs, goals)  # noqa: E731
+        act = lambda obs, goals, k: true_dynamics_greedy_actions(agent, env, obs, goals, GRID)  # noqa: E731
     out = rollout(env, act, key, episodes)
     reached = jnp.linalg.norm(out["observations"][:, 1:, :2] - out["goals"][:, None, :2], axis=-1) <= maze2d.GOAL_RADIUS
     return reached.sum(1)

@@ -392,7 +392,7 @@ def _check_benchmark_run(tmp_path, monkeypatch, updates: int, small_networks: bo
                       out_dir=str(tmp_path / "out"), data_root=str(tmp_path / "data"))
     saved = bench.run(args)
     summary = saved["summary"]
-    assert set(summary) == {"qrl", "qrl_grid", "crl", "gcbc", "mppi", "mppi_true"}
+    assert set(summary) == {"qrl", "qrl_grid", "qrl_true", "crl", "gcbc", "mppi", "mppi_true"}
     for method in summary:
         for setting in ("single", "multi"):
             r = summary[method]["umaze"][setting]

@@ -70,11 +70,13 @@ def test_bad_arguments_are_refused():
 
 
 def test_the_critic_check_steps_the_true_dynamics_towards_the_smallest_learned_distance():
-    """With a stand-in critic whose distance is the Euclidean one between positions, the check's action from
+    """The critic-quality check (the slice's and the maze2d benchmark's ``qrl_true`` row). With a stand-in critic
+    whose distance is the Euclidean one between positions, the check's action from
     rest is the grid action straight at the goal (only it makes the most progress along the goal's axis), and
     it pushes back when the point already moves past the goal."""
     import jax.numpy as jnp
 
+    from platonic_rl.benchmarks.maze2d import true_dynamics_greedy_actions
     from platonic_rl.envs.point_maze import PointMaze
 
     class Euclidean:
@@ -86,5 +88,5 @@ def test_the_critic_check_steps_the_true_dynamics_towards_the_smallest_learned_d
     observations = jnp.asarray([[*start, 0.0, 0.0], [*start, 0.0, 0.0], [*start, 3.0, 0.0]], jnp.float32)
     goals = jnp.asarray([[start[0] + 1, start[1], 0, 0], [start[0], start[1] - 1, 0, 0],
                          [start[0], start[1], 0, 0]], jnp.float32)
-    actions = np.asarray(maze2d_slice._critic_greedy_actions(Euclidean(), env, lambda x: x, observations, goals))
+    actions = np.asarray(true_dynamics_greedy_actions(Euclidean(), env, observations, goals))
     np.testing.assert_array_equal(actions, [[1.0, 0.0], [0.0, -1.0], [-1.0, 0.0]])
