@@ -11,8 +11,9 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 #   suite against 15 min 52 s). Long training loops run slower; a test that trains long passes compiler_options to
 #   its own jit.
 # - the legacy fusion emitters (--xla_cpu_use_fusion_emitters=false): a single elementwise op compiled in 42 ms
-#   with the newer MLIR fusion emitters and in 19 ms with these, a tiny world model's update in 19 s and 13 s; the
-#   suite's summed backend compile time fell from 883 s to 519 s.
+#   with the newer MLIR fusion emitters and in 19 ms with these, a tiny world model's recorded case (create, three
+#   updates, acting: tests/fixtures/update_fixtures.py) in 19 s and 13 s; the suite's summed backend compile time
+#   fell from 883 s to 519 s.
 # The values agree to float32 accuracy (tests/test_update_fixtures.py holds under either setting). A setting given in
 # XLA_FLAGS is kept.
 for _flag in ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false"):
