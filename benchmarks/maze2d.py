@@ -63,8 +63,8 @@ PAPER = {
     "handcoded_controller": {"single": dict(large=128.13, medium=127.64, umaze=113.91),
                              "multi": dict(large=146.94, medium=119.97, umaze=128.53)},
 }
-NAMES = dict(qrl="QRL (+BC)", qrl_grid="QRL critic, grid argmin", qrl_true="QRL critic, true dynamics", crl="Contrastive RL (+BC)", gcbc="GCBC", mppi="MPPI with QRL value",
-             mppi_true="MPPI, true dynamics")
+NAMES = dict(qrl="QRL (+BC)", qrl_grid="QRL critic, grid argmin", qrl_true="QRL critic, true dynamics",
+             crl="Contrastive RL (+BC)", gcbc="GCBC", mppi="MPPI with QRL value", mppi_true="MPPI, true dynamics")
 
 
 @dataclasses.dataclass(frozen=True)

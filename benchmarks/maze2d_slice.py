@@ -160,7 +160,8 @@ def load_prepared(path: str | Path, layout: str) -> tuple[dict, dict]:
 def episode_returns(agent: QRLContinuousAgent, key: jax.Array, layout: str, mode: str, episodes: int,
                     policy: str, episode_length: int = 0) -> jax.Array:
     """Returns ``[episodes]`` (steps within 0.5 of the goal, D4RL's sparse reward) of ``policy`` ("actor": the
-    actor's mode action; "critic": the critic-quality check, :func:`~platonic_rl.benchmarks.maze2d.true_dynamics_greedy_actions`) in the JAX point maze, episodes of
+    actor's mode action; "critic": the critic-quality check,
+    :func:`~platonic_rl.benchmarks.maze2d.true_dynamics_greedy_actions`) in the JAX point maze, episodes of
     ``episode_length`` steps (0: the layout's time limit)."""
     env = PointMaze(layout, goals=mode, episode_length=episode_length)
     norm = normaliser(maze2d.get_layout(layout))
