@@ -136,10 +136,17 @@ class Args:
 
 
 def make_agent(method: str, task: str, variant: str, obs_shape: tuple[int, ...], action_dim: int, preset: str,
-               policy: str, seed: int, free_nats: float = 3.0, kl_split: bool = False,
-               imagine_starts: int | None = None, beta: float | None = None, actor: ActorKind | None = None
-               ) -> DenoisedMDPAgent:
-    """The agent of ``method`` at ``preset``; ``imagine_starts`` replaces the preset's and ``beta`` Table D.5's
+               policy: str, seed: int, **settings) -> DenoisedMDPAgent:
+    """The agent of ``method`` at ``preset``, made with seed ``seed``: :func:`make_config`'s config (``settings``
+    are its keyword arguments)."""
+    return DenoisedMDPAgent.create(make_config(method, task, variant, obs_shape, action_dim, preset, policy,
+                                               **settings), seed)
+
+
+def make_config(method: str, task: str, variant: str, obs_shape: tuple[int, ...], action_dim: int, preset: str,
+                policy: str, free_nats: float = 3.0, kl_split: bool = False, imagine_starts: int | None = None,
+                beta: float | None = None, actor: ActorKind | None = None) -> DenoisedMDPConfig:
+    """The config of ``method`` at ``preset``; ``imagine_starts`` replaces the preset's and ``beta`` Table D.5's
     if given; ``actor`` (:attr:`DenoisedMDPConfig.actor`) the config's default if None."""
     p = PRESETS[preset]
     pixels = len(obs_shape) == 3
@@ -155,7 +162,7 @@ def make_agent(method: str, task: str, variant: str, obs_shape: tuple[int, ...],
         config = DenoisedMDPConfig.dreamer(dataclasses.replace(model, **p["dreamer"]), policy=policy, **heads)
     else:
         raise ValueError(f"unknown method {method!r}; expected 'denoised' or 'dreamer'")
-    return DenoisedMDPAgent.create(config, seed)
+    return config
 
 
 def loop_config(args: Args, task: str, variant: str, seed: int) -> DMCOnlineConfig:
@@ -201,7 +208,8 @@ def run(args: Args) -> dict:
                 for seed in args.seeds:
                     loop = loop_config(args, task, variant, seed)
                     agent = make_agent(method, task, variant, obs_shape, action_dim, args.preset, args.policy, seed,
-                                       args.free_nats, args.kl_split, args.imagine_starts, args.beta, args.actor)
+                                       free_nats=args.free_nats, kl_split=args.kl_split,
+                                       imagine_starts=args.imagine_starts, beta=args.beta, actor=args.actor)
                     run_dir = out / f"{task}_{variant}_{method}_seed{seed}"
                     saved = None if args.overwrite else finished_record(run_dir, agent, loop, args)
                     if saved is not None:  # finished earlier (perhaps on another machine): nothing to train or probe

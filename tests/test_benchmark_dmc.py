@@ -66,22 +66,25 @@ def test_factor_reconstructions_decode_each_factor_with_the_other_held_at_its_ep
     rng = np.random.default_rng(0)
     observations = rng.normal(size=(7, 5)).astype(np.float32) * 3 + 1
     prev_actions = rng.uniform(-1, 1, (7, 2)).astype(np.float32)
-    agent = DenoisedMDPAgent.create(DenoisedMDPConfig(model=model, actor_hidden=(8,), critic_hidden=(8,)), 0)
+    # The agents of the recorded cases (tests/fixtures/update_fixtures.py): their create compiles once per suite.
+    heads = dict(actor_hidden=(16,), critic_hidden=(16,), horizon=3, imagine_starts=5, actor="clipped")
+    agent = DenoisedMDPAgent.create(DenoisedMDPConfig(model=model, **heads), 0)
     agent = agent.with_observation_statistics(observations)
     key = jax.random.PRNGKey(1)
     out = bd.factor_reconstructions(agent, observations, prev_actions, key)
     assert set(out) == {"all", "x", "y"} and all(v.shape == (7, 5) for v in out.values())
     # By hand: y's belief and state replaced by their means over the 7 steps before decoding, then back to
     # observation units.
-    states, _ = observe(model, agent.model_params, agent.normalise(jnp.asarray(observations))[None],
-                        jnp.asarray(prev_actions)[None], key)
+    states, _ = jax.jit(observe, static_argnums=0)(model, agent.model_params,
+                                                   agent.normalise(jnp.asarray(observations))[None],
+                                                   jnp.asarray(prev_actions)[None], key)
     held = dict(states, y=np.repeat(np.mean(states["y"], 1, keepdims=True), 7, 1),
                 hy=np.repeat(np.mean(states["hy"], 1, keepdims=True), 7, 1))
-    by_hand = agent.model.apply(agent.model_params, all_features(model, held),
-                                method="decode")[0] * agent.obs_std + agent.obs_mean
+    decode = jax.jit(lambda params, held: agent.model.apply(params, all_features(model, held), method="decode")[0])
+    by_hand = decode(agent.model_params, held) * agent.obs_std + agent.obs_mean
     np.testing.assert_allclose(out["x"], by_hand, rtol=1e-5, atol=1e-5)
     assert not np.allclose(out["x"], out["y"]) and not np.allclose(out["x"], out["all"])
-    dreamer = DenoisedMDPAgent.create(DenoisedMDPConfig.dreamer(model, actor_hidden=(8,), critic_hidden=(8,)), 0)
+    dreamer = DenoisedMDPAgent.create(DenoisedMDPConfig.dreamer(model, **heads), 0)
     with pytest.raises(ValueError, match="needs a model with a y factor"):
         bd.factor_reconstructions(dreamer, observations, prev_actions, key)
 
@@ -142,9 +145,9 @@ def test_batch_and_imagination_flags_reach_the_configs_and_bad_values_are_reject
     loop = bd.loop_config(args, "reacher-easy", "noiseless", 0)
     assert (loop.batch_size, loop.chunk) == (50, 50)
     assert bd.loop_config(bd.Args(updates_per_call=10), "reacher-easy", "noiseless", 0).updates_per_call == 10
-    agent = bd.make_agent("dreamer", "reacher-easy", "noiseless", (6,), 2, "cpu", "imagine", 0,
-                          imagine_starts=args.imagine_starts)
-    assert agent.config.imagine_starts == 2500
+    config = bd.make_config("dreamer", "reacher-easy", "noiseless", (6,), 2, "cpu", "imagine",
+                            imagine_starts=args.imagine_starts)
+    assert config.imagine_starts == 2500
     default = bd.loop_config(bd.Args(), "reacher-easy", "noiseless", 0)
     assert (default.batch_size, default.chunk) == (bd.PRESETS["cpu"]["batch_size"], bd.PRESETS["cpu"]["chunk"])
     assert "batch 50 x 50, imagining from 2500" in bd._budget(args)
@@ -154,9 +157,9 @@ def test_batch_and_imagination_flags_reach_the_configs_and_bad_values_are_reject
     with pytest.raises(ValueError, match="--chunk must be <= 501"):
         bd.Args(chunk=502)
     # --beta replaces Table D.5's beta for Denoised MDP, and the plots' budget line says so
-    table = bd.make_agent("denoised", "cheetah-run", "distractors", (6,), 2, "cpu", "imagine", 0)
-    chosen = bd.make_agent("denoised", "cheetah-run", "distractors", (6,), 2, "cpu", "imagine", 0, beta=1.0)
-    assert (table.config.beta, chosen.config.beta) == (bd.BETAS["cheetah-run"]["distractors"], 1.0)
+    table = bd.make_config("denoised", "cheetah-run", "distractors", (6,), 2, "cpu", "imagine")
+    chosen = bd.make_config("denoised", "cheetah-run", "distractors", (6,), 2, "cpu", "imagine", beta=1.0)
+    assert (table.beta, chosen.beta) == (bd.BETAS["cheetah-run"]["distractors"], 1.0)
     assert "beta 1.0" in bd._budget(bd.Args(beta=1.0)) and "beta" not in bd._budget(bd.Args())
     with pytest.raises(ValueError, match="--beta must be > 0"):
         bd.Args(beta=0.0)

@@ -70,7 +70,7 @@ def test_the_bfloat16_update_multiplies_in_bfloat16_and_keeps_float32_state(name
     make, batch = CASES[name]
     arrays = jax.tree.map(jnp.asarray, batch(0))
     for dtype in ("float32", "bfloat16"):
-        agent = make(dtype)
+        agent = jax.eval_shape(lambda: make(dtype))  # the agent's shapes and dtypes: nothing is compiled
         # Tracing only (no compile): the update's matmuls take bf16 operands exactly when asked to.
         dots = _dot_dtypes(jax.make_jaxpr(type(agent).update)(agent, arrays))
         assert ("bfloat16" in dots) == (dtype == "bfloat16"), dots
@@ -82,7 +82,7 @@ def test_the_bfloat16_update_multiplies_in_bfloat16_and_keeps_float32_state(name
 def test_bfloat16_update_has_the_same_matmul_flops():
     make, batch = CASES["qrl_continuous"]
     counts = [matmul_flops(jax.make_jaxpr(type(a).update)(a, jax.tree.map(jnp.asarray, batch(0))))
-              for a in (make("float32"), make("bfloat16"))]
+              for a in (jax.eval_shape(lambda: make("float32")), jax.eval_shape(lambda: make("bfloat16")))]
     assert counts[0] == counts[1] > 0
 
 

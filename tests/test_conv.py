@@ -55,8 +55,8 @@ def test_gradients_equal_xla():
     x, k = _arrays((2, 13, 13, 4), (6, 6, 4, 3))
     w = jnp.asarray(np.random.default_rng(1).normal(size=(2, 30, 30, 3)), jnp.float32)  # a non-uniform cotangent
 
-    def loss(fn):
-        return jax.grad(lambda x, k: jnp.sum(w * fn(x, k)), argnums=(0, 1))(x, k)
+    def loss(fn):  # compiled once: op by op, each primitive of the gradient was compiled on its own
+        return jax.jit(jax.grad(lambda x, k: jnp.sum(w * fn(x, k)), argnums=(0, 1)))(x, k)
 
     for got, expected in zip(loss(lambda x, k: im2col_conv_transpose(x, k, (2, 2))),
                              loss(lambda x, k: lax.conv_transpose(x, k, (2, 2), "VALID", dimension_numbers=NHWC))):
@@ -103,12 +103,13 @@ def test_world_model_conv_impls_agree():
                              y_state=4, hidden=16)
     xla, ours = (dataclasses.replace(model, conv_impl=impl) for impl in ("xla", "im2col"))
     assert ours.im2col and not xla.im2col
-    params = init_params(xla, jax.random.PRNGKey(0))
+    params = jax.jit(init_params, static_argnums=0)(xla, jax.random.PRNGKey(0))  # compiled: one program, not many ops
     rng = np.random.default_rng(0)
     images = jnp.asarray(rng.integers(0, 256, (2, 64, 64, 3), dtype=np.uint8))
     features = jnp.asarray(rng.normal(size=(2, 24)), jnp.float32)
     for method, arg in ((FactoredRSSM.encode, images), (FactoredRSSM.decode, features)):
-        np.testing.assert_allclose(FactoredRSSM(ours).apply(params, arg, method=method),
-                                   FactoredRSSM(xla).apply(params, arg, method=method), atol=1e-5, rtol=0)
+        ours_out, xla_out = (jax.jit(lambda p, a, c=c: FactoredRSSM(c).apply(p, a, method=method))(params, arg)
+                             for c in (ours, xla))
+        np.testing.assert_allclose(ours_out, xla_out, atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="conv_impl"):
         WorldModelConfig(conv_impl="cudnn")

@@ -29,9 +29,9 @@ def test_infonce_variant_bad_config_and_act():
     agent = CRLAgent.create(CRLConfig(obs_dim=3, action_dim=2, hidden=(16,), repr_dim=4, actor_hidden=(8,),
                                       objective="infonce"), 1)
     batch = dict(observations=jnp.ones((8, 3)), actions=jnp.zeros((8, 2)), goals=jnp.ones((8, 3)))
-    _, metrics = agent.update(batch)
+    _, metrics = jax.jit(CRLAgent.update)(agent, batch)  # compiled: run op by op, it took 12 s of compiles
     assert np.isfinite(metrics["critic_loss"]) and np.isfinite(metrics["actor_loss"])
-    a = agent.act(jnp.ones((5, 3)), jnp.zeros(3), jax.random.PRNGKey(0))
+    a = jax.jit(CRLAgent.act)(agent, jnp.ones((5, 3)), jnp.zeros(3), jax.random.PRNGKey(0))
     assert a.shape == (5, 2) and np.all(np.abs(a) <= 1)
     with pytest.raises(ValueError, match="objective"):
         CRLConfig(objective="nce")

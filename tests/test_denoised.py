@@ -1,5 +1,6 @@
 """Denoised MDP: KLs, free nats, the factored RSSM's structure, lambda-returns, SAC target, the agent."""
 import dataclasses
+import functools
 import math
 
 import jax
@@ -21,6 +22,9 @@ RECORDED = DenoisedMDPConfig(model=WorldModelConfig(**SMALL), actor_hidden=(16,)
 """The agent of the recorded "denoised_imagine" case (tests/fixtures/update_fixtures.py): with its batch shapes
 (``sequences()``), its create and update compile to the same programs there and here, which the suite's
 compilation cache (tests/conftest.py) then compiles once."""
+
+# Compiled once: op by op, each primitive was compiled on its own. The config is static (hashable).
+observe_jit = jax.jit(observe, static_argnums=0)
 
 
 def sequences(b=3, t=4, d=5, a=2, seed=0):
@@ -74,7 +78,7 @@ def test_scanned_sequence_shapes_for_every_factor():
     config = WorldModelConfig(**{**SMALL, "z_belief": 4, "z_state": 2})
     params = init_params(config, jax.random.PRNGKey(0))
     data = sequences()
-    states, stats = observe(config, params, data["observations"], data["prev_actions"], jax.random.PRNGKey(1))
+    states, stats = observe_jit(config, params, data["observations"], data["prev_actions"], jax.random.PRNGKey(1))
     assert states["hx"].shape == (3, 4, 8) and states["x"].shape == (3, 4, 3)
     assert states["hy"].shape == (3, 4, 6) and states["y"].shape == (3, 4, 2) and states["z"].shape == (3, 4, 2)
     assert set(stats) == {"x", "y", "z"} and all(s.shape == (3, 4, 2) for s in stats["z"])
@@ -100,7 +104,7 @@ def test_y_prior_never_depends_on_actions_but_x_and_z_do():
         return stats[factor][0].sum() + stats[factor][1].sum()
 
     for factor, dependent in (("y", False), ("x", True), ("z", True)):
-        grad = jax.grad(prior_mean)(actions, factor)
+        grad = jax.jit(jax.grad(prior_mean), static_argnums=1)(actions, factor)
         assert (float(jnp.abs(grad).max()) > 1e-6) == dependent, factor
 
 
@@ -117,16 +121,22 @@ def test_dreamer_is_the_x_only_model_with_dreamers_loss():
     assert {n for n in names if n.startswith(("cells", "priors", "posteriors", "rewards"))} == {
         "cells_x", "inputs_x", "priors_x", "posteriors_x", "rewards_x"} - {"inputs_x"}
     data = sequences()
-    loss, (states, metrics) = agent.model_loss_fn(agent.model_params, data, jax.random.PRNGKey(3))
-    # Recompute Dreamer's loss by hand from the same posterior samples.
-    _, stats = observe(config.model, agent.model_params, data["observations"], data["prev_actions"],
-                       jax.random.PRNGKey(3))
-    m = FactoredRSSM(config.model)
-    recon = m.apply(agent.model_params, all_features(config.model, states), method="decode")
-    reward = m.apply(agent.model_params, states, method="reward")["x"]
-    kl = gaussian_kl(stats["x"][2], stats["x"][3], stats["x"][0], stats["x"][1])
-    expected = jnp.mean(0.5 * jnp.sum((data["observations"] - recon) ** 2, -1) + 0.5 * (data["rewards"] - reward) ** 2
-                        + jnp.maximum(kl, 3.0))
+
+    @jax.jit
+    def loss_and_expected(agent, data):
+        loss, (states, metrics) = agent.model_loss_fn(agent.model_params, data, jax.random.PRNGKey(3))
+        # Recompute Dreamer's loss by hand from the same posterior samples.
+        _, stats = observe(config.model, agent.model_params, data["observations"], data["prev_actions"],
+                           jax.random.PRNGKey(3))
+        m = FactoredRSSM(config.model)
+        recon = m.apply(agent.model_params, all_features(config.model, states), method="decode")
+        reward = m.apply(agent.model_params, states, method="reward")["x"]
+        kl = gaussian_kl(stats["x"][2], stats["x"][3], stats["x"][0], stats["x"][1])
+        expected = jnp.mean(0.5 * jnp.sum((data["observations"] - recon) ** 2, -1)
+                            + 0.5 * (data["rewards"] - reward) ** 2 + jnp.maximum(kl, 3.0))
+        return loss, expected
+
+    loss, expected = loss_and_expected(agent, data)
     np.testing.assert_allclose(loss, expected, rtol=1e-5)
 
 
@@ -283,15 +293,21 @@ def test_deterministic_act_filters_with_the_posterior_mean():
     data = sequences(b=2, t=2)
     obs, prev = data["observations"][:, 0], data["prev_actions"][:, 0]
     latent = agent.initial_latent(2)
-    a1, l1 = agent.act(latent, obs, prev)
-    a2, l2 = agent.act(latent, obs, prev)
+    act = jax.jit(DenoisedMDPAgent.act)
+    a1, l1 = act(agent, latent, obs, prev)
+    a2, l2 = act(agent, latent, obs, prev)
     np.testing.assert_array_equal(a1, a2)
-    embed = agent.model.apply(agent.model_params, obs, method="encode")
-    _, stats = agent.model.apply(agent.model_params, latent, prev, embed, jax.random.PRNGKey(3), method="observe_step")
+
+    @jax.jit
+    def observe_step(agent, latent, obs, prev):  # with a key and without (the posterior means)
+        embed = agent.model.apply(agent.model_params, obs, method="encode")
+        step = functools.partial(agent.model.apply, agent.model_params, latent, prev, embed, method="observe_step")
+        return step(jax.random.PRNGKey(3))[1], step(None)[1]
+
+    stats, mean_stats = observe_step(agent, latent, obs, prev)
     np.testing.assert_allclose(l1["x"], stats["x"][2], atol=1e-6)  # the posterior mean of x
     np.testing.assert_allclose(l1["y"], stats["y"][2], atol=1e-6)
     assert not np.allclose(l1["z"], stats["z"][2], atol=1e-3)  # z's posterior there read sampled x and y
-    _, mean_stats = agent.model.apply(agent.model_params, latent, prev, embed, None, method="observe_step")
     np.testing.assert_allclose(l1["z"], mean_stats["z"][2], atol=1e-6)
     mean, _ = agent.actor_module(config).apply(agent.actor_params, features(l1, "x"))
     np.testing.assert_allclose(a1, np.tanh(mean), atol=1e-6)

@@ -86,12 +86,13 @@ SCRIPT = textwrap.dedent("""
     from platonic_rl.training import distributed
     distributed.initialize()
     from platonic_rl.agents import CRLConfig
-    from platonic_rl.envs.point_maze import PointMaze
+    from platonic_rl.envs import mountaincar
     from platonic_rl.training.device_loop import DeviceLoopConfig, make_loop
 
-    env = PointMaze("umaze", episode_length=20)
+    # MountainCar, not the point maze: the same loop in half the compile time (each process compiles for itself).
+    env = mountaincar.MountainCarGoal(episode_length=20)
     # Contrastive RL: its critic's logits pair every state with every goal of the batch, across devices.
-    agent = CRLConfig(obs_dim=4, action_dim=2, hidden=(16,), repr_dim=8, actor_hidden=(16,))
+    agent = CRLConfig(obs_dim=2, action_dim=1, hidden=(16,), repr_dim=8, actor_hidden=(16,))
     config = DeviceLoopConfig(num_envs=8, unroll=10, updates_per_iteration=2, iterations=4, prefill_episodes=8,
                               batch_size=16, eval_every=2, eval_episodes=8)
     key = jax.random.PRNGKey(3)

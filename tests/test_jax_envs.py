@@ -75,7 +75,7 @@ def test_point_maze_matches_mujoco_away_from_walls_and_stays_out_of_walls(medium
 def test_mjx_backend_follows_mujoco_within_tolerance(medium_reference):
     states, actions = medium_reference
     env = PointMaze("medium", backend="mjx")
-    initial = jax.vmap(lambda o: env.reset(jax.random.PRNGKey(0)).replace(physics=physics_of(env, o)))(
+    initial = jax.jit(jax.vmap(lambda o: env.reset(jax.random.PRNGKey(0)).replace(physics=physics_of(env, o))))(
         jnp.asarray(states[:, 0], jnp.float32))
 
     def body(state, a):
@@ -101,7 +101,7 @@ def test_mjx_model_first_built_inside_a_trace_does_not_leak_into_the_next():
 
 def test_point_maze_resets_goals_and_rewards():
     keys = jax.random.split(jax.random.PRNGKey(0), 500)
-    state = jax.vmap(PointMaze("medium").reset)(keys)
+    state = jax.jit(jax.vmap(PointMaze("medium").reset))(keys)
     layout = maze2d.get_layout("medium")
     start_cells, goal_cells = maze2d.cell_of(np.asarray(state.observation)), maze2d.cell_of(np.asarray(state.goal))
     assert not np.any(layout.walls[start_cells[:, 0], start_cells[:, 1]])
@@ -109,16 +109,16 @@ def test_point_maze_resets_goals_and_rewards():
     assert np.all(np.any(start_cells != goal_cells, 1))  # multi: another cell than the start's
     assert len({tuple(c) for c in goal_cells}) == len(layout.free_cells)
     np.testing.assert_array_equal(np.asarray(state.goal)[:, 2:], 0.0)
-    single = jax.vmap(PointMaze("medium", goals="single").reset)(keys[:5])
+    single = jax.jit(jax.vmap(PointMaze("medium", goals="single").reset))(keys[:5])
     np.testing.assert_allclose(np.asarray(single.goal)[:, :2], np.tile(layout.goal, (5, 1)))
     # Reward and success within 0.5 of the goal; done after the layout's limit.
     env = PointMaze("umaze")
-    state = env.reset(jax.random.PRNGKey(1))
+    state, step = jax.jit(env.reset)(jax.random.PRNGKey(1)), jax.jit(env.step)
     at_goal = state.replace(physics=dict(position=state.goal[:2] + jnp.array([0.3, 0.3]), velocity=jnp.zeros(2)))
-    stepped = env.step(at_goal, jnp.zeros(2))
+    stepped = step(at_goal, jnp.zeros(2))
     assert bool(stepped.success) and float(stepped.reward) == 1.0 and not bool(stepped.done)
     assert env.episode_length == 300 and PointMaze("large").episode_length == 800
-    assert bool(env.step(stepped.replace(steps=jnp.int32(299)), jnp.zeros(2)).done)
+    assert bool(step(stepped.replace(steps=jnp.int32(299)), jnp.zeros(2)).done)
 
 
 def test_reacher_physics():
@@ -132,22 +132,26 @@ def test_reacher_physics():
         v2 = jax.jvp(fingertip, (q,), (qd,))[1]
         return 0.5 * r.LINK_MASS * (v1 @ v1 + v2 @ v2) + 0.5 * r.ARMATURE * qd @ qd
 
-    q, qd, tau = jnp.array([0.3, -1.1]), jnp.array([2.0, -3.0]), jnp.array([0.05, -0.02])
-    mass = jax.hessian(lagrangian, argnums=1)(q, qd)
-    # d/dt dL/dqd - dL/dq = tau - b qd  =>  M qdd = tau - b qd + dL/dq - (d/dq dL/dqd) qd
-    rhs = tau - r.DAMPING * qd + jax.grad(lagrangian)(q, qd) - jax.jacobian(jax.grad(lagrangian, 1), 0)(q, qd) @ qd
-    np.testing.assert_allclose(joint_accelerations(q, qd, tau), jnp.linalg.solve(mass, rhs), rtol=1e-4)
+    @jax.jit  # one program, not each autodiff operation compiled on its own
+    def both_sides(q, qd, tau):
+        mass = jax.hessian(lagrangian, argnums=1)(q, qd)
+        # d/dt dL/dqd - dL/dq = tau - b qd  =>  M qdd = tau - b qd + dL/dq - (d/dq dL/dqd) qd
+        rhs = tau - r.DAMPING * qd + jax.grad(lagrangian)(q, qd) - jax.jacobian(jax.grad(lagrangian, 1), 0)(q, qd) @ qd
+        return joint_accelerations(q, qd, tau), jnp.linalg.solve(mass, rhs)
+
+    np.testing.assert_allclose(*both_sides(jnp.array([0.3, -1.1]), jnp.array([2.0, -3.0]), jnp.array([0.05, -0.02])),
+                               rtol=1e-4)
     # Reachable goals, the goal dims hold the fingertip, success within the radius.
     env = Reacher(goal="fingertip")
     keys = jax.random.split(jax.random.PRNGKey(0), 200)
-    states = jax.vmap(env.reset)(keys)
+    states = jax.jit(jax.vmap(env.reset))(keys)
     goals = np.asarray(states.goal)
     assert env.goal_dims == (6, 7)
     assert np.all(np.linalg.norm(goals[:, 6:], axis=1) <= 0.21 + 1e-6) and np.all(goals[:, :6] == 0)
     # The default pose goal: the same targets, shown as a configuration of the arm at rest whose fingertip they are.
     pose = Reacher()
     assert pose.goal_dims == (0, 1, 2, 3, 6, 7)
-    pose_goals = np.asarray(jax.vmap(pose.reset)(keys).goal)
+    pose_goals = np.asarray(jax.jit(jax.vmap(pose.reset))(keys).goal)
     np.testing.assert_array_equal(pose_goals[:, 6:], goals[:, 6:])
     np.testing.assert_allclose(pose_goals[:, 0:4:2] ** 2 + pose_goals[:, 1:4:2] ** 2, 1.0, atol=1e-5)  # cos^2 + sin^2
     assert np.all(pose_goals[:, 4:6] == 0)  # at rest
@@ -182,8 +186,9 @@ def test_rollout_is_batched_and_seeded():
     assert not np.allclose(a["observations"], c["observations"])
     # The rollout is the same as stepping by hand.
     state = jax_env.reset_batch(env, jax.random.split(jax.random.PRNGKey(0))[0], 5)
+    step = jax.jit(lambda state, actions: jax_env.step_batch(env, state, actions))  # one program for the 30 steps
     for t in range(30):
-        state = jax_env.step_batch(env, state, a["actions"][:, t])
+        state = step(state, a["actions"][:, t])
         np.testing.assert_allclose(state.observation, a["observations"][:, t + 1], atol=1e-6)
 
 

@@ -368,10 +368,18 @@ def _small_scale(bench, updates: int, small_networks: bool):
     return dataclasses.replace(quick, **short)
 
 
+def test_benchmark_pipeline_for_qrl(tmp_path, monkeypatch):
+    """The benchmark end to end for QRL and one seed (dataset, training, MuJoCo episodes, value maps, actor check,
+    table, pictures, record, and a rerun that reuses everything) with 16-wide networks, 20 updates and U-maze's
+    episodes cut from 300 to 60 steps. The other methods' pieces have tests of their own here (MPPI's step and plan
+    costs, the true-dynamics plans, the grid and true-dynamics greedy actions); the slow test below runs them all."""
+    monkeypatch.setitem(maze2d.LAYOUTS, "umaze", dataclasses.replace(maze2d.LAYOUTS["umaze"], episode_length=60))
+    _check_benchmark_run(tmp_path, monkeypatch, updates=20, small_networks=True, methods=("qrl",), seeds=(0,))
+
+
+@pytest.mark.slow
 def test_benchmark_pipeline_with_small_networks(tmp_path, monkeypatch):
-    """Every method of the benchmark end to end (datasets, training, MuJoCo episodes, MPPI, value maps, actor
-    check, table, pictures, record, and a rerun that reuses everything) with 16-wide networks, 20 updates and
-    U-maze's episodes cut from 300 to 60 steps (stepping the 24 episodes took half the test's time)."""
+    """Every method of the benchmark end to end, two seeds, as above."""
     monkeypatch.setitem(maze2d.LAYOUTS, "umaze", dataclasses.replace(maze2d.LAYOUTS["umaze"], episode_length=60))
     _check_benchmark_run(tmp_path, monkeypatch, updates=20, small_networks=True)
 
@@ -382,28 +390,29 @@ def test_benchmark_quick_run(tmp_path, monkeypatch):
     _check_benchmark_run(tmp_path, monkeypatch, updates=200, small_networks=False)
 
 
-def _check_benchmark_run(tmp_path, monkeypatch, updates: int, small_networks: bool):
+def _check_benchmark_run(tmp_path, monkeypatch, updates: int, small_networks: bool, methods=None, seeds=(0, 1)):
     from platonic_rl.benchmarks import maze2d as bench
 
     smoke = _small_scale(bench, updates, small_networks)
     every_scale = bench.scales
     monkeypatch.setattr(bench, "scales", lambda: {**every_scale(), "quick": smoke})
-    args = bench.Args(scale="quick", layouts=("umaze",), seeds=(0, 1), dataset_size=3_000, episodes=1,
-                      out_dir=str(tmp_path / "out"), data_root=str(tmp_path / "data"))
+    methods = methods or bench.METHODS
+    args = bench.Args(scale="quick", layouts=("umaze",), methods=methods, seeds=seeds, dataset_size=3_000,
+                      episodes=1, out_dir=str(tmp_path / "out"), data_root=str(tmp_path / "data"))
     saved = bench.run(args)
     summary = saved["summary"]
-    assert set(summary) == {"qrl", "qrl_grid", "qrl_true", "crl", "gcbc", "mppi", "mppi_true"}
+    assert set(summary) == set(methods)
     for method in summary:
         for setting in ("single", "multi"):
             r = summary[method]["umaze"][setting]
-            assert len(r["scores"]) == 2 and np.isfinite(r["mean"])
+            assert len(r["scores"]) == len(seeds) and np.isfinite(r["mean"])
     assert saved["datasets"]["umaze"]["transitions"] == 3_000
     assert "NOT comparable" in saved["table"]
     ranks = saved["value_rank_correlation"]["umaze"]
-    assert len(ranks) == 2 and all(len(r) == 2 and all(-1 <= x <= 1 for x in r) for r in ranks.values())
+    assert len(ranks) == 2 and all(len(r) == len(seeds) and all(-1 <= x <= 1 for x in r) for r in ranks.values())
     gaps = saved["actor_critic_gap"]["umaze"]
-    assert len(gaps) == 2 and all(g[s]["mean_gap"] >= 0 and 0 <= g[s]["above_one_step"] <= 1
-                                  for g in gaps for s in ("single goal", "random goals"))
+    assert len(gaps) == len(seeds) and all(g[s]["mean_gap"] >= 0 and 0 <= g[s]["above_one_step"] <= 1
+                                           for g in gaps for s in ("single goal", "random goals"))
     for name in ("results.json", "values.png", "trajectories.png"):
         assert (tmp_path / "out" / name).is_file()
     assert json.loads((tmp_path / "out" / "results.json").read_text())["command"].startswith("python -m")

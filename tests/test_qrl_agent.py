@@ -14,6 +14,7 @@ TINY = QRLConfig(encoder_hidden=(32, 32), latent_dim=16, projector_hidden=(32,),
                  iqe_dim_per_component=8, dynamics_hidden=(32,), cosine_decay_steps=None,
                  learning_rate=1e-3)
 update = jax.jit(QRLAgent.update)
+act = jax.jit(QRLAgent.act)  # compiled once here; run op by op, each test's acting compiled dozens of programs
 
 
 def random_batch(n=64, seed=0):
@@ -57,7 +58,7 @@ def test_update_vmaps_over_seeds():
     np.testing.assert_allclose(metrics["loss"][2], third_metrics["loss"], rtol=1e-5)
     for a, b in zip(jax.tree.leaves(new.params), jax.tree.leaves(third.params)):
         np.testing.assert_allclose(a[2], b, rtol=1e-4, atol=1e-6)
-    acts = jax.vmap(QRLAgent.act, in_axes=(0, None, None))(new, jnp.zeros((4, 3)), jnp.ones(3))
+    acts = jax.jit(jax.vmap(QRLAgent.act, in_axes=(0, None, None)))(new, jnp.zeros((4, 3)), jnp.ones(3))
     assert acts.shape == (3, 4)
 
 
@@ -87,9 +88,9 @@ def test_goal_entry_rows_are_excluded_from_transition_loss():
 def test_act_is_argmin_of_action_costs():
     agent, _ = update(QRLAgent.create(TINY, 0), random_batch())
     obs = jnp.asarray(random_batch(50, seed=3)["observations"])
-    costs = agent.action_costs(obs, jnp.asarray(mc.GENERAL_GOAL))
+    costs = jax.jit(QRLAgent.action_costs)(agent, obs, jnp.asarray(mc.GENERAL_GOAL))
     assert costs.shape == (50, 3)
-    np.testing.assert_array_equal(agent.act(obs, mc.GENERAL_GOAL), np.argmin(costs, axis=-1))
+    np.testing.assert_array_equal(act(agent, obs, mc.GENERAL_GOAL), np.argmin(costs, axis=-1))
 
 
 def test_bad_input_is_rejected():
@@ -116,10 +117,10 @@ def test_table_evaluation_equals_stepping_the_environment():
     for goal_obs, target in ((mc.GENERAL_GOAL, mc.goal_mask()),
                              (np.asarray(mc.to_observation(mc.state_from_index(80 * 160 + 80))),
                               mc.neighbourhood_mask(80 * 160 + 80))):
-        policy = agent.act(obs, goal_obs)
+        policy = act(agent, obs, goal_obs)
         fast = np.asarray(mc.greedy_returns(policy, jnp.asarray(target), table))
         starts = np.arange(0, mc.NUM_STATES, 53)
-        slow = mc.rollout_returns(lambda o, g: agent.act(o, g), mc.state_from_index(starts),
+        slow = mc.rollout_returns(lambda o, g: act(agent, o, g), mc.state_from_index(starts),
                                   jnp.asarray(goal_obs), jnp.asarray(target))
         np.testing.assert_array_equal(fast[starts], np.asarray(slow))
 

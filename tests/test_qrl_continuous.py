@@ -17,6 +17,8 @@ from platonic_rl.qrl import losses
 
 TINY = QRLContinuousConfig(obs_dim=5, action_dim=2, encoder_hidden=(32,), latent_dim=16, projector_hidden=(32,),
                            iqe_components=4, iqe_dim_per_component=8, dynamics_hidden=(32,), actor_hidden=(32,))
+# Compiled once per shapes (shared by the tests): op by op, each primitive was compiled on its own.
+act = jax.jit(QRLContinuousAgent.act)
 
 
 def batch(n=32, seed=0):
@@ -41,7 +43,7 @@ def _tanh_normal_nll_numpy(mean, log_std, actions):
 
 def test_tanh_normal_log_density_matches_change_of_variables():
     mean, log_std = jnp.array([[0.3, -1.0]]), jnp.array([[-0.5, 0.2]])
-    a, log_p = tanh_normal_sample(jax.random.PRNGKey(0), mean, log_std)
+    a, log_p = jax.jit(tanh_normal_sample)(jax.random.PRNGKey(0), mean, log_std)
     ref = _tanh_normal_log_density_numpy(mean, log_std, a)[0]
     assert float(log_p[0]) == pytest.approx(ref, rel=1e-4)
     assert np.all(np.abs(np.asarray(a)) < 1)
@@ -75,9 +77,9 @@ def test_update_is_jittable_and_trains_two_independent_critics():
     assert changed(new.log_entropy_weight, agent.log_entropy_weight)
     for _ in range(3):
         new, metrics = update(new, b)
-    a = jax.jit(QRLContinuousAgent.act)(new, b["observations"], b["goals"], jax.random.PRNGKey(0))
+    a = act(new, b["observations"], b["goals"], jax.random.PRNGKey(0))
     assert a.shape == (32, 2) and np.all(np.abs(a) <= 1)
-    np.testing.assert_array_equal(new.act(b["observations"], b["goals"]), new.act(b["observations"], b["goals"]))
+    np.testing.assert_array_equal(act(new, b["observations"], b["goals"]), act(new, b["observations"], b["goals"]))
 
 
 class KnownCriticAgent(QRLContinuousAgent):
@@ -95,11 +97,12 @@ def test_actor_learns_to_move_towards_the_goal_under_a_known_critic():
     obs = rng.uniform(-1, 1, (256, 2)).astype(np.float32)
     goals = rng.uniform(-1, 1, (256, 2)).astype(np.float32)
     b = dict(observations=obs, goals=goals, actions=np.zeros((256, 2), np.float32))
-    grad = jax.jit(jax.grad(lambda p, key: agent.actor_loss_fn(p, None, b, key)[0]))
+    grad = jax.grad(lambda p, key: agent.actor_loss_fn(p, None, b, key)[0])
+    step = jax.jit(lambda actor, i: actor.apply_gradients(grad(actor.params, jax.random.PRNGKey(i))))
     actor = TrainState.create(agent.actor_params, optax.adam(3e-3))
     for i in range(300):
-        actor = actor.apply_gradients(grad(actor.params, jax.random.PRNGKey(i)))
-    actions = np.asarray(agent.replace(actor_state=actor).act(obs, goals))
+        actor = step(actor, i)
+    actions = np.asarray(jax.jit(KnownCriticAgent.act)(agent.replace(actor_state=actor), obs, goals))
     direction = goals - obs
     cosine = np.sum(actions * direction, 1) / (np.linalg.norm(actions, axis=1) * np.linalg.norm(direction, axis=1))
     assert np.median(cosine) > 0.9
@@ -169,17 +172,23 @@ def test_behaviour_cloning_is_the_dataset_actions_nll_and_entropy_can_be_off():
     b = batch()
     b["bc_goals"] = b["goals"][::-1].copy()
     key = jax.random.PRNGKey(3)
-    loss, metrics = agent.actor_loss_fn(agent.actor_params, agent.critic_params, b, key)
-    mean, log_std = agent.policy.apply(agent.actor_params, b["observations"], b["bc_goals"])
+    with_entropy = dataclasses.replace(config, adaptive_entropy=True)
+
+    @jax.jit
+    def losses_and_references(agent, b):  # the losses (entropy off and on), the policy and the critics' distances
+        loss, metrics = agent.actor_loss_fn(agent.actor_params, agent.critic_params, b, key)
+        loss_on = agent.replace(config=with_entropy).actor_loss_fn(agent.actor_params, agent.critic_params, b, key)[0]
+        bc_policy = agent.policy.apply(agent.actor_params, b["observations"], b["bc_goals"])
+        mean, log_std = agent.policy.apply(agent.actor_params, b["observations"], b["goals"])
+        actions, _ = tanh_normal_sample(key, mean, log_std)
+        distances = agent.goal_distances_after(agent.critic_params, b["observations"], actions, b["goals"])
+        return loss, metrics, loss_on, bc_policy, distances
+
+    loss, metrics, loss_on, (mean, log_std), distances = losses_and_references(agent, b)
     nll = _tanh_normal_nll_numpy(mean, log_std, b["actions"])
     np.testing.assert_allclose(metrics["bc_nll"], nll, rtol=1e-5)
-    mean, log_std = agent.policy.apply(agent.actor_params, b["observations"], b["goals"])
-    actions, _ = tanh_normal_sample(key, mean, log_std)
-    distances = agent.goal_distances_after(agent.critic_params, b["observations"], actions, b["goals"])
     expected = float(np.max(np.asarray(distances), 0).mean() + 0.05 * nll)  # no alpha log pi term
     assert abs(float(loss) - expected) <= 1e-4 * (1 + abs(expected))
-    with_entropy = dataclasses.replace(config, adaptive_entropy=True)
-    loss_on = agent.replace(config=with_entropy).actor_loss_fn(agent.actor_params, agent.critic_params, b, key)[0]
     assert abs(float(loss_on) - expected) > 1e-3  # alpha = 1 adds E[log pi]
     new, metrics = jax.jit(QRLContinuousAgent.update)(agent, b)
     assert float(new.log_entropy_weight) == float(agent.log_entropy_weight) and float(metrics["entropy_weight"]) == 0
@@ -191,6 +200,11 @@ def test_crl_behaviour_cloning_is_the_dataset_actions_nll():
     config = CRLConfig(obs_dim=5, action_dim=2, hidden=(16,), repr_dim=8, actor_hidden=(16,), bc_weight=0.05)
     agent = CRLAgent.create(config, 0)
     b = batch()
-    _, metrics = agent.actor_loss(agent.actor_params, agent.critic_params, b, jax.random.PRNGKey(0))
-    mean, log_std = agent.policy.apply(agent.actor_params, np.concatenate([b["observations"], b["goals"]], -1))
+
+    @jax.jit
+    def bc_nll_and_policy(agent, b):
+        _, metrics = agent.actor_loss(agent.actor_params, agent.critic_params, b, jax.random.PRNGKey(0))
+        return metrics, agent.policy.apply(agent.actor_params, jnp.concatenate([b["observations"], b["goals"]], -1))
+
+    metrics, (mean, log_std) = bc_nll_and_policy(agent, b)
     np.testing.assert_allclose(metrics["bc_nll"], _tanh_normal_nll_numpy(mean, log_std, b["actions"]), rtol=1e-5)

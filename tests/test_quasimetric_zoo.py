@@ -1,4 +1,5 @@
 """The quasimetric model zoo: every registered head, checked against its claims and closed forms."""
+import functools
 import math
 
 import jax
@@ -17,8 +18,13 @@ NON_QUASIMETRIC = [n for n in qm.HEADS if not qm.make_head(n).is_quasimetric]
 def _init(name, seed=0, **kwargs):
     kwargs = {"dim_per_component": 8, **kwargs} if name.startswith("iqe") else kwargs
     head = qm.make_head(name, **kwargs)
-    params = head.init(jax.random.PRNGKey(seed), jnp.zeros((1, DIM)), jnp.zeros((1, DIM)))
-    return head, params
+    return head, _init_params(head, seed)
+
+
+# Compiled once per head (heads are hashable): op by op, each primitive was compiled on its own.
+@functools.partial(jax.jit, static_argnums=0)
+def _init_params(head, seed):
+    return head.init(jax.random.PRNGKey(seed), jnp.zeros((1, DIM)), jnp.zeros((1, DIM)))
 
 
 def _triples(seed, n=512):
@@ -63,7 +69,8 @@ def test_non_quasimetric_heads_are_flagged_and_do_violate(name):
     head, params = _init(name)
     assert head.is_quasimetric is False
     x, y, z = _triples(0)
-    d = lambda a, b: np.asarray(head.apply(params, a, b))  # noqa: E731
+    apply = jax.jit(head.apply)
+    d = lambda a, b: np.asarray(apply(params, a, b))  # noqa: E731
     broken = (np.abs(d(x, x)).max() > 1e-3 or d(x, y).min() < 0
               or (d(x, z) - d(x, y) - d(y, z)).max() > 1e-3)
     assert broken, f"{name} is flagged non-quasimetric but satisfied every axiom on the random search"
@@ -73,9 +80,10 @@ def test_non_quasimetric_heads_are_flagged_and_do_violate(name):
 def test_positive_homogeneity_of_latent_heads(name):
     head, params = _init(name)
     x, y, _ = _triples(1)
-    base = np.asarray(head.apply(params, x, y))
+    apply = jax.jit(head.apply)
+    base = np.asarray(apply(params, x, y))
     for c in (0.25, 4.0):
-        np.testing.assert_allclose(head.apply(params, c * x, c * y), c * base, rtol=2e-4, atol=1e-5)
+        np.testing.assert_allclose(apply(params, c * x, c * y), c * base, rtol=2e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", list(qm.HEADS))
@@ -119,7 +127,7 @@ def test_poisson_le_prob_matches_brute_force_and_closed_forms():
     rng = np.random.default_rng(0)
     a = np.concatenate([[0.0, 0.0, 2.0, 1e-4], rng.exponential(4.0, 60), rng.uniform(50, 300, 8)])
     b = np.concatenate([[0.0, 3.0, 0.0, 1e-4], rng.exponential(4.0, 60), a[-8:] + rng.normal(0, 4, 8)])
-    got = np.asarray(qm.poisson_le_prob(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32)))
+    got = np.asarray(jax.jit(qm.poisson_le_prob)(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32)))
     # float32 rounding, elementwise: ~eps per quadrature term (48 terms), plus the rounding of the inputs, the nodes
     # and sqrt(b), ~eps sqrt(rate), which the bump's slope carries into P (1.1e-6 seen at rate 285: a flat 2e-6 was
     # under the bound there, and on other CPUs it could be exceeded).
@@ -133,7 +141,7 @@ def test_poisson_le_prob_matches_brute_force_and_closed_forms():
 def test_poisson_le_prob_gradients_match_finite_differences():
     a = np.array([0.5, 3.0, 10.0, 2.0, 40.0])
     b = np.array([1.0, 3.0, 4.0, 1e-9, 37.0])
-    ga, gb = jax.grad(lambda a, b: qm.poisson_le_prob(a, b).sum(), argnums=(0, 1))(
+    ga, gb = jax.jit(jax.grad(lambda a, b: qm.poisson_le_prob(a, b).sum(), argnums=(0, 1)))(
         jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32))
     h = 1e-4
     ref_a = (_poisson_le_reference(a + h, b) - _poisson_le_reference(a - h, b)) / (2 * h)
@@ -159,13 +167,13 @@ def test_gaussian_shape_rates_match_numerical_integration():
 def test_pqe_lh_equals_its_formula_and_bases_start_in_range():
     head = qm.make_head("pqe-lh", dim_per_component=4, gamma=0.9)
     x, y, _ = _triples(2)
-    params = head.init(jax.random.PRNGKey(3), x, y)
-    b = np.asarray(qm.DeepLinearMatrix(8, 1, 64, row_targets=lambda k: jnp.zeros(8)).apply(
+    params = jax.jit(head.init)(jax.random.PRNGKey(3), x, y)
+    b = np.asarray(jax.jit(qm.DeepLinearMatrix(8, 1, 64, row_targets=lambda k: jnp.zeros(8)).apply)(
         {"params": params["params"]["bases"]}))[:, 0]
     weights = np.log1p(np.exp(-b)) / -math.log(0.9)
     rates = np.maximum(np.asarray(x) - np.asarray(y), 0).reshape(-1, 8, 4) / 4
     expected = (1 - np.exp(-rates.sum(-1))) @ weights
-    np.testing.assert_allclose(head.apply(params, x, y), expected, rtol=1e-5)
+    np.testing.assert_allclose(jax.jit(head.apply)(params, x, y), expected, rtol=1e-5)
     # eq. B.172: prod_i sigmoid(b_i)^0.5 in [0.5, 0.75] at initialisation.
     assert 0.5 - 1e-5 <= np.prod(1 / (1 + np.exp(-b))) ** 0.5 <= 0.75 + 1e-5
 
@@ -193,8 +201,8 @@ def test_deep_linear_matrix_collapses_to_one_matrix():
 def test_concave_activation_is_concave_monotone_and_zero_at_zero():
     act = qm.ConcaveActivation()
     d = jnp.tile(jnp.linspace(0.0, 20.0, 401)[:, None], (1, 3))
-    params = act.init(jax.random.PRNGKey(0), d)
-    f = np.asarray(act.apply(params, d))
+    params = jax.jit(act.init)(jax.random.PRNGKey(0), d)
+    f = np.asarray(jax.jit(act.apply)(params, d))
     np.testing.assert_allclose(f[0], 0.0, atol=1e-7)
     assert (np.diff(f, axis=0) > 0).all()
     # Second differences of float32 values (up to 24) on a float32 grid carry up to ~4 x 2 ulp of rounding noise

@@ -6,6 +6,10 @@ import pytest
 
 from platonic_rl.qrl import quasimetrics as qm
 
+# Compiled once per shapes (shared by the tests): op by op, each primitive was compiled on its own.
+iqe_components = jax.jit(qm.iqe_components, static_argnames="dim_per_component")
+iqe = jax.jit(qm.iqe, static_argnames=("dim_per_component", "reduction"))
+
 
 def union_length(starts, ends):
     """Brute force: merge the intervals [s, max(s, e)] one by one."""
@@ -27,7 +31,7 @@ def test_iqe_components_equal_brute_force_union_length(round_to):
     x, y = rng.normal(size=(2, 64, 4 * 8)).astype(np.float32)
     if round_to:
         x, y = np.round(x / round_to) * round_to, np.round(y / round_to) * round_to
-    got = np.asarray(qm.iqe_components(x, y, dim_per_component=8))
+    got = np.asarray(iqe_components(x, y, dim_per_component=8))
     assert got.shape == (64, 4)
     # float64 reference (float32 scalars would keep union_length in float32): the kernel's float32 sum of <= 16 signed
     # endpoints errs by <= 8 eps * sum|endpoints| <= 8e-6 here.
@@ -41,12 +45,12 @@ def test_iqe_hand_computed():
     # Component 1: [0, 2] U [1, 1] -> 2.  Component 2: [0, 1] U [3, 4] -> 2.  Component 3: y < x -> 0.
     x = jnp.array([0.0, 1.0, 0.0, 3.0, 5.0, 6.0])
     y = jnp.array([2.0, 0.5, 1.0, 4.0, 1.0, 2.0])
-    np.testing.assert_allclose(qm.iqe_components(x, y, 2), [2.0, 2.0, 0.0])
-    assert float(qm.iqe(x, y, 2, "sum")) == pytest.approx(4.0)
+    np.testing.assert_allclose(iqe_components(x, y, 2), [2.0, 2.0, 0.0])
+    assert float(iqe(x, y, 2, "sum")) == pytest.approx(4.0)
     # maxmean: alpha * max + (1 - alpha) * mean = 0.25 * 2 + 0.75 * 4/3 = 1.5
-    assert float(qm.iqe(x, y, 2, "maxmean", alpha=0.25)) == pytest.approx(1.5)
+    assert float(iqe(x, y, 2, "maxmean", alpha=0.25)) == pytest.approx(1.5)
     # Asymmetric: d(y, x) measures U [y, max(y, x)].
-    np.testing.assert_allclose(qm.iqe_components(y, x, 2), [0.5, 0.0, 4.0 + 1.0 - 0.0])
+    np.testing.assert_allclose(iqe_components(y, x, 2), [0.5, 0.0, 4.0 + 1.0 - 0.0])
 
 
 def _random_heads():
@@ -74,7 +78,7 @@ def test_quasimetric_axioms_on_random_triples(name):
 
 @pytest.mark.parametrize("name", ["iqe-sum", "iqe-maxmean", "l2"])
 def test_positive_homogeneity(name):
-    d = _random_heads()[name]
+    d = jax.jit(_random_heads()[name])
     rng = np.random.default_rng(2)
     x, y = rng.normal(size=(2, 256, 32)).astype(np.float32)
     for scale in (0.1, 3.0):
@@ -84,7 +88,7 @@ def test_positive_homogeneity(name):
 def test_iqe_is_asymmetric_and_l2_symmetric():
     rng = np.random.default_rng(3)
     x, y = rng.normal(size=(2, 256, 32)).astype(np.float32)
-    heads = _random_heads()
+    heads = {name: jax.jit(head) for name, head in _random_heads().items()}
     assert np.abs(np.asarray(heads["iqe-sum"](x, y) - heads["iqe-sum"](y, x))).max() > 0.1
     np.testing.assert_allclose(heads["l2"](x, y), heads["l2"](y, x), rtol=1e-6)
 
@@ -97,13 +101,13 @@ def test_jit_vmap_grad_finite_including_x_equals_y(name):
     x_ties = np.round(x)
     batched = jax.jit(jax.vmap(d))(x, y)
     # Another summation order (32 squares; 64 signed interval endpoints of size ~1-4): eps * k * sum|terms| / d <= 3e-6.
-    np.testing.assert_allclose(batched, d(x, y), rtol=1e-5)
+    np.testing.assert_allclose(batched, jax.jit(d)(x, y), rtol=1e-5)
     for a, b in ((x, y), (x, x), (x_ties, np.round(y))):
         ga, gb = jax.jit(jax.grad(lambda a, b: d(a, b).sum(), argnums=(0, 1)))(a, b)
         assert np.isfinite(ga).all() and np.isfinite(gb).all()
     # Gradient of the union length: +1 on right boundaries, -1 on left ones (hand check).
     if name == "iqe-sum":
-        gx, gy = jax.grad(lambda a, b: qm.iqe(a, b, 2, "sum"), argnums=(0, 1))(
+        gx, gy = jax.jit(jax.grad(lambda a, b: qm.iqe(a, b, 2, "sum"), argnums=(0, 1)))(
             jnp.array([0.0, 1.0]), jnp.array([2.0, 3.0]))  # [0, 2] U [1, 3] = [0, 3]
         np.testing.assert_array_equal(gx, [-1.0, 0.0])
         np.testing.assert_array_equal(gy, [0.0, 1.0])
@@ -140,7 +144,7 @@ def test_iqe_gradient_equals_finite_differences_of_brute_force():
 
 def test_iqe_forward_and_reverse_mode_agree():
     x, y = _spaced_pairs(np.random.default_rng(6), batch=4, dim=16)
-    f = lambda a, b: qm.iqe(a, b, 8, "maxmean", 0.3)  # noqa: E731
+    f = jax.jit(lambda a, b: qm.iqe(a, b, 8, "maxmean", 0.3))
     jax.test_util.check_grads(f, (x, y), order=1, modes=("fwd", "rev"), eps=0.01)
 
 
@@ -148,7 +152,7 @@ def test_iqe_negative_zero_touches_positive_zero():
     # [-1.5, -0.0] and [+0.0, 1] touch: one segment [-1.5, 1], whose boundaries are x[0] and y[1] only.
     x = jnp.array([-1.5, 0.0])
     y = jnp.array([-0.0, 1.0])
-    assert float(qm.iqe(x, y, 2, "sum")) == pytest.approx(2.5)
+    assert float(iqe(x, y, 2, "sum")) == pytest.approx(2.5)
     gx, gy = jax.jit(jax.grad(lambda a, b: qm.iqe(a, b, 2, "sum"), argnums=(0, 1)))(x, y)
     np.testing.assert_array_equal(gx, [-1.0, 0.0])
     np.testing.assert_array_equal(gy, [0.0, 1.0])
@@ -156,8 +160,8 @@ def test_iqe_negative_zero_touches_positive_zero():
 
 def test_any_leading_shape_and_broadcast():
     x = jnp.ones((2, 3, 32))
-    assert qm.iqe(x, jnp.zeros(32), 8, "sum").shape == (2, 3)
-    assert qm.euclidean(x, jnp.zeros((3, 32))).shape == (2, 3)
+    assert iqe(x, jnp.zeros(32), 8, "sum").shape == (2, 3)
+    assert jax.jit(qm.euclidean)(x, jnp.zeros((3, 32))).shape == (2, 3)
 
 
 def test_bad_input_is_rejected():
@@ -176,13 +180,13 @@ def test_bad_input_is_rejected():
 def test_linen_modules():
     head = qm.make_head("iqe", dim_per_component=8, reduction="maxmean")
     x, y = jax.random.normal(jax.random.PRNGKey(1), (2, 5, 32))  # non-empty intervals: d > 0
-    params = head.init(jax.random.PRNGKey(0), x, y)
+    params = jax.jit(head.init)(jax.random.PRNGKey(0), x, y)
     assert float(params["params"]["alpha_raw"]) == -1.0
-    expected = qm.iqe(x, y, 8, "maxmean", jax.nn.sigmoid(-1.0))
+    expected = iqe(x, y, 8, "maxmean", jax.nn.sigmoid(-1.0))
     assert np.all(np.asarray(expected) > 0.1)
-    np.testing.assert_allclose(head.apply(params, x, y), expected, rtol=1e-6)  # same function, same order
+    np.testing.assert_allclose(jax.jit(head.apply)(params, x, y), expected, rtol=1e-6)  # same function, same order
     # The head's alpha is sigmoid(alpha_raw): a wrong alpha would give another mix of max and mean.
-    assert not np.allclose(qm.iqe(x, y, 8, "maxmean", 0.5), expected, rtol=1e-3)
+    assert not np.allclose(iqe(x, y, 8, "maxmean", 0.5), expected, rtol=1e-3)
     assert head.is_quasimetric and not head.is_symmetric
     l2 = qm.make_head("l2")
     assert l2.is_symmetric

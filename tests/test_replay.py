@@ -7,6 +7,9 @@ import pytest
 from platonic_rl.envs.replay import EpisodeBuffer, SequenceBuffer
 
 T, D, A = 5, 2, 1
+# Compiled once per shapes (shared by the tests): op by op, each primitive was compiled on its own.
+add = jax.jit(EpisodeBuffer.add)
+sample = jax.jit(EpisodeBuffer.sample, static_argnames=("batch_size", "p_future", "discount"))
 
 
 def episodes(start, count):
@@ -20,7 +23,6 @@ def episodes(start, count):
 
 def test_ring_insertion_overwrites_oldest():
     buf = EpisodeBuffer.create(capacity=4, horizon=T, obs_shape=D, action_dim=A)
-    add = jax.jit(EpisodeBuffer.add)
     buf = add(buf, *episodes(0, 3))
     assert int(buf.size) == 3 and int(buf.insert_at) == 3
     buf = add(buf, *episodes(3, 3))  # episodes 3, 4, 5: 4 and 5 overwrite 0 and 1
@@ -30,17 +32,17 @@ def test_ring_insertion_overwrites_oldest():
 
 def test_resizing_keeps_every_episode_oldest_first():
     wrapped = EpisodeBuffer.create(capacity=4, horizon=T, obs_shape=D, action_dim=A)
-    wrapped = wrapped.add(*episodes(0, 3)).add(*episodes(3, 3))
+    wrapped = add(add(wrapped, *episodes(0, 3)), *episodes(3, 3))
     grown = wrapped.resized(6)  # rows held 4, 5, 2, 3 (see above): oldest first is 2, 3, 4, 5
     np.testing.assert_array_equal(np.asarray(grown.observations[:, 0, 0]), [2, 3, 4, 5, 0, 0])
     np.testing.assert_array_equal(np.asarray(grown.actions[:4, 1, 0]), [21, 31, 41, 51])
     assert int(grown.size) == 4 and int(grown.insert_at) == 4
-    assert np.asarray(grown.add(*episodes(6, 3)).observations[:, 0, 0]).tolist() == [8, 3, 4, 5, 6, 7]
+    assert np.asarray(add(grown, *episodes(6, 3)).observations[:, 0, 0]).tolist() == [8, 3, 4, 5, 6, 7]
     # A buffer that never wrapped, grown, samples exactly like one created at the larger size.
-    small = EpisodeBuffer.create(capacity=5, horizon=T, obs_shape=D, action_dim=A).add(*episodes(0, 3))
-    big = EpisodeBuffer.create(capacity=9, horizon=T, obs_shape=D, action_dim=A).add(*episodes(0, 3))
-    for (name, a), b in zip(small.resized(9).sample(jax.random.PRNGKey(1), 64).items(),
-                            big.sample(jax.random.PRNGKey(1), 64).values()):
+    small = add(EpisodeBuffer.create(capacity=5, horizon=T, obs_shape=D, action_dim=A), *episodes(0, 3))
+    big = add(EpisodeBuffer.create(capacity=9, horizon=T, obs_shape=D, action_dim=A), *episodes(0, 3))
+    for (name, a), b in zip(sample(small.resized(9), jax.random.PRNGKey(1), 64).items(),
+                            sample(big, jax.random.PRNGKey(1), 64).values()):
         np.testing.assert_array_equal(a, b, err_msg=name)
     with pytest.raises(ValueError, match="capacity 3 cannot hold the 4 stored episodes"):
         wrapped.resized(3)
@@ -58,8 +60,8 @@ def test_sequence_buffer_resizes_like_the_episode_buffer():
 
 
 def test_samples_are_consistent_transitions_with_future_goals():
-    buf = EpisodeBuffer.create(capacity=8, horizon=T, obs_shape=D, action_dim=A).add(*episodes(0, 8))
-    s = jax.jit(EpisodeBuffer.sample, static_argnums=2)(buf, jax.random.PRNGKey(0), 4096)
+    buf = add(EpisodeBuffer.create(capacity=8, horizon=T, obs_shape=D, action_dim=A), *episodes(0, 8))
+    s = sample(buf, jax.random.PRNGKey(0), 4096)
     e, t = np.asarray(s["observations"]).T
     np.testing.assert_array_equal(np.asarray(s["next_observations"]), np.stack([e, t + 1], 1))
     np.testing.assert_array_equal(np.asarray(s["actions"])[:, 0], 10 * e + t)
@@ -72,8 +74,8 @@ def test_samples_are_consistent_transitions_with_future_goals():
 def test_goal_offset_follows_truncated_geometric():
     horizon, discount = 50, 0.9
     buf = EpisodeBuffer.create(capacity=2, horizon=horizon, obs_shape=1, action_dim=1)
-    buf = buf.add(jnp.zeros((2, horizon + 1, 1)), jnp.zeros((2, horizon, 1)))
-    s = buf.sample(jax.random.PRNGKey(1), 200_000, discount=discount)
+    buf = add(buf, jnp.zeros((2, horizon + 1, 1)), jnp.zeros((2, horizon, 1)))
+    s = sample(buf, jax.random.PRNGKey(1), 200_000, discount=discount)
     t, k = np.asarray(s["step"]), np.asarray(s["goal_offsets"])
     for t0 in (0, 40, 49):  # K = 50, 10, 1
         ks = k[t == t0]
@@ -86,13 +88,13 @@ def test_goal_offset_follows_truncated_geometric():
 
 
 def test_random_goals_cover_the_buffer():
-    buf = EpisodeBuffer.create(capacity=8, horizon=T, obs_shape=D, action_dim=A).add(*episodes(0, 6))
-    s = buf.sample(jax.random.PRNGKey(2), 20_000, p_future=0.0)
+    buf = add(EpisodeBuffer.create(capacity=8, horizon=T, obs_shape=D, action_dim=A), *episodes(0, 6))
+    s = sample(buf, jax.random.PRNGKey(2), 20_000, p_future=0.0)
     assert (np.asarray(s["goal_offsets"]) == -1).all()
     ge, gt = np.asarray(s["goals"]).T
     assert set(ge.astype(int)) == set(range(6))  # only stored episodes
     assert set(gt.astype(int)) == set(range(T + 1))
-    mixed = buf.sample(jax.random.PRNGKey(3), 20_000, p_future=0.7)
+    mixed = sample(buf, jax.random.PRNGKey(3), 20_000, p_future=0.7)
     assert np.mean(np.asarray(mixed["goal_offsets"]) >= 0) == pytest.approx(0.7, abs=0.02)
 
 
@@ -112,8 +114,8 @@ def test_image_episodes_are_stored_as_uint8_frames():
     frames = np.random.default_rng(0).integers(0, 256, (3, T + 1, 8, 8, 3), dtype=np.uint8)
     acts = np.zeros((3, T, A), np.float32)
     buf = EpisodeBuffer.create(capacity=4, horizon=T, obs_shape=(8, 8, 3), action_dim=A, dtype=jnp.uint8)
-    buf = buf.add(jnp.asarray(frames), jnp.asarray(acts))
-    s = buf.sample(jax.random.PRNGKey(0), 16)
+    buf = add(buf, jnp.asarray(frames), jnp.asarray(acts))
+    s = sample(buf, jax.random.PRNGKey(0), 16)
     assert s["observations"].dtype == jnp.uint8 and s["goals"].shape == (16, 8, 8, 3)
     e, t = np.asarray(s["episode"]), np.asarray(s["step"])
     np.testing.assert_array_equal(s["next_observations"], frames[e, t + 1])

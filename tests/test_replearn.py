@@ -11,6 +11,22 @@ from scipy.stats import ortho_group
 from platonic_rl.replearn import metrics as rm
 from platonic_rl.replearn import objectives as ro
 
+# Compiled once per shapes (shared by the tests): op by op, each primitive was compiled on its own. Eager calls are
+# left where eager behaviour is what a test checks (test_metrics_are_deterministic_and_jittable, bad input) and
+# for the RBF kernel (its median of the off-diagonal entries uses a boolean mask: not jittable).
+uniform_loss = jax.jit(ro.uniform_loss)
+uniform_loss_two_view = jax.jit(ro.uniform_loss_two_view)
+align_loss = jax.jit(ro.align_loss, static_argnames="alpha")
+info_nce = jax.jit(ro.info_nce, static_argnames="direction")
+binary_nce = jax.jit(ro.binary_nce)
+pairwise_logits = jax.jit(ro.pairwise_logits, static_argnames="energy")
+knn_indices = jax.jit(rm.knn_indices, static_argnames=("k", "normalized", "chunk"))
+mutual_knn = jax.jit(rm.mutual_knn, static_argnames=("k", "normalize"))
+cycle_knn = jax.jit(rm.cycle_knn, static_argnames=("k", "normalize"))
+cka = jax.jit(rm.cka, static_argnames=("kernel", "unbiased", "normalize"))
+cknna = jax.jit(rm.cknna, static_argnames=("k", "normalize"))
+svcca = jax.jit(rm.svcca, static_argnames="normalize")
+
 
 def sphere(rng, n, d):
     x = rng.normal(size=(n, d))
@@ -24,33 +40,33 @@ def test_uniformity_of_the_uniform_sphere_approaches_the_closed_form():
     closed = -2 * t + math.log(math.gamma(d / 2) * t ** (1 - d / 2) * scipy.special.iv(d / 2 - 1, 2 * t))
     assert closed == pytest.approx(-2.0798, abs=1e-4)
     x = sphere(np.random.default_rng(0), 3000, d)
-    assert float(ro.uniform_loss(x, t)) == pytest.approx(closed, abs=0.02)
+    assert float(uniform_loss(x, t)) == pytest.approx(closed, abs=0.02)
     # In high dimension it tends to -2t (all pairs nearly orthogonal: ||x - y||^2 -> 2).
-    assert float(ro.uniform_loss(sphere(np.random.default_rng(1), 1000, 512), t)) == pytest.approx(-2 * t, abs=0.05)
+    assert float(uniform_loss(sphere(np.random.default_rng(1), 1000, 512), t)) == pytest.approx(-2 * t, abs=0.05)
 
 
 def test_uniformity_of_antipodal_pair_and_regular_simplex():
     t = 1.5
     x = jnp.array([[1.0, 0.0], [-1.0, 0.0]])
-    assert float(ro.uniform_loss(x, t)) == pytest.approx(-4 * t, abs=1e-5)
+    assert float(uniform_loss(x, t)) == pytest.approx(-4 * t, abs=1e-5)
     n = 5  # regular simplex: centred standard basis of R^n, normalised
     simplex = np.eye(n) - 1.0 / n
     simplex /= np.linalg.norm(simplex, axis=1, keepdims=True)
-    assert float(ro.uniform_loss(jnp.asarray(simplex, jnp.float32), t)) == pytest.approx(
+    assert float(uniform_loss(jnp.asarray(simplex, jnp.float32), t)) == pytest.approx(
         -t * (2 + 2 / (n - 1)), abs=1e-5)
 
 
 def test_alignment_hand_computed_and_safe_gradient():
     x = jnp.array([[0.0, 0.0], [3.0, 4.0]])
     y = jnp.zeros((2, 2))
-    assert float(ro.align_loss(x, y, alpha=2)) == pytest.approx(12.5)
-    assert float(ro.align_loss(x, y, alpha=1)) == pytest.approx(2.5)
-    grad = jax.grad(lambda a: ro.align_loss(a, y, alpha=1.0))(x)
+    assert float(align_loss(x, y, alpha=2)) == pytest.approx(12.5)
+    assert float(align_loss(x, y, alpha=1)) == pytest.approx(2.5)
+    grad = jax.jit(jax.grad(lambda a: ro.align_loss(a, y, alpha=1.0)))(x)
     assert np.isfinite(grad).all() and (grad[0] == 0).all()
-    grad_u = jax.grad(lambda a: ro.uniform_loss(a, 2.0))(jnp.ones((4, 3)))  # coincident points
+    grad_u = jax.jit(jax.grad(lambda a: ro.uniform_loss(a, 2.0)))(jnp.ones((4, 3)))  # coincident points
     assert np.isfinite(grad_u).all()
-    two_view = ro.uniform_loss_two_view(x, x + 1, 2.0)
-    assert float(two_view) == pytest.approx(float(ro.uniform_loss(x, 2.0)), rel=1e-6)
+    two_view = uniform_loss_two_view(x, x + 1, 2.0)
+    assert float(two_view) == pytest.approx(float(uniform_loss(x, 2.0)), rel=1e-6)
 
 
 # --- contrastive --------------------------------------------------------------------------------------
@@ -62,12 +78,12 @@ def test_info_nce_matches_numpy_reference_in_every_direction():
     def ce(l):
         return np.mean(scipy.special.logsumexp(l, axis=1) - np.diag(l))
 
-    assert float(ro.info_nce(logits, "forward")) == pytest.approx(ce(logits), rel=1e-5)
-    assert float(ro.info_nce(logits, "backward")) == pytest.approx(ce(logits.T), rel=1e-5)
-    assert float(ro.info_nce(logits)) == pytest.approx((ce(logits) + ce(logits.T)) / 2, rel=1e-5)
+    assert float(info_nce(logits, "forward")) == pytest.approx(ce(logits), rel=1e-5)
+    assert float(info_nce(logits, "backward")) == pytest.approx(ce(logits.T), rel=1e-5)
+    assert float(info_nce(logits)) == pytest.approx((ce(logits) + ce(logits.T)) / 2, rel=1e-5)
     # Uninformative critic: log n.
-    assert float(ro.info_nce(jnp.zeros((8, 8)))) == pytest.approx(math.log(8), rel=1e-6)
-    batched = ro.info_nce(jnp.stack([logits, logits.T]), "forward")
+    assert float(info_nce(jnp.zeros((8, 8)))) == pytest.approx(math.log(8), rel=1e-6)
+    batched = info_nce(jnp.stack([logits, logits.T]), "forward")
     assert batched.shape == (2,)
 
 
@@ -75,17 +91,17 @@ def test_binary_nce_hand_computed():
     logits = jnp.array([[2.0, -1.0], [0.0, 1.0]])
     sp = lambda v: math.log1p(math.exp(v))  # noqa: E731
     expected = (sp(-2.0) + sp(-1.0) + sp(0.0) + sp(-1.0)) / 4
-    assert float(ro.binary_nce(logits)) == pytest.approx(expected, rel=1e-6)
+    assert float(binary_nce(logits)) == pytest.approx(expected, rel=1e-6)
 
 
 def test_pairwise_logits_energies():
     x = jnp.array([[1.0, 0.0], [0.0, 2.0]])
     y = jnp.array([[3.0, 4.0]])
-    np.testing.assert_allclose(ro.pairwise_logits(x, y, "dot", 0.5), [[6.0], [16.0]])
-    np.testing.assert_allclose(ro.pairwise_logits(x, y, "cosine"), [[0.6], [0.8]], rtol=1e-6)
-    np.testing.assert_allclose(ro.pairwise_logits(x, y, "neg_l2"), [[-math.sqrt(20)], [-math.sqrt(13)]],
+    np.testing.assert_allclose(pairwise_logits(x, y, "dot", 0.5), [[6.0], [16.0]])
+    np.testing.assert_allclose(pairwise_logits(x, y, "cosine"), [[0.6], [0.8]], rtol=1e-6)
+    np.testing.assert_allclose(pairwise_logits(x, y, "neg_l2"), [[-math.sqrt(20)], [-math.sqrt(13)]],
                                rtol=1e-6)
-    assert np.isfinite(jax.grad(lambda a: ro.pairwise_logits(a, a, "neg_l2").sum())(x)).all()
+    assert np.isfinite(jax.jit(jax.grad(lambda a: ro.pairwise_logits(a, a, "neg_l2").sum()))(x)).all()
 
 
 def test_objectives_reject_bad_input():
@@ -106,7 +122,7 @@ def test_objectives_reject_bad_input():
 def test_knn_indices_match_brute_force_argsort_with_chunking_and_ties():
     rng = np.random.default_rng(0)
     x = np.round(rng.normal(size=(103, 4)), 0).astype(np.float32)  # many ties
-    got = np.asarray(rm.knn_indices(jnp.asarray(x), 7, normalized=False, chunk=16))
+    got = np.asarray(knn_indices(jnp.asarray(x), 7, normalized=False, chunk=16))
     d = ((x[:, None] - x[None]) ** 2).sum(-1)
     np.fill_diagonal(d, np.inf)
     ref = np.argsort(d, axis=1, kind="stable")[:, :7]  # stable: ties -> lower index first
@@ -116,13 +132,13 @@ def test_knn_indices_match_brute_force_argsort_with_chunking_and_ties():
 @pytest.mark.parametrize("metric", [rm.mutual_knn, rm.cka, rm.cknna, rm.lcs_knn, rm.edit_knn, rm.svcca])
 def test_identical_features_score_one(metric):
     x = np.random.default_rng(1).normal(size=(200, 16)).astype(np.float32)
-    assert float(metric(x, x)) == pytest.approx(1.0, abs=1e-5)
+    assert float(jax.jit(metric)(x, x)) == pytest.approx(1.0, abs=1e-5)
 
 
 def test_mutual_knn_of_independent_features_is_chance():
     rng = np.random.default_rng(2)
     n, k = 2000, 10
-    scores = [float(rm.mutual_knn(rng.normal(size=(n, 8)), rng.normal(size=(n, 8)), k)) for _ in range(2)]
+    scores = [float(mutual_knn(rng.normal(size=(n, 8)), rng.normal(size=(n, 8)), k)) for _ in range(2)]
     assert np.mean(scores) == pytest.approx(k / (n - 1), rel=0.2)
 
 
@@ -130,12 +146,12 @@ def test_mutual_and_cycle_knn_hand_computed():
     # Points on a line: neighbours are unambiguous.
     a = jnp.array([[0.0], [1.0], [3.0], [7.0]])
     b = jnp.array([[0.0], [1.0], [7.0], [3.0]])  # swaps the roles of samples 2 and 3
-    na = np.asarray(rm.knn_indices(a, 1, normalized=False))[:, 0]
+    na = np.asarray(knn_indices(a, 1, normalized=False))[:, 0]
     np.testing.assert_array_equal(na, [1, 0, 1, 2])
     # k=1 neighbours in b: [1, 0, 3, 1]; overlap with a's [1, 0, 1, 2] at samples 0, 1.
-    assert float(rm.mutual_knn(a, b, 1, normalize=False)) == pytest.approx(0.5)
+    assert float(mutual_knn(a, b, 1, normalize=False)) == pytest.approx(0.5)
     # cycle: i -> N_a(i) = j -> is i = N_b(j)?  0->1->0 yes, 1->0->1 yes, 2->1->0 no, 3->2->3 yes.
-    assert float(rm.cycle_knn(a, b, 1, normalize=False)) == pytest.approx(0.75)
+    assert float(cycle_knn(a, b, 1, normalize=False)) == pytest.approx(0.75)
 
 
 def _levenshtein(x, y):
@@ -147,21 +163,22 @@ def _levenshtein(x, y):
 
 
 def test_lcs_and_edit_distance_dynamic_programs():
+    lcs_length, edit_distance = jax.jit(rm._lcs_length), jax.jit(rm._edit_distance)
     s, t = jnp.array([1, 2, 3, 4, 5]), jnp.array([2, 1, 3, 5, 9])
-    assert int(rm._lcs_length(s, t)) == 3      # e.g. 1 3 5
-    assert int(rm._edit_distance(s, t)) == 4   # 4 substitutions (no shorter insert/delete route)
-    assert int(rm._edit_distance(s, s)) == 0 and int(rm._lcs_length(s, s)) == 5
+    assert int(lcs_length(s, t)) == 3      # e.g. 1 3 5
+    assert int(edit_distance(s, t)) == 4   # 4 substitutions (no shorter insert/delete route)
+    assert int(edit_distance(s, s)) == 0 and int(lcs_length(s, s)) == 5
     rng = np.random.default_rng(0)
     for _ in range(8):
         x, y = rng.integers(0, 4, size=(2, 5))
-        assert int(rm._edit_distance(jnp.asarray(x), jnp.asarray(y))) == _levenshtein(tuple(x), tuple(y))
+        assert int(edit_distance(jnp.asarray(x), jnp.asarray(y))) == _levenshtein(tuple(x), tuple(y))
 
 
 def test_linear_cka_invariances_and_numpy_reference():
     rng = np.random.default_rng(3)
     x = rng.normal(size=(300, 10))
     y = x @ rng.normal(size=(10, 10)) + 0.5 * rng.normal(size=(300, 10))
-    base = float(rm.cka(x, y, normalize=False))
+    base = float(cka(x, y, normalize=False))
 
     def numpy_cka(a, b):
         h = np.eye(len(a)) - 1 / len(a)
@@ -170,22 +187,22 @@ def test_linear_cka_invariances_and_numpy_reference():
 
     assert base == pytest.approx(numpy_cka(x, y), rel=1e-4)
     q = ortho_group.rvs(10, random_state=0)
-    assert float(rm.cka(x @ q, y, normalize=False)) == pytest.approx(base, rel=1e-4)
-    assert float(rm.cka(3.7 * x + 5.0, y, normalize=False)) == pytest.approx(base, rel=1e-4)
+    assert float(cka(x @ q, y, normalize=False)) == pytest.approx(base, rel=1e-4)
+    assert float(cka(3.7 * x + 5.0, y, normalize=False)) == pytest.approx(base, rel=1e-4)
     general = np.diag(np.geomspace(0.05, 20, 10))
-    assert abs(float(rm.cka(x @ general, y, normalize=False)) - base) > 0.01
+    assert abs(float(cka(x @ general, y, normalize=False)) - base) > 0.01
     # The feature-space unbiased form equals the kernel-space U-centred estimator.
     ka, kb = rm._u_center(jnp.asarray(x @ x.T, jnp.float32)), rm._u_center(jnp.asarray(y @ y.T, jnp.float32))
     kernel_form = float(jnp.sum(ka * kb) / jnp.sqrt(jnp.sum(ka * ka) * jnp.sum(kb * kb)))
-    assert float(rm.cka(x, y, unbiased=True, normalize=False)) == pytest.approx(kernel_form, rel=1e-3)
+    assert float(cka(x, y, unbiased=True, normalize=False)) == pytest.approx(kernel_form, rel=1e-3)
 
 
 def test_cknna_with_all_neighbours_equals_unbiased_cka():
     rng = np.random.default_rng(4)
     x = rng.normal(size=(120, 8))
     y = np.tanh(x @ rng.normal(size=(8, 6))) + 0.3 * rng.normal(size=(120, 6))
-    assert float(rm.cknna(x, y, k=119)) == pytest.approx(float(rm.cka(x, y, unbiased=True)), rel=1e-4)
-    assert float(rm.cknna(x, x, k=10)) == pytest.approx(1.0, abs=1e-6)
+    assert float(cknna(x, y, k=119)) == pytest.approx(float(cka(x, y, unbiased=True)), rel=1e-4)
+    assert float(cknna(x, x, k=10)) == pytest.approx(1.0, abs=1e-6)
 
 
 def _numpy_cka(a, b, unbiased):
@@ -212,23 +229,23 @@ def test_cka_on_uncentred_float32_features_matches_float64_reference(unbiased):
     rng = np.random.default_rng(0)
     a = rng.normal(size=(200, 32))
     b = a @ rng.normal(size=(32, 32)) / 32 ** .5 + rng.normal(size=(200, 32))
-    base = float(rm.cka(np.float32(a), np.float32(b), unbiased=unbiased, normalize=False))
+    base = float(cka(np.float32(a), np.float32(b), unbiased=unbiased, normalize=False))
     assert base == pytest.approx(_numpy_cka(a, b, unbiased), abs=1e-5)
     for offset in (10.0, 30.0, 1000.0):
         x, y = np.float32(a + offset), np.float32(b + offset)
         # normalize=False: the statistic must not move with the offset.
-        assert float(rm.cka(x, y, unbiased=unbiased, normalize=False)) == pytest.approx(base, abs=2e-5)
+        assert float(cka(x, y, unbiased=unbiased, normalize=False)) == pytest.approx(base, abs=2e-5)
         # normalize=True (default): features are L2-normalised first, which is not translation invariant,
         # so compare with the float64 reference on the same normalised float32 features.
         xn = np.float64(x) / np.linalg.norm(np.float64(x), axis=1, keepdims=True)
         yn = np.float64(y) / np.linalg.norm(np.float64(y), axis=1, keepdims=True)
         tol = 2e-5 if offset < 100 else 1e-4  # at 1000 the normalised float32 rows keep less of their spread
-        assert float(rm.cka(x, y, unbiased=unbiased)) == pytest.approx(_numpy_cka(xn, yn, unbiased), abs=tol)
+        assert float(cka(x, y, unbiased=unbiased)) == pytest.approx(_numpy_cka(xn, yn, unbiased), abs=tol)
     # The numbers: offset 10, normalised, unbiased -> 0.4388, equal to CKNNA with every neighbour.
     if unbiased:
         x, y = np.float32(a + 10), np.float32(b + 10)
-        assert float(rm.cka(x, y, unbiased=True)) == pytest.approx(0.43877, abs=1e-4)
-        assert float(rm.cknna(x, y, k=199)) == pytest.approx(float(rm.cka(x, y, unbiased=True)), abs=1e-5)
+        assert float(cka(x, y, unbiased=True)) == pytest.approx(0.43877, abs=1e-4)
+        assert float(cknna(x, y, k=199)) == pytest.approx(float(cka(x, y, unbiased=True)), abs=1e-5)
 
 
 def test_rbf_cka_is_translation_invariant_in_float32():
@@ -248,7 +265,7 @@ def test_rbf_cka_and_svcca_behave():
     assert float(rm.cka(x, x @ q, kernel="rbf", normalize=False)) == pytest.approx(1.0, abs=1e-5)
     assert float(rm.cka(x, rng.normal(size=(200, 6)), kernel="rbf")) < 0.2
     # SVCCA is invariant to any invertible linear map.
-    assert float(rm.svcca(x, x @ rng.normal(size=(6, 6)), normalize=False)) == pytest.approx(1.0, abs=1e-4)
+    assert float(svcca(x, x @ rng.normal(size=(6, 6)), normalize=False)) == pytest.approx(1.0, abs=1e-4)
 
 
 def test_metrics_are_deterministic_and_jittable():
