@@ -30,6 +30,7 @@ from typing import Literal
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def _prepare(a: jax.Array, b: jax.Array, normalize: bool) -> tuple[jax.Array, jax.Array]:
@@ -164,7 +165,7 @@ def _rbf_kernel(x: jax.Array, sigma: float) -> jax.Array:
     x = _center_features(x)
     sq = jnp.maximum(jnp.sum(x * x, 1)[:, None] + jnp.sum(x * x, 1)[None, :] - 2 * x @ x.T, 0.0)
     n = x.shape[0]
-    off = sq[~jnp.eye(n, dtype=bool)]
+    off = sq[~np.eye(n, dtype=bool)]  # a NumPy mask: its entries are known when tracing, so this jits
     bandwidth = sigma * jnp.sqrt(jnp.median(off))
     return jnp.exp(-sq / (2 * jnp.square(bandwidth)))
 

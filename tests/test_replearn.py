@@ -12,8 +12,7 @@ from platonic_rl.replearn import metrics as rm
 from platonic_rl.replearn import objectives as ro
 
 # Compiled once per shapes (shared by the tests): op by op, each primitive was compiled on its own. Eager calls are
-# left where eager behaviour is what a test checks (test_metrics_are_deterministic_and_jittable, bad input) and
-# for the RBF kernel (its median of the off-diagonal entries uses a boolean mask: not jittable).
+# left where eager behaviour is what a test checks (test_metrics_are_deterministic_and_jittable, bad input).
 uniform_loss = jax.jit(ro.uniform_loss)
 uniform_loss_two_view = jax.jit(ro.uniform_loss_two_view)
 align_loss = jax.jit(ro.align_loss, static_argnames="alpha")
@@ -275,6 +274,11 @@ def test_metrics_are_deterministic_and_jittable():
         first = float(metric(x, y))
         assert float(metric(x, y)) == first
         assert float(jax.jit(metric, static_argnums=2)(x, y, 10)) == pytest.approx(first)
+    for kernel, unbiased in (("linear", False), ("rbf", False), ("rbf", True)):  # the RBF bandwidth's median too
+        eager = float(rm.cka(x, y, kernel=kernel, unbiased=unbiased))
+        jitted = jax.jit(rm.cka, static_argnames=("kernel", "unbiased"))(x, y, kernel=kernel, unbiased=unbiased)
+        assert float(jitted) == pytest.approx(eager, rel=1e-5, abs=1e-6)
+    assert float(jax.jit(rm.svcca)(x, y)) == pytest.approx(float(rm.svcca(x, y)), rel=1e-5)
 
 
 def test_metrics_reject_bad_input():
