@@ -63,6 +63,11 @@ class Args:
     """``paper``: C.3.2's QRL (critic 3x1024, IQE-maxmean 64x32, actor 4x1024, batch 4096); ``cpu``: the maze2d
     benchmark's cpu preset (2x128 MLPs, IQE-maxmean 16x16, batch 256, actor lr 3e-4); ``tiny``: a smoke size
     for CPUs and tests (NOT comparable to anything)."""
+    width: int | None = None
+    """Every hidden layer of the size's critic encoder, dynamics model, projector and actor at this width, their
+    depths and the IQE head kept (as the speed report's ``maze2d_qrl_w<W>_b<B>`` cases); default: the size's own."""
+    batch_size: int | None = None
+    """Transitions per update; default: the size's own."""
     updates: int = 200_000
     """Updates in all (C.3.2: 2e5); a run stops earlier when the time budget ends."""
     chunk: int = 5_000
@@ -85,8 +90,8 @@ class Args:
     def __post_init__(self):
         if self.episode_length < 0:
             raise ValueError(f"--episode-length must be >= 0 (0: the layout's limit), got {self.episode_length}")
-        for name in ("updates", "chunk", "episodes"):
-            if getattr(self, name) < 1:
+        for name in ("updates", "chunk", "episodes", "width", "batch_size"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
         if self.updates % self.chunk:
             raise ValueError(f"--updates={self.updates} must be a multiple of --chunk={self.chunk}")
@@ -116,6 +121,23 @@ def _tiny() -> tuple[QRLContinuousConfig, int]:
 
 
 SIZES = {"paper": _paper, "cpu": _cpu, "tiny": _tiny}
+
+
+def agent_setting(args: Args) -> tuple[QRLContinuousConfig, int, str]:
+    """The QRL config, the batch size and a label of the run's size (``--size``, ``--width``, ``--batch-size``)."""
+    config, batch = SIZES[args.size]()
+    label = args.size
+    if args.width is not None:
+        w = args.width
+        config = dataclasses.replace(config, encoder_hidden=(w,) * len(config.encoder_hidden),
+                                     dynamics_hidden=(w,) * len(config.dynamics_hidden),
+                                     projector_hidden=(w,) * len(config.projector_hidden),
+                                     actor_hidden=(w,) * len(config.actor_hidden))
+        label += f" at width {w}"
+    if args.batch_size is not None:
+        batch = args.batch_size
+        label += f", batch {batch}"
+    return config, batch, label
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -221,12 +243,12 @@ def convergence(history: list[dict], tail: float = 0.2) -> dict:
 def run(args: Args) -> dict:
     start = time.time()
     deadline = start + 60.0 * args.minutes
-    config, batch = SIZES[args.size]()
+    config, batch, label = agent_setting(args)
     data, info = load_prepared(args.dataset, args.layout)
     layout = maze2d.get_layout(args.layout)
     data = normalised_data(data, layout)
     print(f"maze2d-{layout.name}: {len(data['actions']):,} transitions, {info['episodes']:,} episodes, action noise "
-          f"{info['action_noise']}; QRL {args.size}: critic {config.encoder_hidden}, IQE {config.iqe_components}x"
+          f"{info['action_noise']}; QRL {label}: critic {config.encoder_hidden}, IQE {config.iqe_components}x"
           f"{config.iqe_dim_per_component}, actor {config.actor_hidden}, batch {batch}; {jax.devices()}", flush=True)
     # Committed to the device as the offline loop's agent is: the evaluations compile once
     agent = jax.device_put(QRLContinuousAgent.create(config, seed=args.seed), jax.local_devices()[0])
@@ -271,7 +293,8 @@ def run(args: Args) -> dict:
     steady = chunks[1:] or chunks  # the first chunk compiles
     updates_per_second = sum(c["updates"] for c in steady) / max(sum(c["seconds"] for c in steady), 1e-9)
     signals = convergence(history)
-    record = dict(layout=layout.name, size=args.size, dataset=info, agent_config=dataclasses.asdict(config),
+    record = dict(layout=layout.name, size=args.size, size_label=label, dataset=info,
+                  agent_config=dataclasses.asdict(config),
                   batch_size=batch, updates=done, samples=done * batch, paper_samples=200_000 * 4096,
                   fraction_of_paper_samples=done * batch / (200_000 * 4096), chunks=chunks,
                   updates_per_second=updates_per_second, samples_per_second=updates_per_second * batch,
@@ -290,7 +313,8 @@ def run(args: Args) -> dict:
 
 
 def format_table(record: dict) -> str:
-    lines = [f"maze2d-{record['layout']} QRL slice, size {record['size']!r}: {record['updates']:,} updates of batch "
+    lines = [f"maze2d-{record['layout']} QRL slice, size {record.get('size_label', record['size'])!r}: "
+             f"{record['updates']:,} updates of batch "
              f"{record['batch_size']} ({100 * record['fraction_of_paper_samples']:.1f}% of the paper's samples), "
              f"{record['updates_per_second']:.1f} updates/s",
              f"{'updates':>10}{'actor single':>14}{'actor multi':>13}{'critic single':>15}{'critic multi':>14}"]
@@ -338,7 +362,8 @@ def plot(path: str | Path, records: list[dict]) -> None:
     ax.set_title("scores (critic: greedy with true dynamics)")
     ax.legend(fontsize=7)
     r = records[-1]
-    fig.suptitle(f"maze2d-{r['layout']} QRL, size {r['size']}: {r['updates']:,} updates of batch {r['batch_size']} "
+    fig.suptitle(f"maze2d-{r['layout']} QRL, size {r.get('size_label', r['size'])}: {r['updates']:,} updates of batch "
+                 f"{r['batch_size']} "
                  f"({100 * r['fraction_of_paper_samples']:.0f}% of the paper's samples), 1 seed, "
                  f"{', '.join(r['jax_devices'])}", fontsize=10)
     fig.tight_layout()

@@ -1,4 +1,5 @@
 """The paper-scale maze2d slice at its tiny size: a prepared dataset, chunks, evaluations, resume."""
+import dataclasses
 import json
 
 import numpy as np
@@ -58,9 +59,27 @@ def test_convergence_measures_the_tail_slope():
     assert signals["flat"] is False and signals["violation"]["first"] == 100 and signals["violation"]["last"] == 1000
 
 
+def test_width_and_batch_rescale_the_chosen_size():
+    """``--width 256`` on the cpu size: every hidden layer at 256 with the depths and the IQE head kept, as the
+    speed report's ladder case ``maze2d_qrl_w256_b256``; ``--batch-size`` replaces only the batch."""
+    cpu, cpu_batch, label = maze2d_slice.agent_setting(maze2d_slice.Args(dataset="x.npz", size="cpu"))
+    assert label == "cpu" and cpu.encoder_hidden == (128, 128) and cpu_batch == 256
+    wide, batch, label = maze2d_slice.agent_setting(maze2d_slice.Args(dataset="x.npz", size="cpu", width=256,
+                                                                        batch_size=1024))
+    assert label == "cpu at width 256, batch 1024" and batch == 1024
+    assert (wide.encoder_hidden, wide.dynamics_hidden, wide.projector_hidden, wide.actor_hidden) == (
+        (256, 256), (256, 256), (256,), (256, 256))
+    assert dataclasses.replace(wide, encoder_hidden=cpu.encoder_hidden, dynamics_hidden=cpu.dynamics_hidden,
+                               projector_hidden=cpu.projector_hidden, actor_hidden=cpu.actor_hidden) == cpu
+    paper, _, _ = maze2d_slice.agent_setting(maze2d_slice.Args(dataset="x.npz", size="paper", width=512))
+    assert paper.encoder_hidden == (512,) * 3 and paper.actor_hidden == (512,) * 4 and paper.iqe_components == 64
+
+
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="--updates=150 must be a multiple of --chunk=100"):
         maze2d_slice.Args(dataset="x.npz", updates=150, chunk=100)
+    with pytest.raises(ValueError, match="--width must be >= 1, got 0"):
+        maze2d_slice.Args(dataset="x.npz", width=0)
     with pytest.raises(ValueError, match="--size must be one of"):
         maze2d_slice.Args(dataset="x.npz", size="huge")
     with pytest.raises(ValueError, match="--dataset"):
