@@ -2,6 +2,8 @@
 silence). Tiny networks; most checks fail before anything is compiled."""
 import dataclasses
 import math
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -12,15 +14,18 @@ import tyro
 from platonic_rl.agents import qrl
 from platonic_rl.agents.crl import CRLAgent, CRLConfig
 from platonic_rl.agents.ddpg_her import DDPGHERAgent, DDPGHERConfig
-from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
+from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent
 from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
 from platonic_rl.agents.qrl import QRLAgent, QRLConfig
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
-from platonic_rl.denoised.model import WorldModelConfig
 
-OBS, ACT, B, T = 3, 2, 4, 3
-MODEL = WorldModelConfig(obs_shape=(OBS,), action_dim=ACT, x_belief=4, x_state=2, y_belief=4, y_state=2, hidden=8,
-                         embed_dim=8, mlp_encoder_hidden=(8,), mlp_decoder_hidden=(8,))
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+import update_fixtures  # noqa: E402
+
+OBS, ACT, B = 3, 2, 4
+# The Denoised MDP agent is the recorded "denoised_imagine" case's (tests/fixtures/update_fixtures.py), on its
+# batches' shapes: 3 sequences of 4 steps of 5-d observations. Its create compiles once per suite.
+D_OBS, D_B, T = 5, 3, 4
 CONFIGS = {
     "qrl": QRLConfig(obs_dim=OBS, encoder_hidden=(8,), latent_dim=4, projector_hidden=(8,), iqe_components=2,
                      iqe_dim_per_component=4, dynamics_hidden=(8,), cosine_decay_steps=None,
@@ -31,8 +36,10 @@ CONFIGS = {
     "crl": CRLConfig(obs_dim=OBS, action_dim=ACT, hidden=(8,), repr_dim=4, actor_hidden=(8,)),
     "gcbc": GCBCConfig(obs_dim=OBS, action_dim=ACT, hidden=(8,)),
     "ddpg_her": DDPGHERConfig(obs_dim=OBS, action_dim=ACT, goal_dims=(0, 1), hidden=(8,), latent_dim=8),
-    "denoised": DenoisedMDPConfig(model=MODEL, actor_hidden=(8,), critic_hidden=(8,), horizon=2),
+    "denoised": update_fixtures.world_model_config(),
 }
+MODEL = CONFIGS["denoised"].model
+assert MODEL.obs_shape == (D_OBS,) and MODEL.action_dim == ACT
 CLASSES = {"qrl": QRLAgent, "qrl_continuous": QRLContinuousAgent, "crl": CRLAgent, "gcbc": GCBCAgent,
            "ddpg_her": DDPGHERAgent, "denoised": DenoisedMDPAgent}
 _agents = {}
@@ -44,12 +51,14 @@ def agent(name):
     return _agents[name]
 
 
-def batch(name, b=B):
-    """A valid batch of ``b`` rows for agent ``name`` (NumPy arrays)."""
+def batch(name, b=None):
+    """A valid batch of ``b`` rows for agent ``name`` (NumPy arrays; by default ``B`` rows, ``D_B`` sequences)."""
     rng = np.random.default_rng(0)
     f = lambda *shape: rng.normal(size=shape).astype(np.float32)  # noqa: E731
     if name == "denoised":
-        return dict(observations=f(b, T, OBS), prev_actions=f(b, T, ACT), rewards=f(b, T))
+        b = D_B if b is None else b
+        return dict(observations=f(b, T, D_OBS), prev_actions=f(b, T, ACT), rewards=f(b, T))
+    b = B if b is None else b
     out = dict(observations=f(b, OBS), next_observations=f(b, OBS), goals=f(b, OBS),
                actions=np.clip(f(b, ACT), -0.9, 0.9), rewards=-np.ones(b, np.float32))
     if name == "qrl":
@@ -99,7 +108,7 @@ def test_batches_of_python_lists_are_converted(name):
     assert jax.tree.map(lambda x: x.shape, out_lists) == jax.tree.map(lambda x: x.shape, out_arrays)
     with pytest.raises(TypeError, match="batch must be a dict of arrays"):
         CLASSES[name].update(agent(name), list(lists.items()))
-    ragged = dict(lists, observations=[[0.0] * OBS, [0.0]])
+    ragged = dict(lists, observations=[[0.0] * (D_OBS if name == "denoised" else OBS), [0.0]])
     with pytest.raises(TypeError, match=r"batch\['observations'\] must be an array"):
         CLASSES[name].update(agent(name), ragged)
 
@@ -115,12 +124,12 @@ def test_list_batch_gives_the_same_update_as_arrays():
 # 4 ------------------------------------------------------------------------------------------------------
 def test_denoised_act_latent_batch_must_match_observations():
     a = agent("denoised")
-    obs, prev = np.zeros((3, OBS), np.float32), np.zeros((3, ACT), np.float32)
-    with pytest.raises(ValueError, match=r"latent batch size must match observations.*\(2, 4\).*\(3, 3\)"):
+    obs, prev = np.zeros((3, D_OBS), np.float32), np.zeros((3, ACT), np.float32)
+    with pytest.raises(ValueError, match=r"latent batch size must match observations.*\(2, 8\).*\(3, 5\)"):
         a.act(a.initial_latent(2), obs, prev)
     with pytest.raises(ValueError, match=r"latent must be a dict with keys"):
         a.act({"x": jnp.zeros((3, 2))}, obs, prev)
-    with pytest.raises(ValueError, match=r"prev_actions \[N, 2\], got \(3, 3\) and \(2, 2\)"):
+    with pytest.raises(ValueError, match=r"prev_actions \[N, 2\], got \(3, 5\) and \(2, 2\)"):
         a.act(a.initial_latent(3), obs, prev[:2])
 
 
@@ -128,7 +137,7 @@ def test_denoised_act_latent_batch_must_match_observations():
 @pytest.mark.parametrize("name", ["qrl", "qrl_continuous", "crl", "gcbc", "ddpg_her", "denoised"])
 def test_act_accepts_an_int_seed_like_a_key(name):
     a = agent(name)
-    obs = np.random.default_rng(1).normal(size=(2, OBS)).astype(np.float32)
+    obs = np.random.default_rng(1).normal(size=(2, D_OBS if name == "denoised" else OBS)).astype(np.float32)
     if name == "denoised":
         act = lambda rng: a.act(a.initial_latent(2), obs, np.zeros((2, ACT), np.float32), rng)[0]  # noqa: E731
     else:

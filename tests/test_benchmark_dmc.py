@@ -1,10 +1,16 @@
 """benchmarks/dmc.py: Table D.5 betas, summaries, the printed table and the plots (synthetic runs)."""
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 pytest.importorskip("dm_control")
 from platonic_rl.benchmarks import dmc as bd  # noqa: E402
 from platonic_rl.envs.dmc import TASKS, VARIANTS  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+import update_fixtures  # noqa: E402
 
 
 def fake_run(task, variant, method, returns, probe):
@@ -58,17 +64,17 @@ def test_factor_reconstructions_decode_each_factor_with_the_other_held_at_its_ep
     import jax
     import jax.numpy as jnp
 
-    from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
-    from platonic_rl.denoised.model import WorldModelConfig, all_features, observe
+    from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent
+    from platonic_rl.denoised.model import all_features, observe
 
-    model = WorldModelConfig(obs_shape=(5,), action_dim=2, x_belief=8, x_state=3, y_belief=6, y_state=2, hidden=16,
-                             embed_dim=16, mlp_encoder_hidden=(16,), mlp_decoder_hidden=(16,))
+    # The agents of the recorded cases (tests/fixtures/update_fixtures.py; 5-d observations, 2-d actions): their
+    # create compiles once per suite.
+    config = update_fixtures.world_model_config()
+    model = config.model
     rng = np.random.default_rng(0)
     observations = rng.normal(size=(7, 5)).astype(np.float32) * 3 + 1
     prev_actions = rng.uniform(-1, 1, (7, 2)).astype(np.float32)
-    # The agents of the recorded cases (tests/fixtures/update_fixtures.py): their create compiles once per suite.
-    heads = dict(actor_hidden=(16,), critic_hidden=(16,), horizon=3, imagine_starts=5, actor="clipped")
-    agent = DenoisedMDPAgent.create(DenoisedMDPConfig(model=model, **heads), 0)
+    agent = DenoisedMDPAgent.create(config, 0)
     agent = agent.with_observation_statistics(observations)
     key = jax.random.PRNGKey(1)
     out = bd.factor_reconstructions(agent, observations, prev_actions, key)
@@ -84,7 +90,7 @@ def test_factor_reconstructions_decode_each_factor_with_the_other_held_at_its_ep
     by_hand = decode(agent.model_params, held) * agent.obs_std + agent.obs_mean
     np.testing.assert_allclose(out["x"], by_hand, rtol=1e-5, atol=1e-5)
     assert not np.allclose(out["x"], out["y"]) and not np.allclose(out["x"], out["all"])
-    dreamer = DenoisedMDPAgent.create(DenoisedMDPConfig.dreamer(model, **heads), 0)
+    dreamer = DenoisedMDPAgent.create(update_fixtures.world_model_config(dreamer=True), 0)
     with pytest.raises(ValueError, match="needs a model with a y factor"):
         bd.factor_reconstructions(dreamer, observations, prev_actions, key)
 

@@ -1,5 +1,7 @@
 """The agent contract is checked before anything compiles; the registry builds every agent by name."""
 import dataclasses
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,6 +11,9 @@ from platonic_rl.agents.common import StatelessPolicy
 from platonic_rl.agents.contract import check_agent
 from platonic_rl.training.goal_online import OnlineConfig, train_online
 from platonic_rl.training.offline import TrainConfig, train_offline
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+import update_fixtures  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,11 +78,10 @@ def test_one_acting_signature_for_every_agent():
     actions, state = crl.step(state, obs, goals, None, jax.random.PRNGKey(1))
     assert state is None
     np.testing.assert_array_equal(actions, crl.act(obs, goals, jax.random.PRNGKey(1)))
-    from platonic_rl.denoised.model import WorldModelConfig
-
-    model = WorldModelConfig(obs_shape=(2,), action_dim=2, x_belief=4, x_state=2, y_belief=4, y_state=2, hidden=8,
-                             embed_dim=8, mlp_encoder_hidden=(8,), mlp_decoder_hidden=(8,))
-    denoised = agents.make("denoised_mdp", model=model, actor_hidden=(8,), critic_hidden=(8,))
+    # The recorded "denoised_imagine" case's agent (tests/fixtures/update_fixtures.py; 5-d observations): its
+    # create compiles once per suite.
+    denoised = agents.DenoisedMDPAgent.create(update_fixtures.world_model_config(), 0)
+    obs = rng.normal(size=(3, 5)).astype(np.float32)
     latent = denoised.initial_policy_state(3)
     prev = np.zeros((3, 2), np.float32)
     actions, new_latent = denoised.step(latent, obs, None, prev, 0)

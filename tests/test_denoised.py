@@ -2,6 +2,8 @@
 import dataclasses
 import functools
 import math
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -17,8 +19,10 @@ from platonic_rl.denoised.model import (WorldModelConfig, all_features, features
 
 SMALL = dict(obs_shape=(5,), action_dim=2, x_belief=8, x_state=3, y_belief=6, y_state=2, hidden=16, embed_dim=16,
              mlp_encoder_hidden=(16,), mlp_decoder_hidden=(16,))
-RECORDED = DenoisedMDPConfig(model=WorldModelConfig(**SMALL), actor_hidden=(16,), critic_hidden=(16,), horizon=3,
-                             imagine_starts=5, actor="clipped")
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+import update_fixtures  # noqa: E402
+
+RECORDED = update_fixtures.world_model_config()  # SMALL's sizes, the clipped actor
 """The agent of the recorded "denoised_imagine" case (tests/fixtures/update_fixtures.py): with its batch shapes
 (``sequences()``), its create and update compile to the same programs there and here, which the suite's
 compilation cache (tests/conftest.py) then compiles once."""
@@ -110,7 +114,8 @@ def test_y_prior_never_depends_on_actions_but_x_and_z_do():
 
 def test_dreamer_is_the_x_only_model_with_dreamers_loss():
     model = WorldModelConfig(**SMALL)
-    config = DenoisedMDPConfig.dreamer(model, free_nats=3.0)
+    # The recorded "dreamer" case's config (tests/fixtures/update_fixtures.py; its create compiles once per suite).
+    config = DenoisedMDPConfig.dreamer(model, free_nats=3.0, **update_fixtures.HEADS)
     assert config.model.factors == ("x",) and config.alpha == 1.0
     # every field but the y and z sizes is the given model's (conv_impl was once dropped here)
     assert config.model == dataclasses.replace(model, y_belief=0, y_state=0, z_belief=0, z_state=0)

@@ -1,6 +1,8 @@
 """Algorithm 1 on DMC at toy size: runs, logs, probes, checkpoints the buffer and resumes exactly."""
 import dataclasses
 import json
+import sys
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -12,6 +14,9 @@ from platonic_rl.training.world_model import (DMCOnlineConfig, latent_probe_data
                                               xla_convolutions)
 from platonic_rl.denoised.model import WorldModelConfig  # noqa: E402
 from platonic_rl.envs.replay import SequenceBuffer  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+import update_fixtures  # noqa: E402
 
 TOY = DMCOnlineConfig(task="reacher-easy", variant="distractors", env_steps=4000, prefill_steps=2000,
                       updates_per_collect=2, action_repeat=10, batch_size=2, chunk=8, eval_every=2000,
@@ -84,14 +89,17 @@ def test_updates_split_into_calls_are_the_same_updates():
     from platonic_rl.training.updates import updates_per_call
     from platonic_rl.training.world_model import train_chunk
 
+    # The recorded "denoised_sac" case's agent (tests/fixtures/update_fixtures.py; 5-d observations, 2-d actions)
+    # on its batches' shape, 3 sequences of 4 steps: its create compiles once per suite.
+    config = update_fixtures.world_model_config(policy="sac")
     rng = np.random.default_rng(0)
-    buffer = SequenceBuffer.create(3, 9, (8,), 2)
+    buffer = SequenceBuffer.create(3, 9, (5,), 2)
     for _ in range(3):
-        buffer = buffer.add(rng.normal(size=(9, 8)).astype(np.float32), rng.uniform(-1, 1, (9, 2)).astype(np.float32),
+        buffer = buffer.add(rng.normal(size=(9, 5)).astype(np.float32), rng.uniform(-1, 1, (9, 2)).astype(np.float32),
                             rng.normal(size=9).astype(np.float32))
     key = jax.random.PRNGKey(3)
-    one, one_metrics = train_chunk(toy_agent(), buffer, key, 4, 2, 8)
-    four, four_metrics = train_chunk(toy_agent(), buffer, key, 4, 2, 8, per_call=1)
+    one, one_metrics = train_chunk(DenoisedMDPAgent.create(config, 0), buffer, key, 4, 3, 4)
+    four, four_metrics = train_chunk(DenoisedMDPAgent.create(config, 0), buffer, key, 4, 3, 4, per_call=1)
     for a, b in zip(jax.tree.leaves(one.model_params), jax.tree.leaves(four.model_params)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(one_metrics["model_loss"], four_metrics["model_loss"], rtol=1e-5)

@@ -2,6 +2,8 @@
 equal configs having equal tree structures (the optimizers are static: one scan carry, one jit cache entry,
 one orbax restore target for all of them)."""
 import dataclasses
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -10,11 +12,12 @@ import optax
 import orbax.checkpoint as ocp
 import pytest
 
-from platonic_rl.agents import (CRLAgent, CRLConfig, DDPGHERAgent, DDPGHERConfig, DenoisedMDPAgent,
-                                DenoisedMDPConfig, GCBCAgent, GCBCConfig, QRLAgent, QRLConfig, QRLContinuousAgent,
-                                QRLContinuousConfig)
+from platonic_rl.agents import (CRLAgent, CRLConfig, DDPGHERAgent, DDPGHERConfig, DenoisedMDPAgent, GCBCAgent,
+                                GCBCConfig, QRLAgent, QRLConfig, QRLContinuousAgent, QRLContinuousConfig)
 from platonic_rl.common.train_state import TrainState, polyak_update
-from platonic_rl.denoised.model import WorldModelConfig
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+import update_fixtures  # noqa: E402
 
 PARAMS = {"w": jnp.array([[1.0, -2.0], [0.5, 3.0]]), "b": jnp.array([0.25, -0.75])}
 GRADS = {"w": jnp.array([[0.1, 0.2], [-0.3, 0.4]]), "b": jnp.array([-1.0, 2.0])}
@@ -61,11 +64,10 @@ def test_optimizers_compare_by_identity():
 
 
 # ------------------------------------------------------------------------------------------ every agent
-MODEL = dict(obs_shape=(3,), action_dim=2, x_belief=4, x_state=2, hidden=8, embed_dim=8, mlp_encoder_hidden=(8,),
-             mlp_decoder_hidden=(8,))
 QRL = dict(encoder_hidden=(8,), latent_dim=4, projector_hidden=(8,), iqe_components=2, iqe_dim_per_component=4,
            dynamics_hidden=(8,))
-# name -> (agent class, config built anew on every call, batch)
+# name -> (agent class, config built anew on every call, batch). The world models are the recorded cases' of
+# tests/fixtures/update_fixtures.py (on their batches' shapes): their creates compile once per suite.
 AGENTS = {
     "qrl": (QRLAgent, lambda: QRLConfig(**QRL, cosine_decay_steps=100, general_goal=(0.0,) * 3), "discrete"),
     "qrl_continuous": (QRLContinuousAgent, lambda: QRLContinuousConfig(obs_dim=3, action_dim=2, actor_hidden=(8,),
@@ -74,11 +76,8 @@ AGENTS = {
     "gcbc": (GCBCAgent, lambda: GCBCConfig(obs_dim=3, action_dim=2, hidden=(8,)), "goal"),
     "ddpg_her": (DDPGHERAgent, lambda: DDPGHERConfig(obs_dim=3, action_dim=2, goal_dims=(0, 1), hidden=(8,),
                                                      latent_dim=8), "goal"),
-    "denoised_sac": (DenoisedMDPAgent, lambda: DenoisedMDPConfig(
-        model=WorldModelConfig(**MODEL, y_belief=4, y_state=2), policy="sac", actor_hidden=(8,),
-        critic_hidden=(8,)), "sequences"),
-    "dreamer": (DenoisedMDPAgent, lambda: DenoisedMDPConfig.dreamer(WorldModelConfig(**MODEL), actor_hidden=(8,),
-                                                                    critic_hidden=(8,), horizon=2), "sequences"),
+    "denoised_sac": (DenoisedMDPAgent, lambda: update_fixtures.world_model_config(policy="sac"), "sequences"),
+    "dreamer": (DenoisedMDPAgent, lambda: update_fixtures.world_model_config(dreamer=True), "sequences"),
 }
 
 
@@ -86,7 +85,7 @@ def _batch(kind, b=4):
     rng = np.random.default_rng(0)
     f = lambda *shape: rng.normal(size=shape).astype(np.float32)  # noqa: E731
     if kind == "sequences":
-        return dict(observations=f(b, 3, 3), prev_actions=f(b, 3, 2), rewards=f(b, 3))
+        return update_fixtures.world_model_sequences()[0]  # 3 sequences of 4 steps
     batch = dict(observations=f(b, 3), next_observations=f(b, 3), goals=f(b, 3), actions=np.tanh(f(b, 2)),
                  rewards=-np.ones(b, np.float32))
     if kind == "discrete":
