@@ -21,7 +21,9 @@ weight 0.1, 125 updates per 10 rollouts -- see ``IMAGE_DEFAULTS``).
 * **Actor**: a tanh-Normal policy pi(a | s, g) minimising max_i d_i(T_i(f_i(s), a), f_i(g)) + alpha log pi,
   with the entropy weight alpha adapted towards the target entropy -|A| (Haarnoja et al. 2018; off with
   ``adaptive_entropy=False``), plus for offline data an optional behaviour-cloning term
-  ``bc_weight * E[-log pi(a_data | s, g_bc)]``, the negative log-likelihood of the dataset's action.
+  ``bc_weight * E[-log pi(a_data | s, g_bc)]``, the negative log-likelihood of the dataset's action. With
+  ``actor_distance_scale="batch_mean"`` the distance term is divided by its stop-gradient batch mean (OGBench's QRL),
+  which makes ``bc_weight`` a weight relative to a unit-sized critic term, whatever the distances' scale.
 
 Defaults are the state-based Fetch settings of C.3.3.
 """
@@ -76,6 +78,9 @@ class QRLContinuousConfig:
     transition_weight: float = 0.2  # 0.1 for image observations
     bc_weight: float = 0.0          # > 0 adds bc_weight * E[-log pi(a | s, g_bc)] (offline; g_bc = batch["bc_goals"] or goals)
     adaptive_entropy: bool = True   # False: no entropy term in the actor loss (C.3.2's offline maze2d runs)
+    # "batch_mean": the actor's distance term divided by its (stop-gradient) batch mean, as OGBench's QRL does, so
+    # the loss is scale-free and bc_weight weighs behaviour cloning against a unit-sized term; "none": as the paper.
+    actor_distance_scale: Literal["none", "batch_mean"] = "none"
     # Optimisation.
     critic_learning_rate: float = 1e-4
     lagrange_learning_rate: float = 1e-2
@@ -95,6 +100,9 @@ class QRLContinuousConfig:
         check_critic_fields(self)
         if self.entropy_init <= 0:
             raise ValueError(f"QRLContinuousConfig.entropy_init must be > 0, got {self.entropy_init}")
+        if self.actor_distance_scale not in ("none", "batch_mean"):
+            raise ValueError("QRLContinuousConfig.actor_distance_scale must be 'none' or 'batch_mean', got "
+                             f"{self.actor_distance_scale!r}")
 
     @property
     def obs_shape(self) -> tuple[int, ...]:
@@ -239,7 +247,10 @@ class QRLContinuousAgent(StatelessPolicy, flax.struct.PyTreeNode):
         distances = self.goal_distances_after(jax.lax.stop_gradient(critic_params), batch["observations"],
                                               actions, batch["goals"])
         entropy_weight = jnp.exp(self.log_entropy_weight) if self.config.adaptive_entropy else 0.0
-        loss = losses.actor_loss(distances, log_probs, entropy_weight)
+        scale = 1.0
+        if self.config.actor_distance_scale == "batch_mean":
+            scale = jax.lax.stop_gradient(jnp.mean(jnp.abs(distances.max(0))) + 1e-6)
+        loss = losses.actor_loss(distances / scale, log_probs, entropy_weight)
         metrics = {}
         if self.config.bc_weight:
             if "bc_goals" in batch:  # behaviour cloning towards other goals (e.g. future states): its own forward pass

@@ -173,23 +173,36 @@ def test_behaviour_cloning_is_the_dataset_actions_nll_and_entropy_can_be_off():
     b["bc_goals"] = b["goals"][::-1].copy()
     key = jax.random.PRNGKey(3)
     with_entropy = dataclasses.replace(config, adaptive_entropy=True)
+    scaled = dataclasses.replace(config, actor_distance_scale="batch_mean")
 
     @jax.jit
     def losses_and_references(agent, b):  # the losses (entropy off and on), the policy and the critics' distances
         loss, metrics = agent.actor_loss_fn(agent.actor_params, agent.critic_params, b, key)
         loss_on = agent.replace(config=with_entropy).actor_loss_fn(agent.actor_params, agent.critic_params, b, key)[0]
+        loss_scaled = agent.replace(config=scaled).actor_loss_fn(agent.actor_params, agent.critic_params, b, key)[0]
         bc_policy = agent.policy.apply(agent.actor_params, b["observations"], b["bc_goals"])
         mean, log_std = agent.policy.apply(agent.actor_params, b["observations"], b["goals"])
         actions, _ = tanh_normal_sample(key, mean, log_std)
         distances = agent.goal_distances_after(agent.critic_params, b["observations"], actions, b["goals"])
-        return loss, metrics, loss_on, bc_policy, distances
+        # The distance term's gradients alone (no BC), as the paper's and divided by its batch mean.
+        grads = [jax.grad(lambda p, c=c: agent.replace(config=dataclasses.replace(c, bc_weight=0.0)).actor_loss_fn(
+            p, agent.critic_params, b, key)[0])(agent.actor_params) for c in (config, scaled)]
+        return loss, metrics, loss_on, loss_scaled, bc_policy, distances, grads
 
-    loss, metrics, loss_on, (mean, log_std), distances = losses_and_references(agent, b)
+    loss, metrics, loss_on, loss_scaled, (mean, log_std), distances, grads = losses_and_references(agent, b)
     nll = _tanh_normal_nll_numpy(mean, log_std, b["actions"])
     np.testing.assert_allclose(metrics["bc_nll"], nll, rtol=1e-5)
-    expected = float(np.max(np.asarray(distances), 0).mean() + 0.05 * nll)  # no alpha log pi term
+    mean_distance = float(np.max(np.asarray(distances), 0).mean())
+    expected = mean_distance + 0.05 * nll  # no alpha log pi term
     assert abs(float(loss) - expected) <= 1e-4 * (1 + abs(expected))
     assert abs(float(loss_on) - expected) > 1e-3  # alpha = 1 adds E[log pi]
+    # actor_distance_scale="batch_mean" (OGBench's QRL): the distances (>= 0) over their mean, a term of exactly 1,
+    # whose gradients are the paper's divided by that mean.
+    assert float(loss_scaled) == pytest.approx(1.0 + 0.05 * nll, rel=1e-5)
+    for paper, divided in zip(jax.tree.leaves(grads[0]), jax.tree.leaves(grads[1])):
+        np.testing.assert_allclose(divided, paper / mean_distance, rtol=1e-4, atol=1e-7)
+    with pytest.raises(ValueError, match="actor_distance_scale must be 'none' or 'batch_mean', got 'max'"):
+        dataclasses.replace(TINY, actor_distance_scale="max")
     new, metrics = jax.jit(QRLContinuousAgent.update)(agent, b)
     assert float(new.log_entropy_weight) == float(agent.log_entropy_weight) and float(metrics["entropy_weight"]) == 0
 

@@ -1,0 +1,45 @@
+"""The own-dataset settings benchmark: its data, its agents' settings and its arguments (the training runs are the
+offline loop's, tested in test_train.py)."""
+import numpy as np
+import pytest
+
+pytest.importorskip("gymnasium_robotics")
+from platonic_rl.benchmarks import own_dataset  # noqa: E402
+
+
+def test_generated_episodes_are_stored_flat_with_their_ends():
+    data = own_dataset.generate(episodes=10, steps=6, noise=0.5, seed=0)
+    assert data["observations"].shape == data["next_observations"].shape == (60, 4)
+    assert data["actions"].shape == (60, 2) and np.all(np.abs(data["actions"]) <= 1)
+    assert np.flatnonzero(data["segment_end"]).tolist() == list(range(5, 60, 6))
+    within = ~data["segment_end"][:-1]  # inside an episode, each step starts where the previous one ended
+    np.testing.assert_array_equal(data["observations"][1:][within], data["next_observations"][:-1][within])
+    assert np.all(data["rewards"] == -1)
+    again = own_dataset.generate(episodes=10, steps=6, noise=0.5, seed=0)
+    np.testing.assert_array_equal(again["actions"], data["actions"])  # seeded
+
+
+def test_the_controller_is_proportional_and_damped():
+    policy = own_dataset.controller(0.0, np.random.default_rng(0))
+    obs = np.array([[0.0, 0.0, 1.0, -1.0]], np.float32)
+    goals = np.array([[0.5, -2.0, 0.0, 0.0]], np.float32)
+    np.testing.assert_allclose(policy(obs, goals), [[0.5 - 0.3, -1.0]])  # the second dimension clipped at -1
+
+
+def test_settings_per_method():
+    defaults = own_dataset.qrl_config("qrl_defaults", 64)
+    offline = own_dataset.qrl_config("qrl_offline", 64)
+    scaled = own_dataset.qrl_config("qrl_offline_scaled", 64)
+    assert defaults.phi_offset == 15.0 and defaults.adaptive_entropy and defaults.bc_weight == 0
+    assert offline.phi_offset == 500.0 and not offline.adaptive_entropy and offline.bc_weight == 0.05
+    assert offline.actor_distance_scale == "none" and scaled.actor_distance_scale == "batch_mean"
+    assert offline.encoder_hidden == (64, 64)
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="--updates must be increasing"):
+        own_dataset.Args(updates=(5_000, 1_000))
+    with pytest.raises(ValueError, match="--episodes must be a multiple of 10"):
+        own_dataset.Args(episodes=15)
+    with pytest.raises(ValueError, match="--noise must be >= 0"):
+        own_dataset.Args(noise=-1.0)
