@@ -51,12 +51,12 @@ class Args:
     """Steps per dataset and evaluation episode."""
     noise: float = 0.5
     """Standard deviation of the controller's Gaussian action noise (before clipping to [-1, 1])."""
-    updates: tuple[int, ...] = (1_000, 5_000)
+    updates: tuple[int, ...] = (1_000, 3_000)
     """Evaluate after each of these numbers of updates (increasing)."""
     batch_size: int = 256
     eval_episodes: int = 50
-    width: int = 256
-    """Hidden width of every network (2 layers each)."""
+    width: int = 128
+    """Hidden width of every network (2 layers each; QRL's IQE head 16 x 16 on a 64-d latent: the maze2d cpu size)."""
     out_dir: str = "results/own_dataset"
 
     def __post_init__(self):
