@@ -34,6 +34,7 @@ from platonic_rl.envs.goal_env import GoalEnvAdapter
 from platonic_rl.envs.replay import SegmentGoalSampler
 from platonic_rl.training.goal_online import evaluate
 from platonic_rl.training.offline import TrainConfig, train_offline
+from platonic_rl.training.schedule import episode_seeds
 
 TASK = "PointMaze_Open-v3"
 Method = Literal["gcbc", "qrl_defaults", "qrl_offline", "qrl_offline_scaled"]
@@ -94,8 +95,8 @@ def generate(episodes: int, steps: int, noise: float, seed: int = 0) -> dict[str
     env = make_env(10, steps)
     rng = np.random.default_rng(seed)
     policy = controller(noise, rng)
-    parts = [env.rollout(policy, seed=[seed * 1_000_003 + 10 * b + j for j in range(10)])
-             for b in range(episodes // 10)]
+    seeds = episode_seeds(seed, episodes)  # every episode its own reset seed, none an evaluation's
+    parts = [env.rollout(policy, seed=seeds[b:b + 10]) for b in range(0, episodes, 10)]
     obs = np.concatenate([p["observations"] for p in parts])            # [E, T + 1, 4]
     actions = np.concatenate([p["actions"] for p in parts])             # [E, T, 2]
     success = np.concatenate([p["success"] for p in parts])
@@ -134,8 +135,9 @@ def run(args: Args) -> dict:
     data = generate(args.episodes, args.steps, args.noise)
     keys = ("observations", "actions", "next_observations", "rewards", "segment_end")
     train_data = {k: data[k] for k in keys}
+    controller_success = float(data["success"][::args.steps].mean())  # one value per episode
     print(f"{TASK}: {args.episodes} controller episodes x {args.steps} steps (noise {args.noise}): success "
-          f"{data['success'].reshape(args.episodes, -1)[:, 0].mean():.2f}", flush=True)
+          f"{controller_success:.2f}", flush=True)
     env = make_env(10, args.steps)
     rows = []
     for method in args.methods:
@@ -155,7 +157,7 @@ def run(args: Args) -> dict:
                 print(f"{method} seed {seed}: {target:,} updates ({time.time() - t:.0f} s): success {success:.2f}",
                       flush=True)
     record = dict(task=TASK, dataset=dict(episodes=args.episodes, steps=args.steps, noise=args.noise,
-                                          controller_success=float(data["success"][::args.steps].mean())),
+                                          controller_success=controller_success),
                   rows=rows)
     table = format_table(record, args)
     return report.save_run(args.out_dir, "platonic_rl.benchmarks.own_dataset", args, record, table,
