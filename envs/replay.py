@@ -257,9 +257,11 @@ class SegmentGoalSampler(struct.PyTreeNode):
       uniformly random transition (appendix C.3's p_goal);
     * ``bc_goals`` (if ``bc_goals``): always a future state, for behaviour cloning towards where the data went.
 
-    A future state is the next state of transition t + k, k in {0, ..., end - t} with P(k) proportional to
-    ``discount``^k: Delta t = k + 1 >= 1 steps ahead, Geometric(1 - discount) truncated at the episode's end
-    (C.3.2). ``rewards`` are -1 (each transition costs one step)."""
+    A future state is the next state of transition t + k, k in {0, ..., end - t}: with ``future="geometric"`` P(k)
+    is proportional to ``discount``^k, Delta t = k + 1 >= 1 steps ahead, Geometric(1 - discount) truncated at the
+    episode's end (C.3.2; OGBench's value goals); with ``future="uniform"`` k is uniform, any later state of the
+    episode alike (OGBench's actor goals). ``bc_future`` chooses the same for ``bc_goals``. ``rewards`` are -1 (each
+    transition costs one step)."""
 
     data: dict
     last_index: jax.Array  # [N] the index of the last transition of each row's episode
@@ -267,10 +269,13 @@ class SegmentGoalSampler(struct.PyTreeNode):
     p_future: float = struct.field(pytree_node=False, default=1.0)
     discount: float = struct.field(pytree_node=False, default=0.99)
     bc_goals: bool = struct.field(pytree_node=False, default=False)
+    future: str = struct.field(pytree_node=False, default="geometric")
+    bc_future: str = struct.field(pytree_node=False, default="geometric")
 
     @classmethod
     def create(cls, data: dict, batch_size: int, p_future: float = 1.0, discount: float = 0.99,
-               bc_goals: bool = False) -> "SegmentGoalSampler":
+               bc_goals: bool = False, future: str = "geometric", bc_future: str = "geometric"
+               ) -> "SegmentGoalSampler":
         import numpy as np
 
         missing = [k for k in ("observations", "actions", "next_observations", "segment_end") if k not in data]
@@ -279,6 +284,9 @@ class SegmentGoalSampler(struct.PyTreeNode):
         if not (isinstance(batch_size, int) and batch_size >= 1 and 0.0 <= p_future <= 1.0 and 0.0 < discount < 1.0):
             raise ValueError(f"SegmentGoalSampler: need batch_size >= 1, p_future in [0, 1], discount in (0, 1); got "
                              f"{batch_size}, {p_future}, {discount}")
+        for name, value in (("future", future), ("bc_future", bc_future)):
+            if value not in ("geometric", "uniform"):
+                raise ValueError(f"SegmentGoalSampler: {name} must be 'geometric' or 'uniform', got {value!r}")
         ends = np.asarray(data["segment_end"], bool)
         if not ends[-1]:
             raise ValueError("SegmentGoalSampler: data['segment_end'][-1] must be True (the last episode ends there)")
@@ -286,24 +294,28 @@ class SegmentGoalSampler(struct.PyTreeNode):
         last_index = end_rows[np.searchsorted(end_rows, np.arange(len(ends)))]
         keys = ("observations", "actions", "next_observations")
         return cls(data={k: jnp.asarray(data[k], jnp.float32) for k in keys}, last_index=jnp.asarray(last_index, jnp.int32),
-                   batch_size=batch_size, p_future=p_future, discount=discount, bc_goals=bc_goals)
+                   batch_size=batch_size, p_future=p_future, discount=discount, bc_goals=bc_goals, future=future,
+                   bc_future=bc_future)
 
-    def _future(self, key, rows):
-        return rows + truncated_geometric(key, self.last_index[rows] - rows, self.discount)
+    def _future(self, key, rows, how: str):
+        max_k = self.last_index[rows] - rows
+        if how == "uniform":
+            return rows + jax.random.randint(key, rows.shape, 0, max_k + 1)
+        return rows + truncated_geometric(key, max_k, self.discount)
 
     def sample(self, key: jax.Array) -> dict[str, jax.Array]:
         n = self.last_index.shape[0]
         row_key, future_key, bc_key, mix_key, random_key = jax.random.split(key, 5)
         rows = jax.random.randint(row_key, (self.batch_size,), 0, n)
         use_future = jax.random.uniform(mix_key, (self.batch_size,)) < self.p_future
-        goal_rows = jnp.where(use_future, self._future(future_key, rows),
+        goal_rows = jnp.where(use_future, self._future(future_key, rows, self.future),
                               jax.random.randint(random_key, (self.batch_size,), 0, n))
         next_obs = self.data["next_observations"]
         batch = dict(observations=self.data["observations"][rows], actions=self.data["actions"][rows],
                      next_observations=next_obs[rows], goals=next_obs[goal_rows],
                      rewards=-jnp.ones(self.batch_size, jnp.float32))
         if self.bc_goals:
-            batch["bc_goals"] = next_obs[self._future(bc_key, rows)]
+            batch["bc_goals"] = next_obs[self._future(bc_key, rows, self.bc_future)]
         return batch
 
 

@@ -22,6 +22,7 @@ def test_goals_and_oracles():
     assert partial["summary"]["top_of_hill"] < 100.0
 
 
+@pytest.mark.slow  # ~19 s end to end; goals and oracles are tested fast, training in tests/test_train.py
 def test_benchmark_pipeline_with_a_small_network(tmp_path, monkeypatch):
     """The whole run (dataset, training, evaluation from all 25,600 states, table, picture, record) with a
     16-wide QRL: the quick preset's network is what makes the smoke run below slow on 2 cores."""

@@ -136,6 +136,7 @@ def one_device(tmp_path_factory):
     return np.load(path)
 
 
+@pytest.mark.slow  # ~35 s (two processes compile the loop); one process over 8 devices is checked fast in tests/test_multidevice.py
 def test_eight_devices_over_two_processes_equal_one_device(one_device, tmp_path):
     """2 processes joined by jax.distributed (gloo CPU collectives), 4 virtual CPU devices each: the envs and
     batches split over 8 devices on two hosts, as a pod run does, give the one-device result."""

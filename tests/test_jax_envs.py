@@ -72,6 +72,7 @@ def test_point_maze_matches_mujoco_away_from_walls_and_stays_out_of_walls(medium
     assert wall_gap(env.maze.walls, positions).min() >= 0.1 - 1e-5
 
 
+@pytest.mark.slow  # ~11 s: the optional MJX backend; the default JAX point maze has fast tests against MuJoCo
 def test_mjx_backend_follows_mujoco_within_tolerance(medium_reference):
     states, actions = medium_reference
     env = PointMaze("medium", backend="mjx")

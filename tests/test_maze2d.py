@@ -248,6 +248,29 @@ def test_segment_sampler_goals():
         SegmentGoalSampler.create({**data, "segment_end": np.zeros(40, bool)}, 8)
 
 
+def test_uniform_future_goals_are_any_later_state_of_the_episode_alike():
+    ends = np.zeros(40, bool)
+    ends[[9, 39]] = True  # episodes [0, 9] and [10, 39]
+    obs = np.arange(40, dtype=np.float32)[:, None]
+    data = dict(observations=obs, next_observations=obs + 1, actions=np.zeros((40, 2)), segment_end=ends)
+    sampler = SegmentGoalSampler.create(data, 40_000, p_future=1.0, discount=0.9, bc_goals=True, future="uniform",
+                                        bc_future="geometric")
+    batch = sampler.sample(jax.random.PRNGKey(0))
+    rows = np.asarray(batch["observations"][:, 0]).astype(int)
+    goals = np.asarray(batch["goals"][:, 0]).astype(int)  # the goal is the next state of row + k: state row + k + 1
+    # From row 10 (30 states ahead: 11..40) every goal state has probability 1/30.
+    from_10 = goals[rows == 10]
+    assert from_10.min() == 11 and from_10.max() == 40
+    counts = np.bincount(from_10 - 11, minlength=30)
+    assert counts.min() > 0.5 * counts.mean() and counts.max() < 1.5 * counts.mean()
+    assert np.all(goals[rows <= 9] <= 10) and np.all(goals > rows)
+    # The behaviour-cloning goals stayed geometric (discount 0.9: about 9 states ahead, against 15.5 for uniform).
+    bc = np.asarray(batch["bc_goals"][:, 0]).astype(int)
+    assert np.mean(bc[rows == 10] - 10) < 10 < np.mean(from_10 - 10)
+    with pytest.raises(ValueError, match="future must be 'geometric' or 'uniform'"):
+        SegmentGoalSampler.create(data, 8, future="exponential")
+
+
 def test_seed_stack_equals_agents_made_and_updated_one_by_one():
     config = CRLConfig(obs_dim=4, action_dim=2, hidden=(16,), repr_dim=8, actor_hidden=(16,), bc_weight=0.05)
     stack = SeedStack.create(CRLAgent, config, (3, 7))
@@ -368,6 +391,7 @@ def _small_scale(bench, updates: int, small_networks: bool):
     return dataclasses.replace(quick, **short)
 
 
+@pytest.mark.slow  # ~20 s end to end; its parts (seed stacks, grid argmin, plan costs, the critic check) have fast tests
 def test_benchmark_pipeline_for_qrl(tmp_path, monkeypatch):
     """The benchmark end to end for QRL and one seed (dataset, training, MuJoCo episodes, value maps, actor check,
     table, pictures, record, and a rerun that reuses everything) with 16-wide networks, 20 updates and U-maze's

@@ -28,6 +28,7 @@ def test_prepared_dataset_is_the_generated_trajectory(prepared):
         maze2d_slice.load_prepared(path, "medium")
 
 
+@pytest.mark.slow  # ~35 s end to end; the dataset, convergence measure, sizes, bad arguments and critic check have fast tests
 def test_tiny_run_trains_in_chunks_evaluates_and_resumes(prepared, tmp_path, capsys):
     path, _ = prepared
     argv = ["--dataset", str(path), "--layout", "umaze", "--size", "tiny", "--updates", "100", "--chunk", "50",

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# ~30 s (builds and installs the wheel): run with `pytest -m slow` before a release; CI installs the checkout itself.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 
 from platonic_rl.agents.contract import check_agent
 from platonic_rl.agents.qrl import QRLAgent, QRLConfig
+from platonic_rl.envs import ogbench_maze
 from platonic_rl.envs.replay import DatasetSampler
 from platonic_rl.training.run import RunDirectory, agent_settings, finish_row
 from platonic_rl.training.schedule import checkpoint_due
@@ -174,12 +175,19 @@ def load_dataset(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """An offline dataset from an ``.npz`` file: arrays with a common leading dimension N, at least
     ``observations [N, D]``, ``actions [N]`` (int ids; -1 = no action) or ``[N, A]`` (in [-1, 1]),
     ``next_observations [N, D]`` and ``rewards [N]`` (-1 per step for goal reaching); ``goals [N, D]`` for
-    the goal-conditioned continuous agents; any other key is kept and passed on."""
+    the goal-conditioned continuous agents; any other key is kept and passed on.
+
+    A file in OGBench's layout (``observations``, ``actions``, ``terminals``, no ``next_observations``: OGBench's
+    own downloaded files or ``envs.ogbench_maze.make_dataset``'s) is read as OGBench reads it, each episode's last
+    row dropped (:func:`~platonic_rl.envs.ogbench_maze.transitions`): observations, actions, next_observations,
+    rewards (-1) and ``segment_end`` (True at each episode's last transition, for ``SegmentGoalSampler``)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"load_dataset: no file {path}")
     with np.load(path) as archive:
         data = {key: archive[key] for key in archive.files}
+    if ogbench_maze.is_ogbench_layout(data):
+        data = ogbench_maze.transitions(data)
     missing = [k for k in DATASET_KEYS if k not in data]
     if missing:
         raise ValueError(f"load_dataset: {path} lacks the keys {missing} (has {sorted(data)}); an offline dataset "

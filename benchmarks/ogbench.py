@@ -1,0 +1,260 @@
+"""OGBench's point mazes as an external table: QRL, Contrastive RL and GCBC trained offline on datasets generated on
+this machine with OGBench's procedure (``envs.ogbench_maze``: oracle-subgoal controller, action noise 0.5), evaluated as
+OGBench evaluates (its five tasks per maze, success rate in percent), beside OGBench's published numbers (Park et al.
+2024, its main results table: 1M updates of batch 1024 with 3 x 512 networks, 8 seeds).
+
+    python -m platonic_rl.benchmarks.ogbench --scale tiny --datasets pointmaze-medium-navigate-v0   # a smoke run
+    python -m platonic_rl.benchmarks.ogbench --scale cpu --datasets pointmaze-medium-navigate-v0    # 3 seeds
+
+Needs ``pip install -e ".[ogbench]"``. For each dataset: the dataset (generated once, cached), then for each method its
+seeds trained as one ``jit(vmap(update))`` (:class:`~platonic_rl.agents.seeds.SeedStack`) by the offline loop in a
+resumable run directory ``<out>/runs/<dataset>-<method>``, then OGBench's evaluation per seed. Each finished (dataset,
+method) is stored in ``<out>/evals/`` and reused when the command is run again, so a long table is filled over
+several sittings. Inputs (observations and goals, both the point's (x, y)) are normalised by the maze's extent.
+
+The methods, at every scale (only the sizes and budgets change):
+
+Goals (``--goals``): ``ogbench`` (the default) samples them as OGBench does -- GCBC's and QRL's behaviour-cloning goals
+uniformly among the episode's later states (OGBench's actor goals), QRL's critic goals random dataset states,
+Contrastive RL's goals future states with Delta t ~ Geometric(0.01) (OGBench's value goals; the suite's Contrastive RL
+trains its actor on the same goals); ``geometric`` draws every future-state goal with Delta t ~ Geometric(0.01), as the
+suite's maze2d benchmark does (C.3.2). Contrastive RL is the same under both.
+
+- ``qrl``: the suite's offline QRL settings (``docs/training.md``, "QRL settings to start from"): C.3.2's objective
+  (phi offset 500, beta 0.01, transition weight 1, lambda lr 0.01, critic lr 5e-4), BC weight 0.05 on the dataset
+  action's negative log-likelihood, no entropy term, the actor's distance term divided by its batch mean (as
+  OGBench's QRL). OGBench's own QRL differs in: its actor's distance term also uses the future-state goals, a
+  fixed-std actor with BC weight 0.0003, epsilon 0.05, layer norm, latent 512.
+- ``crl``: Contrastive RL (+BC 0.05).
+- ``gcbc``: goal-conditioned behaviour cloning.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Literal
+
+import jax
+import numpy as np
+
+from platonic_rl.agents.crl import CRLAgent, CRLConfig
+from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
+from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
+from platonic_rl.agents.seeds import SeedStack
+from platonic_rl.benchmarks import report
+from platonic_rl.envs import ogbench_maze
+from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
+from platonic_rl.training.offline import TrainConfig, load_dataset, train_offline
+
+Method = Literal["qrl", "crl", "gcbc"]
+METHODS: tuple[Method, ...] = ("qrl", "crl", "gcbc")
+Dataset = Literal["pointmaze-medium-navigate-v0", "pointmaze-large-navigate-v0", "pointmaze-medium-stitch-v0",
+                  "pointmaze-large-stitch-v0"]
+DATASETS: tuple[Dataset, ...] = ("pointmaze-medium-navigate-v0", "pointmaze-large-navigate-v0",
+                                 "pointmaze-medium-stitch-v0", "pointmaze-large-stitch-v0")
+NAMES = dict(qrl="QRL (+BC)", crl="Contrastive RL (+BC)", gcbc="GCBC")
+
+# OGBench's main results table (Park et al. 2024): success rate in percent, mean and std over 8 seeds.
+PAPER = {
+    "pointmaze-medium-navigate-v0": dict(gcbc=(9, 6), qrl=(82, 5), crl=(29, 7)),
+    "pointmaze-large-navigate-v0": dict(gcbc=(29, 6), qrl=(86, 9), crl=(39, 7)),
+    "pointmaze-medium-stitch-v0": dict(gcbc=(23, 18), qrl=(80, 12), crl=(0, 1)),
+    "pointmaze-large-stitch-v0": dict(gcbc=(7, 5), qrl=(84, 15), crl=(0, 0)),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Scale:
+    """Everything a scale sets."""
+    width: int                  # hidden width of every MLP (2 layers)
+    qrl_updates: int
+    other_updates: int          # Contrastive RL and GCBC
+    batch_size: int
+    episodes_per_task: int      # OGBench: 50
+    dataset_episodes: int | None  # None: OGBench's (1,000 navigate, 5,000 stitch)
+    note: str
+
+
+def scales() -> dict[str, Scale]:
+    """``tiny``: a smoke run of a minute or so per dataset (20-episode datasets, width 32, a few hundred updates, 2
+    episodes per task): NOT comparable to OGBench. ``cpu``: OGBench's datasets; 2 x 128 MLPs (QRL: latent 32, IQE
+    16 x 16), batch 256, 20k updates for every method (1/200 of OGBench's samples), 50 episodes per task as OGBench.
+    Measured on 2 cores, 3 seeds vmapped: QRL 79 ms per update (about 26 min), Contrastive RL 11 ms, GCBC 3 ms."""
+    return {
+        "tiny": Scale(32, 300, 300, 64, 2, 20, note="tiny: a smoke run, NOT comparable to OGBench's numbers"),
+        "cpu": Scale(128, 20_000, 20_000, 256, 50, None,
+                     note="cpu: width 128, batch 256, 20k updates (1/200 of OGBench's samples); OGBench's numbers are "
+                          "at 1M updates of batch 1024 with 3 x 512 networks"),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """OGBench's point mazes at a chosen scale (see the module docstring)."""
+    scale: Literal["tiny", "cpu"] = "tiny"
+    datasets: tuple[Dataset, ...] = DATASETS
+    methods: tuple[Method, ...] = METHODS
+    seeds: tuple[int, ...] = (0, 1, 2)
+    goals: Literal["ogbench", "geometric"] = "ogbench"
+    """How future-state goals are drawn (see the module docstring)."""
+    dataset_seed: int = 0
+    qrl_updates: int | None = None
+    """QRL's updates (default: the scale's); a QRL run directory with a smaller budget continues to this one."""
+    other_updates: int | None = None
+    """Contrastive RL's and GCBC's updates (default: the scale's)."""
+    episodes_per_task: int | None = None
+    """Evaluation episodes per task and seed (default: the scale's; OGBench: 50)."""
+    data_root: str | None = None
+    """Where generated datasets are cached (default $PLATONIC_RL_DATA/ogbench or ~/.cache/platonic_rl/ogbench)."""
+    out_dir: str | None = None
+    """Default: results/ogbench/<scale>."""
+    overwrite: bool = False
+    """Train and evaluate every selected (dataset, method) afresh instead of resuming or reusing it."""
+
+    def __post_init__(self):
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"--seeds must be distinct, got {self.seeds}")
+        for name in ("qrl_updates", "other_updates", "episodes_per_task"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+        if not self.datasets or not self.methods:
+            raise ValueError("--datasets and --methods need at least one entry each")
+
+
+def method_setup(method: str, scale: Scale, updates: int, goals: str = "ogbench"):
+    """(agent class, config, train config, sampler settings) of one method at one scale and goal sampling."""
+    if goals not in ("ogbench", "geometric"):
+        raise ValueError(f"goals must be 'ogbench' or 'geometric', got {goals!r}")
+    actor_future = "uniform" if goals == "ogbench" else "geometric"
+    hidden = (scale.width,) * 2
+    train = TrainConfig(steps=updates, batch_size=scale.batch_size, log_every=max(updates // 20, 1),
+                        checkpoint_every=max(updates // 4, 1), progress=True)
+    if method == "qrl":
+        config = QRLContinuousConfig(
+            obs_dim=2, action_dim=2, encoder_hidden=hidden, latent_dim=max(scale.width // 4, 16),
+            projector_hidden=(scale.width,), iqe_components=16, iqe_dim_per_component=16, dynamics_hidden=hidden,
+            actor_hidden=hidden, num_critics=2, transition_weight=1.0, phi_offset=500.0, phi_beta=0.01,
+            lagrange_learning_rate=0.01, critic_learning_rate=5e-4, actor_learning_rate=3e-4, bc_weight=0.05,
+            adaptive_entropy=False, actor_distance_scale="batch_mean")
+        return QRLContinuousAgent, config, train, dict(p_future=0.0, bc_goals=True, bc_future=actor_future)
+    if method == "crl":
+        config = CRLConfig(obs_dim=2, action_dim=2, hidden=hidden, repr_dim=16, actor_hidden=hidden, bc_weight=0.05)
+        return CRLAgent, config, train, dict(p_future=1.0)
+    if method == "gcbc":
+        return GCBCAgent, GCBCConfig(obs_dim=2, action_dim=2, hidden=hidden), train, dict(p_future=1.0,
+                                                                                          future=actor_future)
+    raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+
+
+def normalised(data: dict, center: np.ndarray, half: np.ndarray) -> dict:
+    out = dict(data)
+    for key in ("observations", "next_observations"):
+        out[key] = ((data[key] - center) / half).astype(np.float32)
+    return out
+
+
+_ACT = {cls: jax.jit(cls.act) for cls in (QRLContinuousAgent, CRLAgent, GCBCAgent)}
+
+
+def policy_of(agent, center: np.ndarray, half: np.ndarray):
+    """The agent's deterministic action on normalised observations and goals (a host policy for evaluation)."""
+    act = _ACT[type(agent)]
+    norm = lambda x: ((np.asarray(x) - center) / half).astype(np.float32)  # noqa: E731
+    return lambda obs, goals: np.asarray(act(agent, norm(obs), norm(goals)))
+
+
+def signals(history: list[dict]) -> dict:
+    """The last logged row's scalar metrics, averaged over seeds (the convergence signals)."""
+    if not history:
+        return {}
+    return {k: float(np.mean(v)) for k, v in history[-1].items() if np.size(v) >= 1 and np.ndim(v) <= 1}
+
+
+def run_name(dataset: str, method: str, goals: str) -> str:
+    """``<dataset>-<method>``, with ``-geometric`` for the non-default goal sampling of the methods it changes."""
+    return f"{dataset}-{method}" + ("-geometric" if goals == "geometric" and method != "crl" else "")
+
+
+def run_one(dataset: str, method: str, data: dict, extent, scale: Scale, args: Args, out: Path) -> dict:
+    """Train one method's seeds on one dataset, evaluate each seed; the record of the (dataset, method)."""
+    updates = (args.qrl_updates or scale.qrl_updates) if method == "qrl" else (args.other_updates or scale.other_updates)
+    agent_class, config, train, sampling = method_setup(method, scale, updates, args.goals)
+    stack = SeedStack.create(agent_class, config, args.seeds)
+    sampler = PerSeed(SegmentGoalSampler.create(data, train.batch_size, **sampling), len(args.seeds))
+    t = time.time()
+    stack, history = train_offline(stack, data, dataclasses.replace(train, overwrite=args.overwrite),
+                                   run_dir=out / "runs" / run_name(dataset, method, args.goals),
+                                   desc=f"{dataset} {method} x{len(args.seeds)} seeds", sampler=sampler)
+    train_seconds = time.time() - t
+    episodes = args.episodes_per_task or scale.episodes_per_task
+    per_seed, t = [], time.time()
+    for i, seed in enumerate(args.seeds):
+        result = ogbench_maze.evaluate(policy_of(stack.agent(i), *extent), dataset, episodes, seed=seed)
+        per_seed.append(dict(seed=seed, success=result["success"], task_success=result["task_success"]))
+    success = [r["success"] for r in per_seed]
+    return dict(dataset=dataset, method=method, goals=args.goals, sampler=sampling, updates=updates,
+                batch_size=train.batch_size,
+                episodes_per_task=episodes, per_seed=per_seed, mean=float(np.mean(success)),
+                std=float(np.std(success)), train_seconds=train_seconds, eval_seconds=time.time() - t,
+                signals=signals(history), config=dataclasses.asdict(config))
+
+
+def format_table(results: dict, args: Args, scale: Scale) -> str:
+    lines = [f"OGBench point mazes, success rate (%) over 5 tasks x {args.episodes_per_task or scale.episodes_per_task} "
+             f"episodes, mean ± std over seeds {list(args.seeds)} (OGBench's published numbers in brackets, 8 seeds)",
+             f"scale {args.scale}: {scale.note}; goals: {args.goals}",
+             f"{'dataset':<30}" + "".join(f"{NAMES[m]:>30}" for m in args.methods)]
+    for dataset in args.datasets:
+        cells = []
+        for method in args.methods:
+            r = results.get(dataset, {}).get(method)
+            paper = PAPER[dataset][method]
+            ours = f"{r['mean']:.1f} ± {r['std']:.1f}" if r else "--"
+            cells.append(f"{ours} ({paper[0]} ± {paper[1]})")
+        lines.append(f"{dataset:<30}" + "".join(f"{c:>30}" for c in cells))
+    return "\n".join(lines)
+
+
+def run(args: Args) -> dict:
+    start = time.time()
+    scale = scales()[args.scale]
+    out = Path(args.out_dir or f"results/ogbench/{args.scale}")
+    (out / "evals").mkdir(parents=True, exist_ok=True)
+    results, datasets = {}, {}
+    for dataset in args.datasets:
+        path = ogbench_maze.make_dataset(dataset, args.dataset_seed, scale.dataset_episodes, args.data_root)
+        data = load_dataset(path)
+        extent = ogbench_maze.maze_extent(dataset)
+        datasets[dataset] = dict(source=str(path), transitions=len(data["actions"]),
+                                 episodes=int(data["segment_end"].sum()))
+        print(f"{dataset}: {datasets[dataset]['transitions']:,} transitions in {datasets[dataset]['episodes']:,} "
+              f"episodes ({path})", flush=True)
+        data = normalised(data, *extent)
+        for method in args.methods:
+            eval_path = out / "evals" / f"{run_name(dataset, method, args.goals)}.json"
+            if eval_path.is_file() and not args.overwrite:
+                record = json.loads(eval_path.read_text())
+            else:
+                record = run_one(dataset, method, data, extent, scale, args, out)
+                eval_path.write_text(json.dumps(record, indent=1, default=report._plain))
+            results.setdefault(dataset, {})[method] = record
+            print(f"  {method}: {record['mean']:.1f} ± {record['std']:.1f} ({record['updates']:,} updates, "
+                  f"{record['train_seconds']:.0f} s training, {record['eval_seconds']:.0f} s evaluation)", flush=True)
+    table = format_table(results, args, scale)
+    record = dict(scale=args.scale, scale_settings=dataclasses.asdict(scale), datasets=datasets, results=results,
+                  paper=PAPER)
+    return report.save_run(out, "platonic_rl.benchmarks.ogbench", args, record, table,
+                           total_seconds=time.time() - start)
+
+
+def main(argv=None):
+    import tyro
+
+    return run(tyro.cli(Args, args=argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""The OGBench point-maze benchmark: a tiny run trains, evaluates as OGBench does, saves its record and reuses
+finished (dataset, method) pairs; bad arguments are refused."""
+import json
+
+import pytest
+
+from platonic_rl.benchmarks import ogbench
+
+
+def test_tiny_run_saves_the_table_beside_ogbenchs_and_reuses_finished_pairs(tmp_path, capsys):
+    pytest.importorskip("ogbench")
+    argv = ["--scale", "tiny", "--datasets", "pointmaze-medium-stitch-v0", "--methods", "qrl", "gcbc", "--seeds", "0",
+            "--qrl-updates", "50", "--other-updates", "50", "--episodes-per-task", "1",
+            "--data-root", str(tmp_path / "data"), "--out-dir", str(tmp_path / "out")]
+    record = ogbench.main(argv)
+    results = record["results"]["pointmaze-medium-stitch-v0"]
+    for method in ("qrl", "gcbc"):
+        r = results[method]
+        assert r["updates"] == 50 and len(r["per_seed"]) == 1 and len(r["per_seed"][0]["task_success"]) == 5
+        assert 0.0 <= r["mean"] <= 100.0 and r["std"] == 0.0
+    signals = results["qrl"]["signals"]  # the convergence signals at the end of training, averaged over seeds
+    assert signals["step"] == 50 and signals["critic0/lagrange_multiplier"] > 0 and "critic1/violation" in signals
+    assert record["datasets"]["pointmaze-medium-stitch-v0"]["transitions"] == 20 * 200
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert saved["command"].startswith("python -m platonic_rl.benchmarks.ogbench") and saved["paper"]
+    assert "(80 ± 12)" in saved["table"] and "tiny" in saved["table"]
+    capsys.readouterr()
+    again = ogbench.main(argv)  # every pair finished: read back, nothing trained or evaluated
+    assert json.dumps(again["results"], sort_keys=True) == json.dumps(saved["results"], sort_keys=True)
+    assert "x1 seeds" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kwargs, message", [(dict(seeds=(0, 0)), "distinct"), (dict(qrl_updates=0), "--qrl-updates"),
+                                             (dict(episodes_per_task=0), "--episodes-per-task"),
+                                             (dict(methods=()), "at least one")])
+def test_bad_arguments_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ogbench.Args(**kwargs)
+
+
+def test_every_method_has_a_config_and_the_paper_every_cell():
+    scale = ogbench.scales()["tiny"]
+    for method in ogbench.METHODS:
+        agent_class, config, train, sampling = ogbench.method_setup(method, scale, 10)
+        assert config.obs_dim == 2 and train.steps == 10
+    for dataset in ogbench.DATASETS:
+        assert set(ogbench.PAPER[dataset]) == set(ogbench.METHODS)
+    with pytest.raises(ValueError, match="method must be one of"):
+        ogbench.method_setup("hiql", scale, 10)
+    # OGBench's goals: GCBC's and QRL's behaviour-cloning goals uniform over the episode's future, QRL's critic goals
+    # random states; --goals geometric draws them as the maze2d benchmark does.
+    assert ogbench.method_setup("gcbc", scale, 10)[3] == dict(p_future=1.0, future="uniform")
+    assert ogbench.method_setup("qrl", scale, 10)[3] == dict(p_future=0.0, bc_goals=True, bc_future="uniform")
+    assert ogbench.method_setup("qrl", scale, 10, "geometric")[3]["bc_future"] == "geometric"
+    assert ogbench.run_name("d", "crl", "geometric") == "d-crl" and ogbench.run_name("d", "qrl", "geometric") == \
+        "d-qrl-geometric"
+    with pytest.raises(ValueError, match="goals must be"):
+        ogbench.method_setup("gcbc", scale, 10, "random")
