@@ -27,6 +27,10 @@ suite's maze2d benchmark does (C.3.2). Contrastive RL is the same under both.
   fixed-std actor with BC weight 0.0003, epsilon 0.05, layer norm, latent 512.
 - ``crl``: Contrastive RL (+BC 0.05).
 - ``gcbc``: goal-conditioned behaviour cloning.
+
+Beside them, without learning, the table gives each maze's **straight-line reference**: a policy that heads straight
+for the goal (the unit vector towards it). Sliding along the walls, it solves the tasks whose way does not turn back,
+so a learned policy's score means something only above it.
 """
 from __future__ import annotations
 
@@ -166,6 +170,25 @@ def policy_of(agent, center: np.ndarray, half: np.ndarray):
     return lambda obs, goals: np.asarray(act(agent, norm(obs), norm(goals)))
 
 
+def straight_line(observations: np.ndarray, goals: np.ndarray) -> np.ndarray:
+    """The no-learning reference: full speed towards the goal."""
+    direction = np.asarray(goals, np.float64) - np.asarray(observations, np.float64)
+    return direction / (np.linalg.norm(direction, axis=-1, keepdims=True) + 1e-6)
+
+
+def straight_line_reference(dataset: str, episodes: int, out: Path) -> dict:
+    """The straight-line policy's success on the dataset's maze (seed 0), kept per maze in ``<out>/evals/``."""
+    env_name = ogbench_maze.get_spec(dataset).env_name
+    path = out / "evals" / f"{env_name}-straight-line-{episodes}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    result = ogbench_maze.evaluate(straight_line, dataset, episodes, seed=0)
+    record = dict(env=env_name, episodes_per_task=episodes, success=result["success"],
+                  task_success=result["task_success"])
+    path.write_text(json.dumps(record, indent=1))
+    return record
+
+
 def signals(history: list[dict]) -> dict:
     """The last logged row's scalar metrics, averaged over seeds (the convergence signals)."""
     if not history:
@@ -202,11 +225,12 @@ def run_one(dataset: str, method: str, data: dict, extent, scale: Scale, args: A
                 signals=signals(history), config=dataclasses.asdict(config))
 
 
-def format_table(results: dict, args: Args, scale: Scale) -> str:
+def format_table(results: dict, args: Args, scale: Scale, references: dict | None = None) -> str:
+    references = references or {}
     lines = [f"OGBench point mazes, success rate (%) over 5 tasks x {args.episodes_per_task or scale.episodes_per_task} "
              f"episodes, mean ± std over seeds {list(args.seeds)} (OGBench's published numbers in brackets, 8 seeds)",
              f"scale {args.scale}: {scale.note}; goals: {args.goals}",
-             f"{'dataset':<30}" + "".join(f"{NAMES[m]:>30}" for m in args.methods)]
+             f"{'dataset':<30}" + "".join(f"{NAMES[m]:>30}" for m in args.methods) + f"{'straight line':>15}"]
     for dataset in args.datasets:
         cells = []
         for method in args.methods:
@@ -214,7 +238,9 @@ def format_table(results: dict, args: Args, scale: Scale) -> str:
             paper = PAPER[dataset][method]
             ours = f"{r['mean']:.1f} ± {r['std']:.1f}" if r else "--"
             cells.append(f"{ours} ({paper[0]} ± {paper[1]})")
-        lines.append(f"{dataset:<30}" + "".join(f"{c:>30}" for c in cells))
+        reference = references.get(dataset)
+        lines.append(f"{dataset:<30}" + "".join(f"{c:>30}" for c in cells)
+                     + (f"{reference['success']:>15.1f}" if reference else f"{'--':>15}"))
     return "\n".join(lines)
 
 
@@ -223,7 +249,8 @@ def run(args: Args) -> dict:
     scale = scales()[args.scale]
     out = Path(args.out_dir or f"results/ogbench/{args.scale}")
     (out / "evals").mkdir(parents=True, exist_ok=True)
-    results, datasets = {}, {}
+    results, datasets, references = {}, {}, {}
+    episodes = args.episodes_per_task or scale.episodes_per_task
     for dataset in args.datasets:
         path = ogbench_maze.make_dataset(dataset, args.dataset_seed, scale.dataset_episodes, args.data_root)
         data = load_dataset(path)
@@ -233,6 +260,8 @@ def run(args: Args) -> dict:
         print(f"{dataset}: {datasets[dataset]['transitions']:,} transitions in {datasets[dataset]['episodes']:,} "
               f"episodes ({path})", flush=True)
         data = normalised(data, *extent)
+        references[dataset] = straight_line_reference(dataset, episodes, out)
+        print(f"  straight line (no learning): {references[dataset]['success']:.1f}", flush=True)
         for method in args.methods:
             eval_path = out / "evals" / f"{run_name(dataset, method, args.goals)}.json"
             if eval_path.is_file() and not args.overwrite:
@@ -243,9 +272,9 @@ def run(args: Args) -> dict:
             results.setdefault(dataset, {})[method] = record
             print(f"  {method}: {record['mean']:.1f} ± {record['std']:.1f} ({record['updates']:,} updates, "
                   f"{record['train_seconds']:.0f} s training, {record['eval_seconds']:.0f} s evaluation)", flush=True)
-    table = format_table(results, args, scale)
+    table = format_table(results, args, scale, references)
     record = dict(scale=args.scale, scale_settings=dataclasses.asdict(scale), datasets=datasets, results=results,
-                  paper=PAPER)
+                  straight_line=references, paper=PAPER)
     return report.save_run(out, "platonic_rl.benchmarks.ogbench", args, record, table,
                            total_seconds=time.time() - start)
 

@@ -2,6 +2,7 @@
 finished (dataset, method) pairs; bad arguments are refused."""
 import json
 
+import numpy as np
 import pytest
 
 from platonic_rl.benchmarks import ogbench
@@ -18,6 +19,8 @@ def test_tiny_run_saves_the_table_beside_ogbenchs_and_reuses_finished_pairs(tmp_
         r = results[method]
         assert r["updates"] == 50 and len(r["per_seed"]) == 1 and len(r["per_seed"][0]["task_success"]) == 5
         assert 0.0 <= r["mean"] <= 100.0 and r["std"] == 0.0
+    reference = record["straight_line"]["pointmaze-medium-stitch-v0"]
+    assert reference["episodes_per_task"] == 1 and len(reference["task_success"]) == 5
     signals = results["qrl"]["signals"]  # the convergence signals at the end of training, averaged over seeds
     assert signals["step"] == 50 and signals["critic0/lagrange_multiplier"] > 0 and "critic1/violation" in signals
     assert record["datasets"]["pointmaze-medium-stitch-v0"]["transitions"] == 20 * 200
@@ -36,6 +39,11 @@ def test_tiny_run_saves_the_table_beside_ogbenchs_and_reuses_finished_pairs(tmp_
 def test_bad_arguments_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ogbench.Args(**kwargs)
+
+
+def test_the_straight_line_reference_heads_for_the_goal_at_full_speed():
+    obs, goals = np.array([[0.0, 0.0], [1.0, 1.0]]), np.array([[3.0, 4.0], [1.0, 1.0]])
+    np.testing.assert_allclose(ogbench.straight_line(obs, goals), [[0.6, 0.8], [0.0, 0.0]], atol=1e-6)
 
 
 def test_every_method_has_a_config_and_the_paper_every_cell():
