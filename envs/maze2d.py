@@ -191,7 +191,13 @@ _MOVES = ((-1, 0), (1, 0), (0, -1), (0, 1))
 def cell_distances(layout: str | Layout, target: tuple[int, int]) -> np.ndarray:
     """Breadth-first shortest-path lengths (in cells, 4-connected) from every cell to ``target``; inf at
     walls and unreachable cells."""
-    walls = get_layout(layout).walls
+    return grid_distances(get_layout(layout).walls, target)
+
+
+def grid_distances(walls: np.ndarray, target: tuple[int, int]) -> np.ndarray:
+    """:func:`cell_distances` on any grid of ``walls`` (True = wall) bordered by walls (OGBench's mazes use it
+    too)."""
+    walls = np.asarray(walls, bool)
     target = tuple(int(t) for t in target)
     if walls[target]:
         raise ValueError(f"target cell {target} is a wall")

@@ -40,6 +40,8 @@ from typing import Callable
 
 import numpy as np
 
+from platonic_rl.envs.maze2d import grid_distances
+
 ACTION_NOISE = 0.5
 EVAL_STEPS = 1_000
 NUM_TASKS = 5
@@ -112,21 +114,10 @@ def vertex_cells(maze_map: np.ndarray) -> list[tuple[int, int]]:
 
 
 def bfs_steps(maze_map: np.ndarray, start: tuple[int, int]) -> np.ndarray:
-    """Steps between ``start`` and every cell over free 4-neighbours; -1 for walls and unreachable cells."""
-    m = np.asarray(maze_map)
-    steps = np.full(m.shape, -1, int)
-    steps[start] = 0
-    frontier = [start]
-    while frontier:
-        nxt = []
-        for i, j in frontier:
-            for di, dj in ((-1, 0), (0, -1), (1, 0), (0, 1)):
-                a, b = i + di, j + dj
-                if 0 <= a < m.shape[0] and 0 <= b < m.shape[1] and m[a, b] == 0 and steps[a, b] < 0:
-                    steps[a, b] = steps[i, j] + 1
-                    nxt.append((a, b))
-        frontier = nxt
-    return steps
+    """Steps between ``start`` and every cell over free 4-neighbours (``envs.maze2d.grid_distances``); -1 for walls
+    and unreachable cells."""
+    dist = grid_distances(np.asarray(maze_map) == 1, start)
+    return np.where(np.isfinite(dist), dist, -1).astype(int)
 
 
 def oracle_subgoal(env, xy: np.ndarray, goal_xy: np.ndarray, cache: dict) -> np.ndarray:
