@@ -10,7 +10,9 @@ features and from the y features ([belief, state] of each factor; Dreamer has on
 state (MuJoCo qpos, qvel) and to the distractor state are fitted on ``probe_train`` episodes (the ridge
 strength chosen by leave-one-episode-out cross-validation) and scored (R^2 pooled over standardised
 target dimensions) on ``probe_test`` held-out episodes. A model that denoises keeps the agent state in x and the
-distractors out of it. Denoised MDP uses Table D.5's beta for backprop-via-dynamics per task and variant.
+distractors out of it. Denoised MDP uses Table D.5's beta for backprop-via-dynamics per task and variant, and the
+thesis' alpha for the observation's size (:func:`observation_alpha`). State variants draw their distractors from
+``--distractor`` (default ``twin``: a copy of the body driven by random actions; ``envs/dmc.py``).
 
 Saves ``results.json`` (command, configs, curves, probe scores), ``returns.png`` (episode return vs env
 steps per task and variant) and ``probe.png`` (R^2 bars), and prints a table with Table 5.1's pixel-based
@@ -82,6 +84,11 @@ class Args:
     """Denoised MDP with D.2.1's KL-x split: free nats only on beta KL_x, (1 - beta) KL_x always paid."""
     eval_episodes: int = 10
     """Deterministic episodes per evaluation (every 10k env steps and at the budget)."""
+    distractor: Literal["twin", "signals"] = "twin"
+    """State variants: the uncontrollable, reward-irrelevant source (``envs.dmc``): ``twin`` copies of the body driven
+    by random actions, or the smooth ``signals`` that results recorded before 2026-11-26 used."""
+    num_twins: int = 1
+    """``twin``: copies of the body appended to the observation."""
     normalise_observations: bool = True
     """Standardise state observations with the prefill's per-dimension statistics (off: raw vectors)."""
     observation: Literal["state", "pixels"] = "state"
@@ -106,6 +113,10 @@ class Args:
     beta: float | None = None
     """Denoised MDP's beta (eq. 5.4's weight on KL_y and KL_z) for every run (default: Table D.5's per task and
     variant, ``BETAS``)."""
+    alpha: float | None = None
+    """Denoised MDP's alpha (eq. 5.4's weight on every KL term) for every run (default: the thesis' rule,
+    :func:`observation_alpha`: 1 for 64x64x3 pixels, the observation's size / 12288 for states; runs recorded before
+    2026-11-26 used 1 for states too). Dreamer keeps its own 1."""
     imagine_starts: int | None = None
     """Posterior states the policy imagines from, drawn from the batch's batch_size x chunk (default: the preset's;
     cpu 128; batch_size x chunk or more: all of them, as Dreamer)."""
@@ -122,12 +133,16 @@ class Args:
             if not getattr(self, name):
                 raise ValueError(f"--{name} must list at least one value" + (f" of {known}" if known else "")
                                  + ", got none")
-        for name in ("env_steps", "probe_train", "probe_test"):
+        if self.distractor == "signals" and self.num_twins != 1:
+            raise ValueError(f"--num-twins is for --distractor twin, got {self.num_twins} with 'signals'")
+        for name in ("env_steps", "probe_train", "probe_test", "num_twins"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         longest = DMCOnlineConfig().episode_length + 1  # observations per stored episode
         if self.chunk is not None and self.chunk > longest:
             raise ValueError(f"--chunk must be <= {longest} (the steps of a stored episode), got {self.chunk}")
+        if self.alpha is not None and not self.alpha > 0:
+            raise ValueError(f"--alpha must be > 0, got {self.alpha}")
         if self.beta is not None and not self.beta > 0:
             raise ValueError(f"--beta must be > 0 (Table D.5 uses 0.125 to 1), got {self.beta}")
         for name in ("batch_size", "chunk", "imagine_starts"):
@@ -145,9 +160,11 @@ def make_agent(method: str, task: str, variant: str, obs_shape: tuple[int, ...],
 
 def make_config(method: str, task: str, variant: str, obs_shape: tuple[int, ...], action_dim: int, preset: str,
                 policy: str, free_nats: float = 3.0, kl_split: bool = False, imagine_starts: int | None = None,
-                beta: float | None = None, actor: ActorKind | None = None) -> DenoisedMDPConfig:
+                beta: float | None = None, actor: ActorKind | None = None,
+                alpha: float | None = None) -> DenoisedMDPConfig:
     """The config of ``method`` at ``preset``; ``imagine_starts`` replaces the preset's and ``beta`` Table D.5's
-    if given; ``actor`` (:attr:`DenoisedMDPConfig.actor`) the config's default if None."""
+    if given; ``actor`` (:attr:`DenoisedMDPConfig.actor`) the config's default if None; Denoised MDP's ``alpha``
+    :func:`observation_alpha` of the observation if None (Dreamer keeps its own 1)."""
     p = PRESETS[preset]
     pixels = len(obs_shape) == 3
     model = WorldModelConfig(obs_shape=tuple(obs_shape), action_dim=action_dim,
@@ -156,6 +173,7 @@ def make_config(method: str, task: str, variant: str, obs_shape: tuple[int, ...]
              **({} if actor is None else dict(actor=actor))}
     if method == "denoised":
         config = DenoisedMDPConfig(model=model, beta=BETAS[task][variant] if beta is None else beta,
+                                   alpha=observation_alpha(obs_shape) if alpha is None else alpha,
                                    policy=policy, free_nats=free_nats,
                                    kl_split=kl_split, **heads)
     elif method == "dreamer":
@@ -165,6 +183,17 @@ def make_config(method: str, task: str, variant: str, obs_shape: tuple[int, ...]
     return config
 
 
+PAPER_PIXELS = 64 * 64 * 3  # the observation size at which the paper's alpha is 1 (DMC's pixels)
+
+
+def observation_alpha(obs_shape: tuple[int, ...]) -> float:
+    """Eq. 5.4's alpha for an observation of ``obs_shape``, by the thesis' rule (Section 5.3: alpha roughly
+    proportional to the observation's dimensionality, to keep its ratio to the reconstruction loss; 1 for DMC's
+    64x64x3 pixels, 2 for RoboDesk's twice as many): ``size / (64 * 64 * 3)``, so 1 for the paper's pixels and about
+    0.003 for cheetah-run's 34-dimensional state with one twin."""
+    return float(np.prod(obs_shape)) / PAPER_PIXELS
+
+
 def loop_config(args: Args, task: str, variant: str, seed: int) -> DMCOnlineConfig:
     """The training loop of one (task, variant, seed) run under ``args``."""
     p = PRESETS[args.preset]
@@ -172,7 +201,17 @@ def loop_config(args: Args, task: str, variant: str, seed: int) -> DMCOnlineConf
                            batch_size=args.batch_size or p["batch_size"], chunk=args.chunk or p["chunk"], eval_every=min(10_000, args.env_steps), eval_episodes=args.eval_episodes,
                            normalise_observations=args.normalise_observations, observation=args.observation,
                            video_dir=args.video_dir, cheap_visuals=args.cheap_visuals, overwrite=args.overwrite,
-                           updates_per_call=args.updates_per_call)
+                           updates_per_call=args.updates_per_call, **distractor_settings(args))
+
+
+def distractor_free(loop: DMCOnlineConfig) -> tuple[str, ...]:
+    """Loop fields that change nothing for this run: the distractor source of a noiseless or pixel run."""
+    return ("distractor", "num_twins") if loop.variant == "noiseless" or loop.observation == "pixels" else ()
+
+
+def distractor_settings(args: Args) -> dict:
+    """The env's distractor arguments under ``args`` (pixels ignore them: their background is the video)."""
+    return dict(distractor=args.distractor, num_twins=args.num_twins)
 
 
 def probe(agent, loop: DMCOnlineConfig, args: Args, seed: int) -> dict:
@@ -202,14 +241,16 @@ def run(args: Args) -> dict:
     runs, pictures = [], {}
     for task in args.tasks:
         for variant in args.variants:
-            env = DMCEnv(task, variant, 0, observation=args.observation, video_dir=args.video_dir)
+            env = DMCEnv(task, variant, 0, observation=args.observation, video_dir=args.video_dir,
+                         **distractor_settings(args))
             obs_shape, action_dim = env.observation_space.shape, env.action_space.shape[0]
             for method in args.methods:
                 for seed in args.seeds:
                     loop = loop_config(args, task, variant, seed)
                     agent = make_agent(method, task, variant, obs_shape, action_dim, args.preset, args.policy, seed,
                                        free_nats=args.free_nats, kl_split=args.kl_split,
-                                       imagine_starts=args.imagine_starts, beta=args.beta, actor=args.actor)
+                                       imagine_starts=args.imagine_starts, beta=args.beta, actor=args.actor,
+                                       alpha=args.alpha)
                     run_dir = out / f"{task}_{variant}_{method}_seed{seed}"
                     saved = None if args.overwrite else finished_record(run_dir, agent, loop, args)
                     if saved is not None:  # finished earlier (perhaps on another machine): nothing to train or probe
@@ -246,6 +287,7 @@ def run_record(task: str, variant: str, method: str, seed: int, agent, loop: DMC
     resumed runs included, compilation in the first rows); ``seconds_per_10k``: :func:`seconds_per_10k`."""
     evals = [r for r in history if "eval_return" in r]
     return dict(task=task, variant=variant, method=method, seed=seed, beta=agent.config.beta,
+                alpha=agent.config.alpha,
                 env_steps=[r["env_steps"] for r in history], train_return=[r["train_return"] for r in history],
                 eval_steps=[r["env_steps"] for r in evals], eval_return=[r["eval_return"] for r in evals],
                 eval_return_std=[r.get("eval_return_std", 0.0) for r in evals], probe=probe_scores, seconds=seconds,
@@ -281,7 +323,7 @@ def finished_record(run_dir: Path, agent, loop: DMCOnlineConfig, args: Args) -> 
     keys = ("agent_config", "loop", "probe_settings")
     differ = settings_differences({k: record[k] for k in keys if k in record},
                                   dict(agent_config=agent.config, loop=loop, probe_settings=probe_settings(args)),
-                                  ignore=tuple(f"loop.{k}" for k in HOST_ONLY))
+                                  ignore=tuple(f"loop.{k}" for k in HOST_ONLY + distractor_free(loop)))
     if set(differ) == {"loop.env_steps"} and differ["loop.env_steps"][1] > differ["loop.env_steps"][0]:
         return None
     if differ:
@@ -359,7 +401,10 @@ def _budget(args: Args) -> str:
     return (f"{len(args.tasks)} task(s) x {len(args.variants)} variant(s), {len(args.seeds)} seed(s), "
             f"{args.env_steps:,} env steps per run, {args.observation}, preset {args.preset!r} (batch "
             f"{args.batch_size or p['batch_size']} x {args.chunk or p['chunk']}, imagining from {starts}), "
-            f"policy {args.policy!r}, actor {args.actor!r}" + ("" if args.beta is None else f", Denoised MDP beta {args.beta}"))
+            f"policy {args.policy!r}, actor {args.actor!r}" + ("" if args.beta is None else f", Denoised MDP beta {args.beta}")
+            + ("" if args.alpha is None else f", Denoised MDP alpha {args.alpha}")
+            + ("" if args.observation == "pixels" else f", distractors {args.distractor}"
+               + (f" x{args.num_twins}" if args.distractor == "twin" else "")))
 
 
 def plot(out: Path, args: Args, runs: list[dict], summary: dict) -> dict:

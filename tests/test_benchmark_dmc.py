@@ -177,3 +177,61 @@ def test_seconds_per_10k_counts_the_training_rows_after_the_prefill():
     # The prefill row, the first training row (it compiles) and the evaluation row are left out.
     assert bd.seconds_per_10k(history, prefill_steps=1000) == pytest.approx(1e4 * 5.0 / 1000)
     assert bd.seconds_per_10k(history[:1] + history[3:], prefill_steps=1000) is None
+
+
+def test_alpha_follows_the_observation_size_for_denoised_mdp_only():
+    """The thesis' rule (Section 5.3): alpha proportional to the observation's size, 1 at DMC's 64x64x3 pixels."""
+    states = bd.make_config("denoised", "cheetah-run", "distractors", (34,), 6, "cpu", "imagine")
+    pixels = bd.make_config("denoised", "cheetah-run", "distractors", (64, 64, 3), 6, "cpu", "imagine")
+    assert states.alpha == pytest.approx(34 / 12288) and pixels.alpha == 1.0
+    assert bd.make_config("dreamer", "cheetah-run", "distractors", (34,), 6, "cpu", "imagine").alpha == 1.0
+    assert bd.make_config("denoised", "cheetah-run", "distractors", (34,), 6, "cpu", "imagine", alpha=0.5).alpha == 0.5
+    assert "alpha 0.5" in bd._budget(bd.Args(alpha=0.5)) and "alpha" not in bd._budget(bd.Args())
+    with pytest.raises(ValueError, match="--alpha must be > 0"):
+        bd.Args(alpha=0.0)
+
+
+def test_distractor_flags_reach_the_env_and_the_budget_line():
+    args = bd.Args(tasks=("reacher-easy",), variants=("distractors",), num_twins=2)
+    loop = bd.loop_config(args, "reacher-easy", "distractors", 0)
+    assert (loop.distractor, loop.num_twins) == ("twin", 2)
+    assert loop.make_env().observation_space.shape == (18,)  # 6 + two twins of 6
+    assert "distractors twin x2" in bd._budget(args)
+    old = bd.loop_config(bd.Args(distractor="signals"), "reacher-easy", "distractors", 0)
+    assert old.make_env().observation_space.shape == (14,)  # 6 + the 8 smooth signals
+    assert "distractors signals" in bd._budget(bd.Args(distractor="signals"))
+    with pytest.raises(ValueError, match="--num-twins is for --distractor twin"):
+        bd.Args(distractor="signals", num_twins=2)
+    with pytest.raises(ValueError, match="--num_twins must be >= 1|--num-twins must be >= 1"):
+        bd.Args(num_twins=0)
+
+
+def test_records_saved_before_the_twin_count_as_signals_except_where_no_distractor_is_drawn(tmp_path):
+    """A record without ``loop.distractor`` (saved before the field) is a smooth-signals run: reused for a noiseless
+    run, where no distractor is drawn, and refused for a noisy one under today's default (twin)."""
+    import json
+
+    from platonic_rl.envs.dmc import DMCEnv
+
+    for variant, reused in (("noiseless", True), ("distractors", False)):
+        args = bd.Args(tasks=("reacher-easy",), variants=(variant,), methods=("dreamer",), env_steps=10_000,
+                       out_dir=str(tmp_path / variant))
+        env = DMCEnv("reacher-easy", variant, 0, distractor="signals")
+        agent = bd.make_agent("dreamer", "reacher-easy", variant, env.observation_space.shape,
+                              env.action_space.shape[0], args.preset, args.policy, 0)
+        record = bd.run_record("reacher-easy", variant, "dreamer", 0, agent, bd.loop_config(args, "reacher-easy",
+                               variant, 0), [dict(env_steps=10_000, train_return=1.0, eval_return=2.0)], {}, 1.0)
+        record["probe_settings"] = bd.probe_settings(args)
+        del record["loop"]["distractor"], record["loop"]["num_twins"]
+        run_dir = tmp_path / variant / f"reacher-easy_{variant}_dreamer_seed0"
+        run_dir.mkdir(parents=True)
+        (run_dir / bd.RECORD).write_text(json.dumps(record))
+        loop = bd.loop_config(args, "reacher-easy", variant, 0)
+        if reused:
+            assert bd.finished_record(run_dir, agent, loop, args) is not None
+        else:
+            with pytest.raises(ValueError, match="loop.distractor: saved None, now 'twin'"):
+                bd.finished_record(run_dir, agent, loop, args)
+            signals = bd.Args(**{**vars(args), "distractor": "signals"})
+            assert bd.finished_record(run_dir, agent, bd.loop_config(signals, "reacher-easy", variant, 0),
+                                      signals) is not None

@@ -332,3 +332,18 @@ def test_pixel_encoder_and_decoder_shapes():
     feats = jax.ShapeDtypeStruct((2, 3, 8 + 3 + 6 + 2), jnp.float32)
     recon = jax.eval_shape(lambda p, f: model.apply(p, f, method="decode"), params, feats)
     assert embed.shape == (2, 3, 32) and recon.shape == (2, 3, 64, 64, 3)  # 1 -> 5 -> 13 -> 30 -> 64
+
+
+def test_pixel_decoder_rectifies_its_fully_connected_layer():
+    """Table D.3: FC + ReLU, then the transposed convolutions. With the FC's kernel zeroed and its bias negative, the
+    ReLU gives zeros whatever the bias, so the image is the same for bias -1 and -3 (without it, they would differ)."""
+    from platonic_rl.denoised.model import ConvDecoder
+    decoder = ConvDecoder(width=2, embed_dim=8)
+    features = jnp.ones((1, 5))
+    params = decoder.init(jax.random.PRNGKey(0), features)
+
+    def with_fc_bias(value):
+        dense = {"kernel": jnp.zeros((5, 8)), "bias": jnp.full((8,), value)}
+        return decoder.apply({"params": {**params["params"], "Dense_0": dense}}, features)
+    np.testing.assert_array_equal(with_fc_bias(-1.0), with_fc_bias(-3.0))
+    assert not np.allclose(with_fc_bias(1.0), with_fc_bias(3.0))  # the FC does reach the image

@@ -20,7 +20,7 @@ import update_fixtures  # noqa: E402
 
 TOY = DMCOnlineConfig(task="reacher-easy", variant="distractors", env_steps=4000, prefill_steps=2000,
                       updates_per_collect=2, action_repeat=10, batch_size=2, chunk=8, eval_every=2000,
-                      num_distractors=2, checkpoint_every=3, buffer_episodes=5)
+                      distractor="signals", num_distractors=2, checkpoint_every=3, buffer_episodes=5)
 
 
 def toy_agent():
@@ -117,7 +117,7 @@ def test_exploration_draws_from_its_own_stream_not_the_distractors():
     exploration noise) come from a stream spawned off s, so they are no copy of the distractors' innovations."""
     from platonic_rl.envs.dmc import DMCEnv
     from platonic_rl.training.world_model import run_episode
-    env = DMCEnv("reacher-easy", "distractors", seed=3, action_repeat=50, num_distractors=2)
+    env = DMCEnv("reacher-easy", "distractors", seed=3, action_repeat=50, distractor="signals", num_distractors=2)
     episode = run_episode(env, seed=3)
     own = np.random.default_rng(np.random.SeedSequence(3).spawn(1)[0])
     expected = np.stack([own.uniform(-1, 1, 2) for _ in range(len(episode["prev_actions"]) - 1)])

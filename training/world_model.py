@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 from pathlib import Path
 
 import jax
@@ -47,7 +48,11 @@ class DMCOnlineConfig:
     eval_every: int = 10_000
     eval_episodes: int = 10            # deterministic episodes per evaluation (mean return; each seeded)
     normalise_observations: bool = True  # state observations standardised with the prefill's statistics
-    num_distractors: int = 8
+    distractor: str = "twin"           # state variants' distractor source (envs.dmc.DISTRACTORS): "twin" or "signals"
+    num_twins: int = 1                 # "twin": copies of the body driven by random actions
+    num_distractors: int | None = None  # "signals": smooth signals (None: DMCEnv's 8)
+    # Runs saved before ``distractor`` existed had the smooth signals: such a run directory resumes only as "signals".
+    SAVED_WITHOUT_FIELD: ClassVar[dict] = {"distractor": "signals"}
     observation: str = "state"         # or "pixels": 64x64 RGB (stored as uint8)
     video_dir: str | None = None       # pixels: a folder of background videos (default: procedural)
     cheap_visuals: bool = False        # pixels: shadows, reflections and multisampling off
@@ -81,7 +86,8 @@ class DMCOnlineConfig:
 
     def make_env(self) -> DMCEnv:
         return DMCEnv(self.task, self.variant, self.seed, self.action_repeat, self.num_distractors,
-                      observation=self.observation, video_dir=self.video_dir, cheap_visuals=self.cheap_visuals)
+                      observation=self.observation, video_dir=self.video_dir, cheap_visuals=self.cheap_visuals,
+                      distractor=self.distractor, num_twins=self.num_twins)
 
 
 def train_chunk(agent, buffer: SequenceBuffer, key, updates: int, batch_size: int, chunk: int, first_step: int = 1,
