@@ -21,7 +21,8 @@ Parts (each saved as it finishes; rerunning skips finished parts and resumes lea
   ``XLA_FLAGS=--xla_force_host_platform_device_count=N``). These devices share the machine's cores, so this
   shows the cost of splitting, not a speed-up.
 * ``learning``: QRL, Contrastive RL and GCBC online on the JAX point maze (umaze, medium; observations normalised
-  by the layout's extent) and the reacher, ``seeds`` seeds in one vmapped program per (env, method): evaluation
+  by the layout's extent), the reacher and, with ``--envs brax-reacher``, Brax's reacher through
+  :mod:`~platonic_rl.envs.brax_env` (same arm, observation layout and goals as the suite's reacher), ``seeds`` seeds in one vmapped program per (env, method): evaluation
   success (goal reached at any step of the scale's deterministic evaluation episodes, the same episodes for every
   seed and method at a given iteration) against env steps. The table's number per seed is the mean of its last
   :data:`FINAL_EVALUATIONS` evaluations. For QRL, a **critic check** then acts on the same ``--check-episodes``
@@ -44,7 +45,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -65,7 +66,7 @@ from platonic_rl.training.run import as_json, describe_differences, read_json, s
 
 Part = Literal["envs", "throughput", "seeds", "devices", "learning"]
 Method = Literal["qrl", "crl", "gcbc"]
-EnvName = Literal["umaze", "medium", "reacher"]
+EnvName = Literal["umaze", "medium", "reacher", "brax-reacher"]
 MODULE = "platonic_rl.benchmarks.device_loop"
 NAMES = dict(qrl="QRL", crl="Contrastive RL", gcbc="GCBC")
 FINAL_EVALUATIONS = 5  # the table's success per seed: the mean of its last evaluations
@@ -146,6 +147,9 @@ def agent_config(method: str, scale: Scale, obs_dim: int, action_dim: int, qrl_e
 def make_env(name: str, reacher_goal: str = "pose") -> jax_env.GoalEnv:
     if name == "reacher":
         return Reacher(goal=reacher_goal)
+    if name == "brax-reacher":  # Brax's reacher through the adapter (pip install -e ".[brax]")
+        from platonic_rl.envs import brax_env
+        return brax_env.reacher(goal=reacher_goal)
     layout = maze2d.get_layout(name)
     return jax_env.Normalized(PointMaze(name), tuple(layout.obs_center), tuple(layout.obs_scale))
 
@@ -428,7 +432,7 @@ def plot(path: Path, record: dict, scale_name: str, part: str) -> None:
 
     if part == "learning":
         results = record["learning"]
-        envs = sorted({k.split("/")[0] for k in results}, key=["umaze", "medium", "reacher"].index)
+        envs = sorted({k.split("/")[0] for k in results}, key=list(get_args(EnvName)).index)
         fig, axes = plt.subplots(1, len(envs), figsize=(5 * len(envs), 3.8), squeeze=False)
         for ax, name in zip(axes[0], envs):
             for color, method in enumerate(NAMES):  # one colour per method in every panel

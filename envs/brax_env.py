@@ -131,6 +131,18 @@ class BraxGoalEnv(GoalEnv):
                 raise ValueError(f"BraxGoalEnv: success_key {self.success_key!r} is in neither State.metrics nor "
                                  f"State.info of this env after a step; it has {known}")
 
+    def settings(self) -> dict:
+        """What defines this env, as JSON-able settings that stay the same from one process to the next (functions
+        by their qualified names, the Brax env by its class and backend), for run records."""
+        def name(function):
+            return None if function is None else f"{function.__module__}.{function.__qualname__}"
+        return dict(name=type(self).__name__, env=type(self.env).__name__, backend=getattr(self.env, "backend", None),
+                    goal_dims=list(self.goal_dims), episode_length=self.episode_length,
+                    sample_goal=name(self.sample_goal), observe_state=name(self.observe_state),
+                    goal_state=name(self.goal_state), success_threshold=self.success_threshold,
+                    success_key=self.success_key,
+                    success_dims=None if self.success_dims is None else list(self.success_dims))
+
     # GoalEnv's abstract parts, filled in __post_init__ (obs_dim, action_dim) or not used (reset/step are own).
     obs_dim = 0
     action_dim = 0

@@ -117,3 +117,18 @@ def test_final_success_is_the_mean_of_the_last_evaluations_per_seed():
 def test_bad_arguments_name_the_flag(field, value, message):
     with pytest.raises(ValueError, match=message):
         device_loop.Args(**{field: value})
+
+
+@pytest.mark.slow  # ~60 s: Brax's physics and a device-loop program compile
+def test_brax_reacher_learns_through_the_benchmark_and_its_record_is_reused(tmp_path, capsys):
+    pytest.importorskip("brax")
+    args = device_loop.Args(scale="quick", parts=("learning",), envs=("brax-reacher",), methods=("gcbc",), seeds=2,
+                            out_dir=str(tmp_path))
+    record = device_loop.run(args)
+    success = np.asarray(record["learning"]["brax-reacher/gcbc"]["success"])
+    assert success.shape[1] == 2 and np.all((success >= 0) & (success <= 1))
+    settings = record["learning"]["brax-reacher/gcbc"]["settings"]["env"]
+    assert (settings["name"], settings["env"], settings["backend"]) == ("BraxGoalEnv", "Reacher", "generalized")
+    again = device_loop.run(args)  # a new env instance describes itself as the saved one: the record is reused
+    assert again["learning"]["brax-reacher/gcbc"]["success"] == record["learning"]["brax-reacher/gcbc"]["success"]
+    assert "its record reused" in capsys.readouterr().out

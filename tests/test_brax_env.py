@@ -239,3 +239,16 @@ def test_brax_sac_trains_on_the_suites_envs(env, monkeypatch):
     assert reports and params is not None
     assert np.isfinite(float(metrics["eval/episode_reward"]))
     assert 0.0 <= float(metrics["eval/episode_success"]) <= env.episode_length
+
+
+def test_settings_name_the_env_the_same_way_in_every_process():
+    """Run records compare an env's settings with the saved ones: functions by qualified name, the Brax env by
+    class, so two instances built alike describe themselves alike (no memory addresses)."""
+    import json
+
+    from platonic_rl.training.device_loop import env_settings
+    first, second = env_settings(glider_env()), env_settings(glider_env())
+    assert first == second and json.loads(json.dumps(first)) == first
+    assert first["env"] == "Glider" and first["sample_goal"].endswith("target_goal")
+    assert first["goal_dims"] == [0, 1] and first["success_threshold"] == 0.3
+    assert env_settings(glider_env(success_threshold=0.2)) != first

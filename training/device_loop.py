@@ -368,7 +368,10 @@ _compile_cached = functools.lru_cache(maxsize=4)(_compile)
 
 
 def env_settings(env) -> dict:
-    """An env's name and fields, nested envs (wrappers) included, as JSON-able settings."""
+    """An env's name and fields, nested envs (wrappers) included, as JSON-able settings (an env with a
+    ``settings()`` method, as :class:`~platonic_rl.envs.brax_env.BraxGoalEnv`, describes itself)."""
+    if callable(getattr(env, "settings", None)):
+        return env.settings()
     if not dataclasses.is_dataclass(env):
         return dict(name=type(env).__name__)
     fields = {f.name: getattr(env, f.name) for f in dataclasses.fields(env)}
