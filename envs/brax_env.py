@@ -3,7 +3,7 @@
     from brax import envs
     from platonic_rl.envs.brax_env import BraxGoalEnv, AsBraxEnv
 
-    env = BraxGoalEnv(envs.get_environment("reacher"), goal_dims=(6, 7), sample_goal=..., observe=...,
+    env = BraxGoalEnv(envs.get_environment("reacher"), goal_dims=(6, 7), sample_goal=..., observe_state=...,
                       goal_state=..., success_threshold=0.05, episode_length=50)     # a GoalEnv (envs.jax_env)
     brax_env = AsBraxEnv(PointMaze("umaze"))                                         # a brax.envs.Env
 
@@ -13,7 +13,7 @@ vmapped over envs and seeds, with no host round-trip. The user says three things
 
 * **what the goal is**: ``goal_dims``, the observation entries a goal fixes, and ``sample_goal(key, brax_state)``,
   the goal values ``[len(goal_dims)]`` of an episode, drawn at reset (from the key, or read from Brax's state: the
-  reacher's target is in its physics). ``observe(brax_state)`` chooses the observation (default: Brax's ``obs``);
+  reacher's target is in its physics). ``observe_state(brax_state)`` chooses the observation (default: Brax's ``obs``);
   an observation that shows the goal itself (Brax's reacher shows its target) makes every state a different state
   per goal, so goal envs usually observe the body alone;
 * **when it is reached**: ``success_threshold`` (the goal entries, or those named in ``success_dims``, within this
@@ -95,7 +95,7 @@ class BraxGoalEnv(GoalEnv):
         observation = jax.eval_shape(self._observe, start)
         if observation.ndim != 1:
             raise ValueError(f"BraxGoalEnv: the observation must be a vector; observe gives shape {observation.shape}"
-                             " (pass observe= to flatten a dict observation)")
+                             " (pass observe_state= to flatten a dict observation)")
         obs_dim = observation.shape[0]
         object.__setattr__(self, "obs_dim", obs_dim)
         object.__setattr__(self, "action_dim", int(self.env.action_size))
