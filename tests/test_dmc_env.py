@@ -146,3 +146,19 @@ def test_distractor_arguments_are_checked():
     with pytest.raises(ValueError, match="num_twins must be an int >= 1"):
         DMCEnv("reacher-easy", "distractors", num_twins=0)
     assert DMCEnv("reacher-easy", "noiseless", num_twins=0).observation_space.shape == (6,)  # nothing to add
+
+
+def test_jitter_with_a_twin_rewards_as_noiseless_and_only_the_extra_body_follows_the_action():
+    """jitter = twin + a point mass the action drives + a random walk on the observed positions: the reward is the
+    noiseless task's; among the distractor variables only the point mass depends on the action."""
+    noiseless, jitter = DMCEnv("reacher-easy", "noiseless", seed=0), DMCEnv("reacher-easy", "jitter", seed=0)
+    actions = np.random.default_rng(0).uniform(-1, 1, (25, 2))
+    plain, jittered = rollout(noiseless, actions, seed=2), rollout(jitter, actions, seed=2)
+    assert [r for _, r, _ in plain] == [r for _, r, _ in jittered]
+    other = rollout(jitter, -actions, seed=2)
+    da, db = jittered[-1][2]["distractor_state"], other[-1][2]["distractor_state"]
+    np.testing.assert_array_equal(da[:6], db[:6])        # the twin (reacher: 6 numbers) ignores the action
+    assert np.abs(da[6:10] - db[6:10]).max() > 0.1       # the point mass (position, velocity) follows it
+    np.testing.assert_array_equal(da[10:], db[10:])      # the jitter walk ignores it
+    offset = jittered[-1][0][:6] - plain[-1][0]          # the observed positions are shifted, not the state
+    assert np.abs(offset[:2]).max() > 0 and np.array_equal(jittered[-1][2]["agent_state"], plain[-1][2]["agent_state"])
