@@ -1,7 +1,7 @@
 """QRL at the paper's scale on one maze2d layout for a wall-clock budget, trained in resumable chunks and
 evaluated in the pure-JAX point maze: the run that tells "QRL needs the paper's scale" from "QRL here is
-broken" (Table 4.2, appendix C.3.2). It needs only jax, flax, optax, orbax-checkpoint, numpy, tqdm and
-filelock where it runs: the dataset is generated beforehand (MuJoCo, D4RL's procedure with its action noise)
+broken" (Table 4.2, appendix C.3.2). It needs only jax, flax, optax, orbax-checkpoint and numpy where it runs
+(tqdm and filelock are used where installed): the dataset is generated beforehand (MuJoCo, D4RL's procedure with its action noise)
 and carried as one ``.npz``; the episodes run in :class:`~platonic_rl.envs.point_maze.PointMaze`.
 
     python -m platonic_rl.benchmarks.maze2d_slice --prepare-dataset data/maze2d-medium.npz --layout medium

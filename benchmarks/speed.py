@@ -29,7 +29,6 @@ import jax
 import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
-import tyro
 
 from platonic_rl.agents import (CRLAgent, CRLConfig, DDPGHERAgent, DDPGHERConfig, DenoisedMDPAgent,
                                 DenoisedMDPConfig, GCBCAgent, GCBCConfig, QRLAgent, QRLConfig,
@@ -479,6 +478,8 @@ def run(args: Args) -> dict:
 
 
 def main() -> None:
+    import tyro  # here, not above: the speed functions run where only JAX and its kin are installed
+
     run(tyro.cli(Args))
 
 

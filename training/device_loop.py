@@ -40,8 +40,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from tqdm import tqdm
 
+from platonic_rl.common.progress import progress_bar
 from platonic_rl.agents.contract import check_agent
 from platonic_rl.envs import jax_env
 from platonic_rl.envs.replay import EpisodeBuffer, GoalSampler
@@ -321,7 +321,7 @@ def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig
         state = LoopState(**run.restore(_as_dict(state), budget=config.iterations, resize_buffer=seeds is None))
     try:
         rows = run.rows if run else []
-        bar = tqdm(total=config.env_steps(env), initial=int(np.max(state.env_steps)), desc=desc, unit="step")
+        bar = progress_bar(total=config.env_steps(env), initial=int(np.max(state.env_steps)), desc=desc, unit="step")
         chunks_done = 0
         while int(np.max(state.iteration)) < config.iterations:
             first = int(np.max(state.iteration))

@@ -29,8 +29,8 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm import tqdm
 
+from platonic_rl.common.progress import progress_bar
 from platonic_rl.agents.contract import check_agent
 from platonic_rl.envs import fetch
 from platonic_rl.envs.goal_env import GoalEnvAdapter
@@ -253,7 +253,7 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
             state["env_steps"] = state["env_steps"] + out["actions"].shape[0] * length
             return float(out["success"].mean())
 
-        bar = tqdm(total=config.env_steps, initial=int(state["env_steps"]), desc=desc, unit="step")
+        bar = progress_bar(total=config.env_steps, initial=int(state["env_steps"]), desc=desc, unit="step")
         random_policy = np.random.default_rng(config.seed)
         while int(state["buffer"].size) < config.prefill_episodes and int(state["env_steps"]) < config.env_steps:
             before = int(state["env_steps"])

@@ -30,8 +30,8 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
 
+from platonic_rl.common.progress import progress_bar
 from platonic_rl.agents.contract import check_agent
 from platonic_rl.agents.qrl import QRLAgent, QRLConfig
 from platonic_rl.envs import ogbench_maze
@@ -246,7 +246,7 @@ def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str
         calls_per_row = config.log_every // config.call_size
 
         start = time.time()
-        with tqdm(total=config.steps, initial=step, desc=desc, disable=not config.progress, unit="update",
+        with progress_bar(total=config.steps, initial=step, desc=desc, disable=not config.progress, unit="update",
                   dynamic_ncols=True) as bar:
             compiling = step < config.steps
             if compiling:

@@ -19,7 +19,7 @@ A directory refuses to be misused:
   which clears the directory first, so checkpoints and metrics of two runs never mix;
 * a directory in use by another process (or another open :class:`RunDirectory` of this one) is refused with
   :class:`RunDirectoryInUseError`, naming the holder's process id; the lock (``.run.lock``, an OS file lock taken
-  with ``filelock``) is released by :meth:`RunDirectory.close` or when the holder's process ends in any way, so a
+  with ``filelock``, or with ``fcntl.flock`` where that package is missing) is released by :meth:`RunDirectory.close` or when the holder's process ends in any way, so a
   killed run (even by SIGKILL) leaves nothing that blocks the next (on a network filesystem, only as far as its
   locks reach across hosts);
 * a corrupt checkpoint gives one short message naming its step folder and the fallback (delete the folder
@@ -44,7 +44,11 @@ from typing import Any, Iterable
 
 import jax
 import orbax.checkpoint as ocp
-from filelock import FileLock, Timeout
+
+try:
+    from filelock import FileLock, Timeout
+except ImportError:  # an image with only JAX and its kin (an accelerator box): the same OS lock through fcntl
+    FileLock, Timeout = None, None
 
 
 class RunDirectoryError(ValueError):
@@ -62,16 +66,19 @@ HOLDER_FILE = ".run.holder"
 LOCK_FILES = (LOCK_FILE, HOLDER_FILE, HOLDER_FILE + ".tmp")
 
 
-def lock_run_directory(path: Path) -> FileLock:
+def lock_run_directory(path: Path) -> "FileLock | FlockLock":
     """Take ``path``'s lock without waiting, and record this process as its holder. Raises
     :class:`RunDirectoryInUseError` naming the holder's process id if the lock is held."""
     # One hold per process, whatever thread closes it; the lock file is kept on release (removing it while another
     # process waits on it would let two hold it); no silent fallback to a marker file where flock is unavailable.
-    lock = FileLock(str(path / LOCK_FILE), timeout=0, thread_local=False, fallback_to_soft=False,
-                    preserve_lock_file=True)
+    if FileLock is not None:
+        lock = FileLock(str(path / LOCK_FILE), timeout=0, thread_local=False, fallback_to_soft=False,
+                        preserve_lock_file=True)
+    else:
+        lock = FlockLock(path / LOCK_FILE)
     try:
         lock.acquire()
-    except Timeout:
+    except LockHeld if Timeout is None else (Timeout, LockHeld):
         holder = _holder(path)
         who = (f"process {holder.get('pid')} on {holder.get('host')} (since {holder.get('since')}: "
                f"{holder.get('command')})" if holder else "a process that has not yet recorded its id")
@@ -85,6 +92,41 @@ def lock_run_directory(path: Path) -> FileLock:
     write_json(path / HOLDER_FILE, dict(pid=os.getpid(), host=socket.gethostname(),
                                         since=time.strftime("%Y-%m-%d %H:%M:%S"), command=" ".join(sys.argv)))
     return lock
+
+
+class LockHeld(Exception):
+    """:class:`FlockLock`: another open file description holds the lock."""
+
+
+class FlockLock:
+    """The run directory's OS lock without the ``filelock`` package (POSIX ``flock``, exclusive, not waiting): what
+    :func:`lock_run_directory` takes where ``filelock`` is not installed. Like filelock's, it is freed when the
+    process ends in any way, and the lock file is kept on release."""
+
+    def __init__(self, path: Path):
+        self.path, self._fd = Path(path), None
+
+    def acquire(self) -> None:
+        import fcntl
+
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LockHeld(str(self.path)) from None
+        except OSError:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    def release(self, force: bool = False) -> None:
+        import fcntl
+
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
 
 
 def _holder(path: Path) -> dict:
@@ -271,7 +313,8 @@ class _TensorBoard:
 class RunDirectory:
     """See the module docstring. Build with :meth:`open`."""
 
-    def __init__(self, path: Path, keep: int, step_key: str, tensorboard: bool, lock: FileLock | None = None):
+    def __init__(self, path: Path, keep: int, step_key: str, tensorboard: bool,
+                 lock: "FileLock | FlockLock | None" = None):
         self.path, self.step_key, self.tensorboard, self._lock = path, step_key, tensorboard, lock
         self._closed = False
         self.manager = ocp.CheckpointManager(
@@ -453,7 +496,7 @@ class RunDirectory:
         self.close()
 
 
-def _release(path: Path, lock: FileLock) -> None:
+def _release(path: Path, lock: "FileLock | FlockLock") -> None:
     """Forget this process as ``path``'s holder, then release the lock (its file stays: removing a lock file
     while another process waits on it would let two processes hold it)."""
     try:

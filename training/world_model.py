@@ -23,8 +23,8 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm import tqdm
 
+from platonic_rl.common.progress import progress_bar
 from platonic_rl.agents.contract import check_agent
 from platonic_rl.denoised.model import features
 from platonic_rl.envs.dmc import EPISODE_STEPS, DMCEnv
@@ -171,7 +171,7 @@ def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None 
         state = run.restore(state, budget=config.env_steps, resize_buffer=True)
     try:
         history = run.rows if run else []
-        bar = tqdm(total=config.env_steps, initial=int(state["env_steps"]), desc=desc, unit="step")
+        bar = progress_bar(total=config.env_steps, initial=int(state["env_steps"]), desc=desc, unit="step")
         evaluations = EvaluationSchedule(config.eval_every, int(state["env_steps"]))
 
         def store(episode):
