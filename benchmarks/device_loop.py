@@ -50,7 +50,6 @@ from typing import Literal, get_args
 import jax
 import jax.numpy as jnp
 import numpy as np
-import tyro
 
 from platonic_rl.agents.crl import CRLConfig
 from platonic_rl.agents.gcbc import GCBCConfig
@@ -516,6 +515,8 @@ def run(args: Args) -> dict:
 
 
 def main():
+    import tyro  # here, not above: the measuring functions run where only JAX and its kin are installed
+
     return run(tyro.cli(Args))
 
 

@@ -168,11 +168,30 @@ def load_prepared(path: str | Path, layout: str) -> tuple[dict, dict]:
             raise ValueError(f"--dataset {str(path)!r} is not a prepared maze2d file: it lacks {sorted(missing)}")
         info = json.loads(str(f["info"]))
         states, actions, ends = f["states"], f["actions"], f["segment_end"].astype(bool)
+        next_states = f["next_states"] if "next_states" in f.files else None
     if info["layout"] != maze2d.get_layout(layout).name:
         raise ValueError(f"--dataset {str(path)!r} holds maze2d-{info['layout']}, not --layout {layout!r}")
+    if next_states is not None:  # several trajectories (save_prepared_transitions): each row's own next state
+        if not len(states) == len(next_states) == len(actions) == len(ends):
+            raise ValueError(f"--dataset {str(path)!r}: states, next_states, actions and segment_end must have as "
+                             "many rows")
+        return dict(observations=states, next_observations=next_states, actions=actions, segment_end=ends), info
     if len(states) != len(actions) + 1 or len(ends) != len(actions):
         raise ValueError(f"--dataset {str(path)!r}: states must have one row more than actions and segment_end")
     return dict(observations=states[:-1], next_observations=states[1:], actions=actions, segment_end=ends), info
+
+
+def save_prepared_transitions(path: str | Path, data: dict, info: dict) -> None:
+    """Flat transitions of several trajectories (as :func:`platonic_rl.envs.maze2d_jax_data.generate` returns) as a
+    file :func:`load_prepared` reads: states and next_states ``[N, 4]``, actions, segment_end and ``info`` (which
+    must name the layout and count the episodes)."""
+    missing = {"layout", "episodes", "action_noise"} - set(info)
+    if missing:
+        raise ValueError(f"save_prepared_transitions: info lacks {sorted(missing)}")
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, states=data["observations"].astype(np.float32),
+             next_states=data["next_observations"].astype(np.float32), actions=data["actions"].astype(np.float32),
+             segment_end=data["segment_end"], info=json.dumps(info))
 
 
 # ---------------------------------------------------------------------------------------- evaluation

@@ -110,3 +110,25 @@ def test_the_critic_check_steps_the_true_dynamics_towards_the_smallest_learned_d
                          [start[0], start[1], 0, 0]], jnp.float32)
     actions = np.asarray(true_dynamics_greedy_actions(Euclidean(), env, observations, goals))
     np.testing.assert_array_equal(actions, [[1.0, 0.0], [0.0, -1.0], [-1.0, 0.0]])
+
+
+def test_prepared_transitions_of_several_trajectories_load_row_by_row(tmp_path):
+    """A file of several trajectories (the JAX generator's) keeps each row's own next state; a bad file is refused."""
+    import jax
+
+    from platonic_rl.envs import maze2d_jax_data
+    data = maze2d_jax_data.generate("umaze", 3, 40, jax.random.PRNGKey(0))
+    info = dict(layout="umaze", episodes=int(data["segment_end"].sum()), action_noise=0.5)
+    maze2d_slice.save_prepared_transitions(tmp_path / "d.npz", data, info)
+    loaded, read_info = maze2d_slice.load_prepared(tmp_path / "d.npz", "umaze")
+    for key in ("observations", "next_observations", "actions", "segment_end"):
+        np.testing.assert_array_equal(loaded[key], data[key].astype(loaded[key].dtype))
+    assert read_info == info
+    with pytest.raises(ValueError, match="holds maze2d-umaze, not --layout 'medium'"):
+        maze2d_slice.load_prepared(tmp_path / "d.npz", "medium")
+    with pytest.raises(ValueError, match="info lacks"):
+        maze2d_slice.save_prepared_transitions(tmp_path / "e.npz", data, dict(layout="umaze"))
+    np.savez(tmp_path / "f.npz", states=data["observations"], next_states=data["next_observations"][:-1],
+             actions=data["actions"], segment_end=data["segment_end"], info='{"layout": "umaze"}')
+    with pytest.raises(ValueError, match="must have as many rows"):
+        maze2d_slice.load_prepared(tmp_path / "f.npz", "umaze")

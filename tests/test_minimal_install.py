@@ -1,6 +1,7 @@
-"""The training path on a machine with only JAX, Flax, Optax, Orbax and NumPy (an accelerator image without the
-network): with every other third-party package made unimportable, the offline loop trains into a run directory whose
-lock still refuses a second writer, the progress bar falls back to plain lines, and JAX-made maze2d data loads."""
+"""The suite on a machine with only JAX, Flax, Optax, Orbax and NumPy (an accelerator image without the network): with
+every other third-party package made unimportable, the accelerator check's tiny mode runs end to end (JAX-made maze2d
+data, the offline loop into a run directory, plain progress lines), and the run directory's lock still refuses a
+second writer."""
 import subprocess
 import sys
 import textwrap
@@ -20,44 +21,58 @@ SCRIPT = textwrap.dedent("""
                 raise ImportError(f"No module named {name!r} (made absent by the test)")
     sys.meta_path.insert(0, Absent())
 
-    import jax
-    from platonic_rl.agents import QRLContinuousAgent, QRLContinuousConfig
-    from platonic_rl.envs import maze2d_jax_data
-    from platonic_rl.envs.replay import SegmentGoalSampler
+    import json, pathlib
+    from platonic_rl.benchmarks import accelerator
     from platonic_rl.training import run as run_module
-    from platonic_rl.training.offline import TrainConfig, train_offline
     from platonic_rl.training.run import RunDirectory, RunDirectoryInUseError
     assert run_module.FileLock is None, "filelock was importable"
 
-    data = maze2d_jax_data.generate("umaze", 2, 200, jax.random.PRNGKey(0))
-    data["rewards"] = data["rewards"] - 1.0
-    config = QRLContinuousConfig(obs_dim=4, action_dim=2, encoder_hidden=(16,), latent_dim=8, projector_hidden=(16,),
-                                 iqe_components=2, iqe_dim_per_component=4, dynamics_hidden=(16,), actor_hidden=(16,))
-    agent = QRLContinuousAgent.create(config, 0)
-    run_dir = sys.argv[2]
-    agent, history = train_offline(agent, data, TrainConfig(steps=20, batch_size=32, log_every=10, checkpoint_every=10,
-                                                            progress=True), run_dir=run_dir,
-                                   sampler=SegmentGoalSampler.create(data, 32))
-    assert [row["step"] for row in history] == [10, 20], history
-    holder = RunDirectory.open(run_dir, {"x": 1}, resume=True, overwrite=True)
+    # The accelerator check's tiny mode: speed, device loop, and a QRL slice trained into a run directory
+    out, checkpoints = pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
+    accelerator.main(["--tiny", "--minutes", "1", "--out-dir", str(out), "--checkpoint-dir", str(checkpoints),
+                      "--data-dir", str(out.parent / "data"), "--repeats", "2"])
+    record = json.loads((out / "results.json").read_text())
+    print("RECORD", json.dumps(dict(speed=record["speed"], device_loop=record["device_loop"],
+                                    qrl_slice=record["qrl_slice"], files=sorted(
+                                        str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()),
+                                    sizes=[p.stat().st_size for p in out.rglob("*") if p.is_file()])))
+
+    # The run directory's lock without filelock: a second writer is refused, and let in once the first closes
+    holder = RunDirectory.open(checkpoints, {"x": 1}, resume=True, overwrite=True)
     try:
-        RunDirectory.open(run_dir, {"x": 1}, resume=True)
+        RunDirectory.open(checkpoints, {"x": 1}, resume=True)
         raise SystemExit("a second writer was let in")
     except RunDirectoryInUseError as error:
         assert "is in use by process" in str(error)
     holder.close()
-    RunDirectory.open(run_dir, {"x": 1}, resume=True).close()  # free again once closed
+    RunDirectory.open(checkpoints, {"x": 1}, resume=True).close()
     print("minimal install: ok")
 """)
 
 
-def test_training_runs_with_only_jax_flax_optax_orbax_and_numpy(tmp_path):
+def test_the_accelerator_check_runs_with_only_jax_flax_optax_orbax_and_numpy(tmp_path):
+    """``benchmarks.accelerator --tiny`` end to end where nothing but JAX and its kin can be imported: every part
+    measures something, the QRL slice trains into its run directory (under the fcntl lock), and the output stays
+    within 8 files of under 16 MB each."""
+    import json
+
     # Outside the repository: the installed package is what runs.
-    result = subprocess.run([sys.executable, "-c", SCRIPT, ",".join(ABSENT), str(tmp_path / "run")], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run([sys.executable, "-c", SCRIPT, ",".join(ABSENT), str(tmp_path / "out"),
+                             str(tmp_path / "checkpoints")], cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "minimal install: ok" in result.stdout
-    assert "train: 20/20 update" in result.stderr  # the plain progress bar's closing line
+    record = json.loads(next(line for line in result.stdout.splitlines() if line.startswith("RECORD "))[7:])
+    speed = record["speed"]
+    assert speed["matmul_peak_tflops"]["float32"] > 0 and speed["matmul_peak_tflops"]["bfloat16"] > 0
+    first = speed["cases"]["qrl_continuous"]["float32"]
+    assert first["ms_in_scan"] > 0 and first["matmul_gflops"] > 0 and 0 < first["peak_fraction_in_scan"]
+    loop = record["device_loop"]
+    assert loop["point_maze_env_steps_per_second"]["64"] > 0 and loop["seeds_iteration_seconds"]["1"] > 0
+    qrl = record["qrl_slice"]
+    assert qrl["updates"] >= 20 and qrl["evaluations"] and qrl["dataset"]["generator"].endswith("maze2d_jax_data")
+    assert {"lagrange_multiplier", "violation", "mean_goal_distance"} <= set(qrl["signals"])
+    assert "results.json" in record["files"] and "slice/results.json" in record["files"]
+    assert len(record["files"]) <= 8 and max(record["sizes"]) < 16 * 2 ** 20
 
 
 def test_plain_bar_prints_its_state_when_closed(capsys):
