@@ -23,7 +23,7 @@ import optax
 
 from platonic_rl.agents.common import StatelessPolicy, as_batch, as_key, check_config, compiled_create
 from platonic_rl.common.losses import sac_actor_loss
-from platonic_rl.common.networks import MLP
+from platonic_rl.common.networks import MLP, compute_dtype
 from platonic_rl.common.policies import TanhNormalPolicy, tanh_normal_log_prob, tanh_normal_sample
 from platonic_rl.common.train_state import TrainState
 from platonic_rl.replearn.objectives import binary_nce, info_nce
@@ -44,9 +44,12 @@ class CRLConfig:
     actor_learning_rate: float = 3e-4
     entropy_weight: float = 0.0
     bc_weight: float = 0.0  # > 0 adds bc_weight E[-log pi(a | s, g)] to the actor loss (offline, C.3.2: 0.05)
+    # Networks compute in this dtype ("bfloat16" for GPU/TPU); parameters, optimizer state and losses stay float32.
+    compute_dtype: str = "float32"
 
     def __post_init__(self):
         check_config(self)  # hidden, actor_hidden widths >= 1; critic/actor_learning_rate finite and > 0
+        compute_dtype(self)  # a known compute_dtype
         if self.objective not in ("binary_nce", "infonce"):
             raise ValueError(f"CRLConfig.objective must be 'binary_nce' or 'infonce', got {self.objective!r}")
         if not self.bc_weight >= 0:
@@ -78,8 +81,8 @@ class ContrastiveCritic(nn.Module):
 
     def setup(self):
         c = self.config
-        self.sa_encoder = MLP(c.hidden, c.repr_dim)
-        self.g_encoder = MLP(c.hidden, c.repr_dim)
+        self.sa_encoder = MLP(c.hidden, c.repr_dim, dtype=compute_dtype(c))
+        self.g_encoder = MLP(c.hidden, c.repr_dim, dtype=compute_dtype(c))
 
     def __call__(self, observations, actions, goals):
         """Critic matrix ``[B, B]``: logits[i, j] = <phi(s_i, a_i), psi(g_j)>."""
@@ -111,7 +114,7 @@ class CRLAgent(StatelessPolicy, flax.struct.PyTreeNode):
         rng, critic_key, actor_key = jax.random.split(rng, 3)
         obs, act = jnp.zeros((1, config.obs_dim)), jnp.zeros((1, config.action_dim))
         critic_params = ContrastiveCritic(config).init(critic_key, obs, act, obs)
-        actor_params = TanhNormalPolicy(config.actor_hidden, config.action_dim).init(
+        actor_params = TanhNormalPolicy(config.actor_hidden, config.action_dim, compute_dtype(config)).init(
             actor_key, jnp.zeros((1, 2 * config.obs_dim)))
         critic_tx, actor_tx = _optimizers(config)
         return cls(critic_state=TrainState.create(critic_params, critic_tx),
@@ -127,7 +130,7 @@ class CRLAgent(StatelessPolicy, flax.struct.PyTreeNode):
 
     @property
     def policy(self) -> TanhNormalPolicy:
-        return TanhNormalPolicy(self.config.actor_hidden, self.config.action_dim)
+        return TanhNormalPolicy(self.config.actor_hidden, self.config.action_dim, compute_dtype(self.config))
 
     def critic_loss(self, params, batch: Batch):
         logits = self.critic.apply(params, batch["observations"], batch["actions"], batch["goals"])

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import optax
 
 from platonic_rl.agents.common import StatelessPolicy, as_batch, as_key, check_config, compiled_create
-from platonic_rl.common.networks import MLP
+from platonic_rl.common.networks import MLP, compute_dtype
 from platonic_rl.common.train_state import TrainState, polyak_update
 from platonic_rl.qrl.quasimetrics import make_head
 
@@ -40,9 +40,12 @@ class DDPGHERConfig:
     action_l2: float = 1.0
     actor_learning_rate: float = 1e-3
     critic_learning_rate: float = 1e-3
+    # Networks compute in this dtype ("bfloat16" for GPU/TPU); parameters, optimizer state and losses stay float32.
+    compute_dtype: str = "float32"
 
     def __post_init__(self):
         check_config(self)  # hidden widths >= 1; actor/critic_learning_rate finite and > 0
+        compute_dtype(self)  # a known compute_dtype
         if self.critic not in ("mlp", "mrn", "iqe"):
             raise ValueError(f"DDPGHERConfig.critic must be 'mlp', 'mrn' or 'iqe', got {self.critic!r}")
         if not 0 < self.gamma < 1 or not 0 <= self.polyak < 1:
@@ -56,7 +59,8 @@ class Actor(nn.Module):
 
     @nn.compact
     def __call__(self, observations, goals):
-        return jnp.tanh(MLP(self.config.hidden, self.config.action_dim)(jnp.concatenate([observations, goals], -1)))
+        mlp = MLP(self.config.hidden, self.config.action_dim, dtype=compute_dtype(self.config))
+        return jnp.tanh(mlp(jnp.concatenate([observations, goals], -1)))
 
 
 class Critic(nn.Module):
@@ -66,9 +70,10 @@ class Critic(nn.Module):
     def __call__(self, observations, actions, goals):
         c = self.config
         if c.critic == "mlp":
-            return MLP(c.hidden, 1)(jnp.concatenate([observations, actions, goals], -1))[..., 0]
-        z_sa = MLP(c.hidden, c.latent_dim, name="sa_encoder")(jnp.concatenate([observations, actions], -1))
-        z_g = MLP(c.hidden, c.latent_dim, name="goal_encoder")(goals)
+            return MLP(c.hidden, 1, dtype=compute_dtype(c))(jnp.concatenate([observations, actions, goals], -1))[..., 0]
+        z_sa = MLP(c.hidden, c.latent_dim, dtype=compute_dtype(c), name="sa_encoder")(
+            jnp.concatenate([observations, actions], -1))
+        z_g = MLP(c.hidden, c.latent_dim, dtype=compute_dtype(c), name="goal_encoder")(goals)
         head = make_head("mrn") if c.critic == "mrn" else make_head("iqe", dim_per_component=32)
         return -head(z_sa, z_g)
 

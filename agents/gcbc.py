@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import optax
 
 from platonic_rl.agents.common import StatelessPolicy, as_batch, as_key, check_config, compiled_create
+from platonic_rl.common.networks import compute_dtype
 from platonic_rl.common.policies import TanhNormalPolicy, tanh_normal_log_prob, tanh_normal_sample
 from platonic_rl.common.train_state import TrainState
 
@@ -26,9 +27,12 @@ class GCBCConfig:
     action_dim: int = 4
     hidden: tuple[int, ...] = (256, 256)
     learning_rate: float = 3e-4
+    # Networks compute in this dtype ("bfloat16" for GPU/TPU); parameters, optimizer state and losses stay float32.
+    compute_dtype: str = "float32"
 
     def __post_init__(self):
         check_config(self)  # hidden widths >= 1; learning_rate finite and > 0
+        compute_dtype(self)  # a known compute_dtype
         for name in ("obs_dim", "action_dim"):
             if getattr(self, name) < 1:
                 raise ValueError(f"GCBCConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -49,14 +53,15 @@ class GCBCAgent(StatelessPolicy, flax.struct.PyTreeNode):
     def create(cls, config: GCBCConfig, seed: int | jax.Array = 0) -> "GCBCAgent":
         rng = as_key(seed)
         rng, key = jax.random.split(rng)
-        params = TanhNormalPolicy(config.hidden, config.action_dim).init(key, jnp.zeros((1, 2 * config.obs_dim)))
+        params = TanhNormalPolicy(config.hidden, config.action_dim, compute_dtype(config)).init(
+            key, jnp.zeros((1, 2 * config.obs_dim)))
         return cls(policy_state=TrainState.create(params, _optimizer(config)), rng=rng, config=config)
 
     params = property(lambda self: self.policy_state.params)  # the policy's, read from its train state
 
     @property
     def policy(self) -> TanhNormalPolicy:
-        return TanhNormalPolicy(self.config.hidden, self.config.action_dim)
+        return TanhNormalPolicy(self.config.hidden, self.config.action_dim, compute_dtype(self.config))
 
     def loss(self, params, batch):
         mean, log_std = self.policy.apply(params, jnp.concatenate([batch["observations"], batch["goals"]], -1))

@@ -11,8 +11,8 @@ the repository (the repository folder is the ``platonic_rl`` package), without t
 
 1. **Speed**: the float32 and bfloat16 matmul peaks of the device (the best of large square matmuls), then every
    agent's update at its paper size (Fetch's QRL of C.3.3, maze2d's QRL of C.3.2, MountainCar's discrete QRL of
-   C.3.1, Contrastive RL, GCBC, DDPG+HER, Denoised MDP and Dreamer at Table D.4's sizes), in float32 and, for the
-   agents with a ``compute_dtype``, bfloat16: ms per update as one call and inside a ``lax.scan`` of updates,
+   C.3.1, Contrastive RL, GCBC, DDPG+HER, Denoised MDP and Dreamer at Table D.4's sizes), in float32 and bfloat16
+   (``compute_dtype``: the networks in bfloat16, parameters and losses in float32): ms per update as one call and inside a ``lax.scan`` of updates,
    samples/s, the matmul FLOPs counted from the update's jaxpr and their share of the measured peak of the same
    dtype.
 2. **Device loop**: env steps/s of the JAX point maze with 1k, 16k and 128k envs in one scan, and the seconds per
@@ -101,7 +101,7 @@ def speed_cases(tiny: bool) -> list[tuple[str, str, object, int, tuple[str, ...]
     from platonic_rl.benchmarks.speed import discrete_batch, goal_batch, sequence_batch
     from platonic_rl.denoised.model import WorldModelConfig
 
-    both, f32 = ("float32", "bfloat16"), ("float32",)
+    both = ("float32", "bfloat16")
     if tiny:
         small = dict(encoder_hidden=(32,), latent_dim=16, projector_hidden=(32,), iqe_components=4,
                      iqe_dim_per_component=8, dynamics_hidden=(32,), actor_hidden=(32,))
@@ -111,8 +111,8 @@ def speed_cases(tiny: bool) -> list[tuple[str, str, object, int, tuple[str, ...]
         return [
             ("qrl_continuous", "tiny", lambda dt: (QRLContinuousAgent.create(
                 QRLContinuousConfig(**small, compute_dtype=dt), 0), goal_batch(64, 10, 4)), 64, both),
-            ("gcbc", "tiny", lambda dt: (GCBCAgent.create(GCBCConfig(hidden=(32,)), 0), goal_batch(64, 10, 4)), 64,
-             f32),
+            ("gcbc", "tiny", lambda dt: (GCBCAgent.create(GCBCConfig(hidden=(32,), compute_dtype=dt), 0),
+                                         goal_batch(64, 10, 4)), 64, both),
             ("denoised_mdp", "tiny", lambda dt: (DenoisedMDPAgent.create(DenoisedMDPConfig(
                 model=WorldModelConfig(**model, compute_dtype=dt), **heads), 0), sequence_batch(4, 6, 5, 2)), 24, both),
         ]
@@ -126,12 +126,12 @@ def speed_cases(tiny: bool) -> list[tuple[str, str, object, int, tuple[str, ...]
          4096, both),
         ("qrl_mountaincar", "MountainCar, C.3.1 (batch 1024)", lambda dt: (
             QRLAgent.create(QRLConfig(compute_dtype=dt), 0), discrete_batch(1024, 3, 3)), 1024, both),
-        ("crl", "Fetch, default (batch 256)", lambda dt: (CRLAgent.create(CRLConfig(), 0), goal_batch(256, 10, 4)),
-         256, f32),
-        ("gcbc", "Fetch, default (batch 256)", lambda dt: (GCBCAgent.create(GCBCConfig(), 0), goal_batch(256, 10, 4)),
-         256, f32),
-        ("ddpg_her", "Fetch, default (batch 256)", lambda dt: (DDPGHERAgent.create(DDPGHERConfig(), 0),
-                                                               goal_batch(256, 10, 4)), 256, f32),
+        ("crl", "Fetch, default (batch 256)", lambda dt: (CRLAgent.create(CRLConfig(compute_dtype=dt), 0),
+                                                          goal_batch(256, 10, 4)), 256, both),
+        ("gcbc", "Fetch, default (batch 256)", lambda dt: (GCBCAgent.create(GCBCConfig(compute_dtype=dt), 0),
+                                                           goal_batch(256, 10, 4)), 256, both),
+        ("ddpg_her", "Fetch, default (batch 256)", lambda dt: (DDPGHERAgent.create(DDPGHERConfig(compute_dtype=dt), 0),
+                                                               goal_batch(256, 10, 4)), 256, both),
         ("denoised_mdp", "cheetah states, Table D.4 (50 x 50 steps)", lambda dt: (DenoisedMDPAgent.create(
             DenoisedMDPConfig(model=WorldModelConfig(**world, compute_dtype=dt)), 0), sequence_batch(50, 50, 17, 6)),
          2500, both),

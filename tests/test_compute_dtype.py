@@ -4,7 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from platonic_rl.agents import (DenoisedMDPAgent, DenoisedMDPConfig, QRLAgent, QRLConfig, QRLContinuousAgent,
+from platonic_rl.agents import (CRLAgent, CRLConfig, DDPGHERAgent, DDPGHERConfig, DenoisedMDPAgent,
+                                DenoisedMDPConfig, GCBCAgent, GCBCConfig, QRLAgent, QRLConfig, QRLContinuousAgent,
                                 QRLContinuousConfig)
 from platonic_rl.benchmarks.speed import discrete_batch, goal_batch, matmul_flops, sequence_batch
 from platonic_rl.denoised.model import WorldModelConfig
@@ -22,6 +23,12 @@ CASES = {
                                embed_dim=32, mlp_encoder_hidden=(32,), mlp_decoder_hidden=(32,), compute_dtype=dt),
         actor_hidden=(32,), critic_hidden=(32,), horizon=4, imagine_starts=16), 0),
         lambda s: sequence_batch(8, 6, 5, 2, s)),
+    "crl": (lambda dt: CRLAgent.create(CRLConfig(hidden=(64,), actor_hidden=(64,), compute_dtype=dt), 0),
+            lambda s: goal_batch(128, 10, 4, s)),
+    "gcbc": (lambda dt: GCBCAgent.create(GCBCConfig(hidden=(64,), compute_dtype=dt), 0),
+             lambda s: goal_batch(128, 10, 4, s)),
+    "ddpg_her": (lambda dt: DDPGHERAgent.create(DDPGHERConfig(hidden=(64,), compute_dtype=dt), 0),
+                 lambda s: goal_batch(128, 10, 4, s)),
 }
 
 
@@ -93,6 +100,9 @@ def test_unknown_compute_dtype_is_rejected():
         QRLConfig(compute_dtype="bf16")
     with pytest.raises(ValueError, match=r"WorldModelConfig\.compute_dtype"):
         WorldModelConfig(compute_dtype="float64")
+    for config in (CRLConfig, GCBCConfig, DDPGHERConfig):
+        with pytest.raises(ValueError, match=rf"{config.__name__}\.compute_dtype must be one of"):
+            config(compute_dtype="float16")
 
 
 def test_dreamer_keeps_the_model_compute_dtype():
