@@ -1,10 +1,12 @@
 """The suite on a machine with only JAX, Flax, Optax, Orbax and NumPy (an accelerator image without the network): with
-every other third-party package made unimportable, the accelerator check's tiny mode runs end to end (JAX-made maze2d
-data, the offline loop into a run directory, plain progress lines), and the run directory's lock still refuses a
-second writer."""
+every other third-party package made unimportable, the offline loop trains on JAX-made maze2d data into a run
+directory (plain progress lines; the lock still refuses a second writer), and the accelerator check's tiny mode runs
+end to end (slow)."""
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 from platonic_rl.common.progress import PlainBar
 
@@ -26,16 +28,28 @@ SCRIPT = textwrap.dedent("""
     from platonic_rl.training import run as run_module
     from platonic_rl.training.run import RunDirectory, RunDirectoryInUseError
     assert run_module.FileLock is None, "filelock was importable"
-
-    # The accelerator check's tiny mode: speed, device loop, and a QRL slice trained into a run directory
     out, checkpoints = pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
-    accelerator.main(["--tiny", "--minutes", "1", "--out-dir", str(out), "--checkpoint-dir", str(checkpoints),
-                      "--data-dir", str(out.parent / "data"), "--repeats", "2"])
-    record = json.loads((out / "results.json").read_text())
-    print("RECORD", json.dumps(dict(speed=record["speed"], device_loop=record["device_loop"],
-                                    qrl_slice=record["qrl_slice"], files=sorted(
-                                        str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()),
-                                    sizes=[p.stat().st_size for p in out.rglob("*") if p.is_file()])))
+
+    if sys.argv[4] == "accelerator":  # the accelerator check's tiny mode: speed, device loop, a QRL slice
+        accelerator.main(["--tiny", "--minutes", "1", "--out-dir", str(out), "--checkpoint-dir", str(checkpoints),
+                          "--data-dir", str(out.parent / "data"), "--repeats", "2"])
+        record = json.loads((out / "results.json").read_text())
+        print("RECORD", json.dumps(dict(speed=record["speed"], device_loop=record["device_loop"],
+                                        qrl_slice=record["qrl_slice"], files=sorted(
+                                            str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()),
+                                        sizes=[p.stat().st_size for p in out.rglob("*") if p.is_file()])))
+    else:  # the offline loop on JAX-made data into a run directory, with the plain progress bar
+        import jax
+        from platonic_rl.agents import GCBCAgent, GCBCConfig
+        from platonic_rl.envs import maze2d_jax_data
+        from platonic_rl.envs.replay import SegmentGoalSampler
+        from platonic_rl.training.offline import TrainConfig, train_offline
+        data = maze2d_jax_data.generate("umaze", 2, 100, jax.random.PRNGKey(0))
+        config = TrainConfig(steps=20, batch_size=16, log_every=10, checkpoint_every=10, progress=True)
+        _, history = train_offline(GCBCAgent.create(GCBCConfig(obs_dim=4, action_dim=2, hidden=(8,)), 0), data,
+                                   config, run_dir=checkpoints, desc="gcbc",
+                                   sampler=SegmentGoalSampler.create(data, 16, p_future=1.0))
+        assert [row["step"] for row in history] == [10, 20], history
 
     # The run directory's lock without filelock: a second writer is refused, and let in once the first closes
     holder = RunDirectory.open(checkpoints, {"x": 1}, resume=True, overwrite=True)
@@ -50,17 +64,31 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+def run_without_packages(tmp_path, what: str) -> subprocess.CompletedProcess:
+    # Outside the repository: the installed package is what runs.
+    result = subprocess.run([sys.executable, "-c", SCRIPT, ",".join(ABSENT), str(tmp_path / "out"),
+                             str(tmp_path / "checkpoints"), what], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "minimal install: ok" in result.stdout
+    return result
+
+
+def test_training_runs_with_only_jax_flax_optax_orbax_and_numpy(tmp_path):
+    """The offline loop trains on JAX-made maze2d data into a run directory: plain progress lines instead of tqdm's,
+    the run directory's lock through fcntl instead of filelock (a second writer refused)."""
+    result = run_without_packages(tmp_path, "training")
+    assert "gcbc: 20/20 update" in result.stderr  # the plain progress bar's closing line
+
+
+@pytest.mark.slow  # about a minute, mostly compilation: the accelerator check's every part at tiny sizes
 def test_the_accelerator_check_runs_with_only_jax_flax_optax_orbax_and_numpy(tmp_path):
     """``benchmarks.accelerator --tiny`` end to end where nothing but JAX and its kin can be imported: every part
     measures something, the QRL slice trains into its run directory (under the fcntl lock), and the output stays
     within 8 files of under 16 MB each."""
     import json
 
-    # Outside the repository: the installed package is what runs.
-    result = subprocess.run([sys.executable, "-c", SCRIPT, ",".join(ABSENT), str(tmp_path / "out"),
-                             str(tmp_path / "checkpoints")], cwd=tmp_path, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "minimal install: ok" in result.stdout
+    result = run_without_packages(tmp_path, "accelerator")
     record = json.loads(next(line for line in result.stdout.splitlines() if line.startswith("RECORD "))[7:])
     speed = record["speed"]
     assert speed["matmul_peak_tflops"]["float32"] > 0 and speed["matmul_peak_tflops"]["bfloat16"] > 0
