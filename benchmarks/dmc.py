@@ -206,7 +206,9 @@ def loop_config(args: Args, task: str, variant: str, seed: int) -> DMCOnlineConf
 
 def distractor_free(loop: DMCOnlineConfig) -> tuple[str, ...]:
     """Loop fields that change nothing for this run: the distractor source of a noiseless or pixel run."""
-    return ("distractor", "num_twins") if loop.variant == "noiseless" or loop.observation == "pixels" else ()
+    if loop.variant == "noiseless" or loop.observation == "pixels":
+        return ("distractor", "num_twins", "num_distractors")
+    return ("num_distractors",) if loop.distractor == "twin" else ("num_twins",)
 
 
 def distractor_settings(args: Args) -> dict:

@@ -222,7 +222,8 @@ def test_records_saved_before_the_twin_count_as_signals_except_where_no_distract
         record = bd.run_record("reacher-easy", variant, "dreamer", 0, agent, bd.loop_config(args, "reacher-easy",
                                variant, 0), [dict(env_steps=10_000, train_return=1.0, eval_return=2.0)], {}, 1.0)
         record["probe_settings"] = bd.probe_settings(args)
-        del record["loop"]["distractor"], record["loop"]["num_twins"]
+        del record["loop"]["distractor"], record["loop"]["num_twins"]  # as saved before those fields existed
+        assert record["loop"]["num_distractors"] == 8  # and the signals' count as it was saved then
         run_dir = tmp_path / variant / f"reacher-easy_{variant}_dreamer_seed0"
         run_dir.mkdir(parents=True)
         (run_dir / bd.RECORD).write_text(json.dumps(record))

@@ -50,7 +50,7 @@ class DMCOnlineConfig:
     normalise_observations: bool = True  # state observations standardised with the prefill's statistics
     distractor: str = "twin"           # state variants' distractor source (envs.dmc.DISTRACTORS): "twin" or "signals"
     num_twins: int = 1                 # "twin": copies of the body driven by random actions
-    num_distractors: int | None = None  # "signals": smooth signals (None: DMCEnv's 8)
+    num_distractors: int = 8           # "signals": smooth signals (unused with "twin")
     # Runs saved before ``distractor`` existed had the smooth signals: such a run directory resumes only as "signals".
     SAVED_WITHOUT_FIELD: ClassVar[dict] = {"distractor": "signals"}
     observation: str = "state"         # or "pixels": 64x64 RGB (stored as uint8)
@@ -85,7 +85,8 @@ class DMCOnlineConfig:
         return EPISODE_STEPS // self.action_repeat
 
     def make_env(self) -> DMCEnv:
-        return DMCEnv(self.task, self.variant, self.seed, self.action_repeat, self.num_distractors,
+        return DMCEnv(self.task, self.variant, self.seed, self.action_repeat,
+                      self.num_distractors if self.distractor == "signals" else None,
                       observation=self.observation, video_dir=self.video_dir, cheap_visuals=self.cheap_visuals,
                       distractor=self.distractor, num_twins=self.num_twins)
 
@@ -164,10 +165,12 @@ def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None 
                  episode=jnp.int32(0))
     run = None
     if run_dir is not None:
-        loop = {k: v for k, v in dataclasses.asdict(config).items()
-                if k not in ("resume", "overwrite", "checkpoint_every", "buffer_episodes", "updates_per_call")}
-        run = RunDirectory.open(run_dir, dict(**agent_settings(agent), loop=loop), resume=config.resume,
-                                overwrite=config.overwrite, resumable=("loop.env_steps",), step_key="env_steps")
+        # The loop's config itself (not a dict of it), so that fields added later with their old behaviour as the
+        # default, or named in SAVED_WITHOUT_FIELD, match runs saved before them; host-only fields may differ.
+        host_only = ("resume", "overwrite", "checkpoint_every", "buffer_episodes", "updates_per_call")
+        run = RunDirectory.open(run_dir, dict(**agent_settings(agent), loop=config), resume=config.resume,
+                                overwrite=config.overwrite, step_key="env_steps",
+                                resumable=("loop.env_steps",) + tuple(f"loop.{k}" for k in host_only))
         state = run.restore(state, budget=config.env_steps, resize_buffer=True)
     try:
         history = run.rows if run else []
