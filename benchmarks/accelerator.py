@@ -233,7 +233,9 @@ def prepare_data(sizes: Sizes, data_dir: Path) -> Path:
         info = dict(layout="medium", transitions=len(data["actions"]), seed=0, action_noise=maze2d.ACTION_NOISE,
                     episodes=int(data["segment_end"].sum()), generator="platonic_rl.envs.maze2d_jax_data",
                     trajectories=sizes.trajectories, generation_seconds=round(time.time() - start, 1))
-        save_prepared_transitions(path, data, info)
+        partial = path.with_name(path.stem + ".partial.npz")  # renamed when whole: an interrupted write is no file
+        save_prepared_transitions(partial, data, info)
+        partial.replace(path)
         print(f"  generated {info['transitions']:,} transitions in {info['generation_seconds']} s", flush=True)
     return path
 
@@ -267,7 +269,8 @@ def format_table(record: dict) -> str:
     speed = record.get("speed")
     if speed:
         peak = speed["matmul_peak_tflops"]
-        lines.append(f"matmul peak: float32 {peak['float32']:.2f} TFLOP/s, bfloat16 {peak['bfloat16']:.2f} TFLOP/s "
+        lines.append(f"matmul peak (JAX's default precision: float32 may run as TF32 on GPUs): float32 "
+                     f"{peak['float32']:.2f} TFLOP/s, bfloat16 {peak['bfloat16']:.2f} TFLOP/s "
                      f"({speed['bf16_peak_ratio']:.2f}x)")
         lines.append(f"{'update':<24}{'dtype':>10}{'ms (call)':>11}{'ms (scan)':>11}{'samples/s':>13}{'% peak':>8}")
         for name, case in speed["cases"].items():

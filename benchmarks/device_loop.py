@@ -22,7 +22,8 @@ Parts (each saved as it finishes; rerunning skips finished parts and resumes lea
   shows the cost of splitting, not a speed-up.
 * ``learning``: QRL, Contrastive RL and GCBC online on the JAX point maze (umaze, medium; observations normalised
   by the layout's extent), the reacher and, with ``--envs brax-reacher``, Brax's reacher through
-  :mod:`~platonic_rl.envs.brax_env` (same arm, observation layout and goals as the suite's reacher), ``seeds`` seeds in one vmapped program per (env, method): evaluation
+  :mod:`~platonic_rl.envs.brax_env` (the suite reacher's observation layout, pose goals and success rule on Brax's
+  physics, starts and targets: a related task, not the same one), ``seeds`` seeds in one vmapped program per (env, method): evaluation
   success (goal reached at any step of the scale's deterministic evaluation episodes, the same episodes for every
   seed and method at a given iteration) against env steps. The table's number per seed is the mean of its last
   :data:`FINAL_EVALUATIONS` evaluations. For QRL, a **critic check** then acts on the same ``--check-episodes``

@@ -188,6 +188,16 @@ def save_prepared_transitions(path: str | Path, data: dict, info: dict) -> None:
     missing = {"layout", "episodes", "action_noise"} - set(info)
     if missing:
         raise ValueError(f"save_prepared_transitions: info lacks {sorted(missing)}")
+    if not str(path).endswith(".npz"):
+        raise ValueError(f"save_prepared_transitions: path must end in .npz, got {str(path)!r}")
+    ends = np.asarray(data["segment_end"], bool)
+    if info["episodes"] != int(ends.sum()) or not ends[-1]:
+        raise ValueError(f"save_prepared_transitions: info['episodes']={info['episodes']} but segment_end marks "
+                         f"{int(ends.sum())} segment ends (and must mark the last row)")
+    inside = ~ends[:-1]  # within a segment, a transition's next state is the following transition's state
+    if not np.array_equal(data["next_observations"][:-1][inside], data["observations"][1:][inside]):
+        raise ValueError("save_prepared_transitions: within a segment, next_observations[i] must equal "
+                         "observations[i + 1]")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     np.savez(path, states=data["observations"].astype(np.float32),
              next_states=data["next_observations"].astype(np.float32), actions=data["actions"].astype(np.float32),

@@ -79,9 +79,10 @@ class BraxGoalEnv(GoalEnv):
                                 f"{type(self.env).__name__} without {name!r}")
         if not callable(self.sample_goal):
             raise TypeError("BraxGoalEnv: sample_goal must be a function (key, brax_state) -> goal values")
-        if isinstance(self.episode_length, bool) or not isinstance(self.episode_length, int) \
+        if isinstance(self.episode_length, bool) or not isinstance(self.episode_length, (int, np.integer)) \
                 or self.episode_length < 1:
             raise ValueError(f"BraxGoalEnv: episode_length must be a positive int, got {self.episode_length!r}")
+        object.__setattr__(self, "episode_length", int(self.episode_length))
         if (self.success_threshold is None) == (self.success_key is None):
             raise ValueError("BraxGoalEnv: give exactly one of success_threshold (a distance on the goal entries) "
                              f"and success_key (a State.metrics/info entry), got {self.success_threshold!r} and "
@@ -126,10 +127,11 @@ class BraxGoalEnv(GoalEnv):
                                  f"{shown.shape}")
         if self.success_key is not None:
             stepped = jax.eval_shape(self.env.step, start, jnp.zeros(self.action_dim))
-            known = sorted(set(stepped.metrics) | set(stepped.info))
-            if self.success_key not in known:
-                raise ValueError(f"BraxGoalEnv: success_key {self.success_key!r} is in neither State.metrics nor "
-                                 f"State.info of this env after a step; it has {known}")
+            for when, state in (("reset", start), ("a step", stepped)):  # success is read after both
+                known = sorted(set(state.metrics) | set(state.info))
+                if self.success_key not in known:
+                    raise ValueError(f"BraxGoalEnv: success_key {self.success_key!r} is in neither State.metrics nor "
+                                     f"State.info of this env after {when}; it has {known}")
 
     def settings(self) -> dict:
         """What defines this env, as JSON-able settings that stay the same from one process to the next (functions
@@ -225,10 +227,13 @@ class AsBraxEnv(_BraxEnv):
 
 
 def reacher(backend: str = "generalized", episode_length: int = 50, goal: str = "pose") -> BraxGoalEnv:
-    """Brax's ``reacher`` as a goal env, set up as :class:`~platonic_rl.envs.reacher.Reacher` is (the same arm: links
-    0.1 and 0.11 long): observation ``[cos q1, sin q1, cos q2, sin q2, qd1 / 10, qd2 / 10, x, y]`` with ``(x, y)``
-    the fingertip (Brax's own observation also shows the target, which a goal env must not); the goal is Brax's
-    random target of the episode; success is the fingertip within 0.05 of it (JaxGCRL's threshold).
+    """Brax's ``reacher`` as a goal env with :class:`~platonic_rl.envs.reacher.Reacher`'s observation layout, goal
+    states and success rule (the same arm geometry: links 0.1 and 0.11 long): observation ``[cos q1, sin q1, cos q2,
+    sin q2, qd1 / 10, qd2 / 10, x, y]`` with ``(x, y)`` the fingertip (Brax's own observation also shows the target,
+    which a goal env must not); the goal is Brax's random target of the episode; success is the fingertip within
+    0.05 of it (JaxGCRL's threshold). The task is Brax's, not the suite reacher's: Brax's physics, an arm that
+    starts near its zero pose (not uniformly), and targets at a distance 0.2 U from the shoulder (so about a quarter
+    within 0.05 of it), where the suite's reacher draws a uniformly random reachable configuration.
 
     ``goal="pose"``: the goal state is the arm at rest with its fingertip on the target (inverse kinematics, elbow
     bent the positive way; the elbow's +-3 rad limit leaves targets nearer the shoulder than 0.018 slightly

@@ -36,8 +36,10 @@ class Glider(Env):
         position = state.obs[:2] + velocity
         near = (jnp.linalg.norm(position - state.info["target"]) < 0.3).astype(jnp.float32)
         obs = jnp.concatenate([position, velocity, state.obs[4:]])
-        return state.replace(obs=obs, reward=near, metrics={"near": near},
+        return state.replace(obs=obs, reward=near, metrics={"near": near, **({"late": near} if self.late else {})},
                              info={"target": state.info["target"], "hit": near})
+
+    late = False  # True: a metrics entry ("late") that only a step adds, never the reset
 
     observation_size = property(lambda self: 5)
     action_size = property(lambda self: 2)
@@ -45,6 +47,8 @@ class Glider(Env):
 
 
 GLIDER = Glider()
+LATE_GLIDER = Glider()
+LATE_GLIDER.late = True
 
 
 def target_goal(key, state):
@@ -150,6 +154,7 @@ def test_goal_state_entries_alone_warn_and_leave_zeros_elsewhere():
     (dict(success_threshold=None, success_key="lost"), r"success_key 'lost' is in neither.*\['hit', 'near', 'target'\]"),
     (dict(success_dims=(2,)), "success_dims .* must be distinct entries of goal_dims"),
     (dict(episode_length=0), "episode_length must be a positive int"),
+    (dict(env=LATE_GLIDER, success_threshold=None, success_key="late"), "success_key 'late' is in neither.*after reset"),
     (dict(env=PointMaze("umaze")), "env must be a brax.envs.Env"),
     (dict(observe_state=lambda s: jnp.zeros((2, 2))), "observation must be a vector"),
 ])

@@ -128,6 +128,12 @@ def test_prepared_transitions_of_several_trajectories_load_row_by_row(tmp_path):
         maze2d_slice.load_prepared(tmp_path / "d.npz", "medium")
     with pytest.raises(ValueError, match="info lacks"):
         maze2d_slice.save_prepared_transitions(tmp_path / "e.npz", data, dict(layout="umaze"))
+    with pytest.raises(ValueError, match="segment_end marks"):
+        maze2d_slice.save_prepared_transitions(tmp_path / "e.npz", data, dict(info, episodes=info["episodes"] + 1))
+    broken = dict(data, segment_end=np.zeros_like(data["segment_end"]))
+    broken["segment_end"][-1] = True
+    with pytest.raises(ValueError, match="next_observations\\[i\\] must equal"):
+        maze2d_slice.save_prepared_transitions(tmp_path / "e.npz", broken, dict(info, episodes=1))
     np.savez(tmp_path / "f.npz", states=data["observations"], next_states=data["next_observations"][:-1],
              actions=data["actions"], segment_end=data["segment_end"], info='{"layout": "umaze"}')
     with pytest.raises(ValueError, match="must have as many rows"):
