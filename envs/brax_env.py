@@ -153,9 +153,13 @@ class BraxGoalEnv(GoalEnv):
         obs = brax_state.obs if self.observe_state is None else self.observe_state(brax_state)
         return jnp.asarray(obs, jnp.float32)
 
+    def _goal_entries(self, goal: jax.Array) -> jax.Array:
+        """The goal values at the goal entries of an ``[obs_dim]`` vector, zeros elsewhere."""
+        return jnp.zeros(self.obs_dim, jnp.float32).at[jnp.asarray(self.goal_dims)].set(goal)
+
     def _shown_goal(self, brax_state, goal: jax.Array) -> jax.Array:
         if self.goal_state is None:
-            return jnp.zeros(self.obs_dim, jnp.float32).at[jnp.asarray(self.goal_dims)].set(goal)
+            return self._goal_entries(goal)
         return jnp.asarray(self.goal_state(brax_state, goal), jnp.float32)
 
     def _reached(self, brax_state, observation: jax.Array, goal: jax.Array) -> jax.Array:
@@ -163,7 +167,7 @@ class BraxGoalEnv(GoalEnv):
             table = brax_state.metrics if self.success_key in brax_state.metrics else brax_state.info
             return jnp.asarray(table[self.success_key]) != 0
         measured = jnp.asarray(self.goal_dims if self.success_dims is None else self.success_dims)
-        full = jnp.zeros(self.obs_dim, jnp.float32).at[jnp.asarray(self.goal_dims)].set(goal)
+        full = self._goal_entries(goal)
         gap = observation[measured] - full[measured]
         return jnp.sqrt(jnp.sum(gap ** 2)) <= self.success_threshold
 
