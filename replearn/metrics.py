@@ -11,13 +11,15 @@ broken towards the lower sample index, deterministically. Kernel metrics (RBF CK
 matrices; linear CKA works in feature space (memory O(n d + d^2)).
 
 ========================  ===========================================================================
-mutual_knn                mean_i |N_a(i) & N_b(i)| / k
+mutual_knn                mean_i |N_a(i) & N_b(i)| / k (``knn_overlap`` from given neighbour lists,
+                          ``knn_from_distances`` for neighbours under a given distance matrix)
 cycle_knn                 mean_i mean_{j in N_a(i)} 1[i in N_b(j)]: does the neighbour of i in a
                           count i among its own neighbours in b
 lcs_knn / edit_knn        ordered neighbour lists: longest common subsequence / k, and
                           1 - Levenshtein distance / k
 cka                       HSIC(K, L) / sqrt(HSIC(K, K) HSIC(L, L)), linear or RBF kernel, biased HSIC
                           (tr(KHLH) / (n-1)^2) or unbiased HSIC (Song et al. 2012)
+kernel_cka                CKA of two given n x n kernel matrices
 cknna                     CKA restricted to mutual k-NN pairs, on U-centred kernels (the unbiased
                           HSIC), so cknna with k = n - 1 equals unbiased CKA
 svcca                     SVD-reduce each set to the top directions keeping 99% of the variance,
@@ -78,6 +80,26 @@ def knn_indices(x: jax.Array, k: int, normalized: bool = True, chunk: int = 1024
     return jax.lax.map(block, (rows, row_ids)).reshape(-1, k)[:n]
 
 
+def knn_from_distances(distances: jax.Array, k: int) -> jax.Array:
+    """Indices ``[n, k]`` of each row's k nearest other rows under a given ``[n, n]`` distance matrix (e.g. the
+    true shortest-path distances of a maze), nearest first, ties towards the lower index; never the row itself."""
+    d = jnp.asarray(distances)
+    if d.ndim != 2 or d.shape[0] != d.shape[1]:
+        raise ValueError(f"knn_from_distances: distances must be a square [n, n] matrix, got {d.shape}")
+    n = d.shape[0]
+    _check_k(k, n)
+    return jax.lax.top_k(jnp.where(jnp.eye(n, dtype=bool), -jnp.inf, -d), k)[1]
+
+
+def knn_overlap(neighbours_a: jax.Array, neighbours_b: jax.Array) -> jax.Array:
+    """mean_i |N_a(i) & N_b(i)| / k for neighbour index lists ``[n, k]`` (from :func:`knn_indices` or
+    :func:`knn_from_distances`): mutual k-NN from precomputed neighbours."""
+    na, nb = jnp.asarray(neighbours_a), jnp.asarray(neighbours_b)
+    if na.ndim != 2 or na.shape != nb.shape:
+        raise ValueError(f"knn_overlap: neighbour lists must both have shape [n, k], got {na.shape} and {nb.shape}")
+    return jnp.mean(jnp.sum(na[:, :, None] == nb[:, None, :], axis=(1, 2)) / na.shape[1])
+
+
 def _knn_pair(a, b, k, normalize):
     a, b = _prepare(a, b, normalize)
     _check_k(k, a.shape[0])
@@ -87,8 +109,7 @@ def _knn_pair(a, b, k, normalize):
 def mutual_knn(a: jax.Array, b: jax.Array, k: int = 10, normalize: bool = True) -> jax.Array:
     """Mean overlap of the k-NN sets, |N_a(i) & N_b(i)| / k (PRH eq. for m_NN). Independent random
     features give about k / (n - 1)."""
-    na, nb = _knn_pair(a, b, k, normalize)
-    return jnp.mean(jnp.sum(na[:, :, None] == nb[:, None, :], axis=(1, 2)) / k)
+    return knn_overlap(*_knn_pair(a, b, k, normalize))
 
 
 def cycle_knn(a: jax.Array, b: jax.Array, k: int = 10, normalize: bool = True) -> jax.Array:
@@ -215,6 +236,18 @@ def cka(a: jax.Array, b: jax.Array, kernel: Literal["linear", "rbf"] = "linear",
     ka, kb = _rbf_kernel(a, sigma), _rbf_kernel(b, sigma)
     center = _u_center if unbiased else _center
     ka, kb = center(ka), center(kb)
+    return jnp.sum(ka * kb) / jnp.sqrt(jnp.sum(ka * ka) * jnp.sum(kb * kb))
+
+
+def kernel_cka(kernel_a: jax.Array, kernel_b: jax.Array) -> jax.Array:
+    """CKA of two given ``[n, n]`` kernel (Gram) matrices, tr(K H L H) / sqrt(tr(K H K H) tr(L H L H)) (the
+    biased HSIC of :func:`cka`): for kernels with no feature form, e.g. the classical-MDS kernel
+    -1/2 H D^2 H of a shortest-path distance matrix D. ``kernel_cka(a a^T, b b^T)`` equals linear :func:`cka`
+    of ``a`` and ``b`` (``normalize=False``)."""
+    ka, kb = jnp.asarray(kernel_a, jnp.float32), jnp.asarray(kernel_b, jnp.float32)
+    if ka.ndim != 2 or ka.shape[0] != ka.shape[1] or ka.shape != kb.shape:
+        raise ValueError(f"kernel_cka: kernels must be square and of one shape, got {ka.shape} and {kb.shape}")
+    ka, kb = _center(ka), _center(kb)
     return jnp.sum(ka * kb) / jnp.sqrt(jnp.sum(ka * ka) * jnp.sum(kb * kb))
 
 

@@ -141,6 +141,45 @@ def test_mutual_knn_of_independent_features_is_chance():
     assert np.mean(scores) == pytest.approx(k / (n - 1), rel=0.2)
 
 
+def test_rotated_features_align_fully_under_mutual_knn_and_cka():
+    """A random rotation keeps every cosine similarity, hence every neighbour and the linear kernel."""
+    x = np.random.default_rng(5).normal(size=(500, 12)).astype(np.float32)
+    rotated = x @ ortho_group.rvs(12, random_state=1).astype(np.float32)
+    assert float(mutual_knn(x, rotated, 10)) == pytest.approx(1.0, abs=1e-6)
+    assert float(cka(x, rotated)) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_knn_from_distances_and_knn_overlap_match_brute_force():
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(150, 3))
+    d = np.sqrt(((x[:, None] - x[None]) ** 2).sum(-1))
+    got = np.asarray(rm.knn_from_distances(jnp.asarray(d, jnp.float32), 5))
+    masked = d + np.diag(np.full(150, np.inf))
+    np.testing.assert_array_equal(got, np.argsort(masked, axis=1, kind="stable")[:, :5])
+    # Neighbours under the Euclidean distances are knn_indices' (unnormalised); overlap of given lists = mutual_knn.
+    y = x + 0.3 * rng.normal(size=x.shape)
+    ny = rm.knn_indices(jnp.asarray(y, jnp.float32), 5, normalized=False)
+    brute = np.mean([len(set(got[i]) & set(np.asarray(ny)[i])) / 5 for i in range(150)])
+    assert float(rm.knn_overlap(got, ny)) == pytest.approx(brute)
+    assert float(rm.knn_overlap(got, ny)) == pytest.approx(float(mutual_knn(x, y, 5, normalize=False)))
+    with pytest.raises(ValueError, match="square"):
+        rm.knn_from_distances(np.ones((4, 5)), 2)
+    with pytest.raises(ValueError, match=r"shape \[n, k\]"):
+        rm.knn_overlap(np.zeros((4, 2), int), np.zeros((4, 3), int))
+
+
+def test_kernel_cka_equals_linear_cka_and_reads_a_distance_kernel():
+    rng = np.random.default_rng(7)
+    a, b = rng.normal(size=(200, 6)), rng.normal(size=(200, 4))
+    b = np.concatenate([a[:, :2], b], 1)
+    assert float(rm.kernel_cka(a @ a.T, b @ b.T)) == pytest.approx(float(cka(a, b, normalize=False)), rel=1e-4)
+    # -1/2 of squared Euclidean distances is, once centred, the linear kernel of the centred points (classical MDS).
+    squared = ((a[:, None] - a[None]) ** 2).sum(-1)
+    assert float(rm.kernel_cka(-0.5 * squared, a @ a.T)) == pytest.approx(1.0, abs=1e-5)
+    with pytest.raises(ValueError, match="square"):
+        rm.kernel_cka(np.ones((3, 4)), np.ones((3, 4)))
+
+
 def test_mutual_and_cycle_knn_hand_computed():
     # Points on a line: neighbours are unambiguous.
     a = jnp.array([[0.0], [1.0], [3.0], [7.0]])
