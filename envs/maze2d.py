@@ -53,6 +53,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import tempfile
 import time
 import warnings
 from collections import deque
@@ -273,6 +274,24 @@ class WaypointController:
 # ------------------------------------------------------------------------------ the environment
 
 
+def make_pointmaze(gym_id: str, **kwargs):
+    """``gym.make(gym_id, **kwargs)`` for gymnasium-robotics' PointMaze without the file it leaves behind: its maze
+    builder writes the model's XML into the system's temporary directory (``ant_maze<time>.xml``) and never deletes
+    it, one file per env made. Made with a private temporary directory as ``tempfile``'s, removed once the model is
+    loaded."""
+    import gymnasium as gym
+    import gymnasium_robotics
+
+    gym.register_envs(gymnasium_robotics)
+    previous = tempfile.tempdir
+    with tempfile.TemporaryDirectory(prefix="platonic_rl_pointmaze_") as scratch:
+        tempfile.tempdir = scratch
+        try:
+            return gym.make(gym_id, **kwargs)
+        finally:
+            tempfile.tempdir = previous
+
+
 class Maze2D:
     """``num_envs`` point masses in one maze, stepped together (D4RL's coordinates and rewards).
 
@@ -290,7 +309,7 @@ class Maze2D:
         if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
         gym.register_envs(gymnasium_robotics)
-        pointmaze = gym.make(self.layout.gym_id).unwrapped
+        pointmaze = make_pointmaze(self.layout.gym_id).unwrapped
         self.model = pointmaze.point_env.model
         self._mujoco = mujoco
         self.datas = [mujoco.MjData(self.model) for _ in range(num_envs)]
@@ -479,7 +498,7 @@ def write_minari(data: dict, layout: str | Layout, root: str | os.PathLike, data
     root.mkdir(parents=True, exist_ok=True)
     with _minari_root(root), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*(code_permalink|author|author_email|eval_env)` is set to None")
-        env = gym.make(layout.gym_id, continuing_task=True, reset_target=True)
+        env = make_pointmaze(layout.gym_id, continuing_task=True, reset_target=True)
         minari.create_dataset_from_buffers(
             dataset_id_, buffers, env=env, algorithm_name="D4RL maze2d waypoint controller (platonic_rl.envs.maze2d)",
             description=description or f"D4RL-procedure maze2d-{layout.name} dataset, {len(data['actions'])} steps",

@@ -479,3 +479,14 @@ def test_true_dynamics_plan_costs_count_the_steps_at_the_goal():
             reached += bool(env.reached(env.observe(physics), goal))
         assert cost == -reached
     assert costs[0] <= -2 and costs[1] == 0  # from rest, 5 steps at full action move ~0.036
+
+
+def test_making_the_env_leaves_no_file_in_the_temporary_directory(tmp_path, monkeypatch):
+    """gymnasium-robotics writes each PointMaze's XML next to the system's temporary directories and never deletes
+    it; maze2d makes its envs with a private one, removed afterwards."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    env = maze2d.Maze2D("umaze", 1)
+    env.reset(seed=0)
+    assert list(tmp_path.iterdir()) == [] and tempfile.tempdir == str(tmp_path)
