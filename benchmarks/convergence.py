@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import textwrap
 import time
 from pathlib import Path
 from typing import Literal
@@ -400,7 +401,8 @@ def _figure(record: dict, rows: int = 1, width: float = 5.5, height: float = 4.3
 def _save(fig, path: Path, title: str, fontsize: int = 9) -> None:
     import matplotlib.pyplot as plt
 
-    fig.suptitle(title, fontsize=fontsize)
+    width = int(fig.get_figwidth() * 72 / (0.55 * fontsize))  # characters that fit across the figure
+    fig.suptitle("\n".join(textwrap.fill(line, width) for line in title.split("\n")), fontsize=fontsize)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -412,7 +414,8 @@ def plot_heatmap(path: Path, record: dict, args: Args, scale: Scale) -> None:
     for ax, env_name in zip(axes[0], envs):
         view = record["envs"][env_name]["pair"]
         entries, mknn = view["entries"], np.asarray(view["mutual_knn"])
-        image = ax.imshow(mknn, cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
+        low = np.floor(10 * np.min(mknn)) / 10  # the colours span the values measured (to 1, the diagonal)
+        image = ax.imshow(mknn, cmap="viridis", vmin=low, vmax=1, interpolation="nearest")
         fig.colorbar(image, ax=ax, fraction=0.046, label=f"mutual k-NN (k = {args.k})")
         bounds, labels, start = [], [], 0
         for method in view["summary"]["methods"]:
@@ -425,8 +428,8 @@ def plot_heatmap(path: Path, record: dict, args: Args, scale: Scale) -> None:
             ax.axvline(b, color="white", lw=1)
         ax.set_xticks([p for p, _ in labels], [n for _, n in labels])
         ax.set_yticks([p for p, _ in labels], [n for _, n in labels], rotation=90, va="center")
-        ax.set_title(f"point maze {env_name}: policy features on (s, g)\n"
-                     f"within a method: snapshots {list(scale.snapshots)} x seeds", fontsize=9)
+        ax.set_title(f"point maze {env_name}: policy features on (s, g)\nwithin a method: {args.seeds} seeds in order, "
+                     f"each at iterations {list(scale.snapshots)}", fontsize=9)
     _save(fig, path, f"Pairwise alignment of the agents' representations -- {_budget_title(args, scale)}", 10)
 
 
