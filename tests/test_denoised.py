@@ -27,8 +27,10 @@ RECORDED = update_fixtures.world_model_config()  # SMALL's sizes, the clipped ac
 (``sequences()``), its create and update compile to the same programs there and here, which the suite's
 compilation cache (tests/conftest.py) then compiles once."""
 
-# Compiled once: op by op, each primitive was compiled on its own. The config is static (hashable).
+# Compiled once: op by op, each primitive was compiled on its own. The config is static (hashable); tests that
+# initialise the same config share one compiled init.
 observe_jit = jax.jit(observe, static_argnums=0)
+init_jit = jax.jit(init_params, static_argnums=0)
 
 
 def sequences(b=3, t=4, d=5, a=2, seed=0):
@@ -80,7 +82,7 @@ def test_free_nats_clamp_each_step_before_averaging():
 
 def test_scanned_sequence_shapes_for_every_factor():
     config = WorldModelConfig(**{**SMALL, "z_belief": 4, "z_state": 2})
-    params = init_params(config, jax.random.PRNGKey(0))
+    params = init_jit(config, jax.random.PRNGKey(0))
     data = sequences()
     states, stats = observe_jit(config, params, data["observations"], data["prev_actions"], jax.random.PRNGKey(1))
     assert states["hx"].shape == (3, 4, 8) and states["x"].shape == (3, 4, 3)
@@ -96,7 +98,7 @@ def test_y_prior_never_depends_on_actions_but_x_and_z_do():
     """The priors' one-step transition: d prior_y / d a = 0 for any previous latents; x and z do use a.
     (Over a filtered sequence y_{t-1} is a posterior sample, which may see the action, as in section 5.3.)"""
     config = WorldModelConfig(**{**SMALL, "z_belief": 4, "z_state": 2})
-    params = init_params(config, jax.random.PRNGKey(0))
+    params = init_jit(config, jax.random.PRNGKey(0))
     model = FactoredRSSM(config)
     rng = np.random.default_rng(0)
     previous = {k: jnp.asarray(rng.normal(size=v.shape), jnp.float32) for k, v in initial_state(config, (3,)).items()}
@@ -207,7 +209,7 @@ def test_sac_target_uses_the_next_actions_log_prob():
 
 def test_imagination_rolls_the_x_prior_only():
     config = WorldModelConfig(**SMALL)
-    params = init_params(config, jax.random.PRNGKey(0))
+    params = init_jit(config, jax.random.PRNGKey(0))
     start = {k: v for k, v in initial_state(config, (7,)).items() if k in ("hx", "x")}
     policy = lambda feat, key: jnp.tanh(feat[..., :2])  # noqa: E731
     states, actions = imagine_x(config, params, start, policy, 4, jax.random.PRNGKey(1))

@@ -66,3 +66,12 @@ def test_the_checker_sees_an_upward_import():
     source = "import jax\nfrom platonic_rl.training.run import RunDirectory\ndef f():\n    import platonic_rl.agents\n"
     rooms = [suite_room(m) for _, m in imported_modules(source)]
     assert rooms == [None, "training", "agents"]
+
+
+def test_the_longest_first_schedule_names_test_files_that_exist():
+    import conftest  # tests/conftest.py: the order xdist hands files to its workers
+
+    names = conftest.LONGEST_FIRST
+    assert len(set(names)) == len(names)
+    missing = [n for n in names if not (ROOT / "tests" / n).is_file()]
+    assert not missing, f"tests/conftest.py LONGEST_FIRST names files that do not exist: {missing}"

@@ -141,13 +141,15 @@ def test_learns_an_asymmetric_chain():
                                  learning_rate=3e-3, phi_offset=20.0, phi_beta=0.5)
     agent = QRLAgent.create(config, 0)
 
-    # 2200 updates run long enough to be worth LLVM's optimisations (the suite compiles at level 0: tests/conftest.py).
+    # 4400 updates of batch 64 (the data has 24 transitions): half the time of 2200 of batch 256, and as close to the
+    # true costs (Spearman 0.90-0.95 over 4 seeds, against 0.89-0.95). They run long enough to be worth LLVM's
+    # optimisations (the suite compiles at level 0: tests/conftest.py).
     @functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 2})
     def train(agent, key):
         def body(agent, key):
-            idx = jax.random.randint(key, (256,), 0, len(s))
+            idx = jax.random.randint(key, (64,), 0, len(s))
             return agent.update(jax.tree_util.tree_map(lambda x: jnp.asarray(x)[idx], data))
-        return jax.lax.scan(body, agent, jax.random.split(key, 2200))
+        return jax.lax.scan(body, agent, jax.random.split(key, 4400))
 
     agent, metrics = train(agent, jax.random.PRNGKey(0))
     i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
