@@ -48,6 +48,7 @@ from platonic_rl.common.planning import mppi_step
 from platonic_rl.envs import maze2d
 from platonic_rl.envs.point_maze import PointMaze
 from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
+from platonic_rl.training import signals
 from platonic_rl.training.offline import TrainConfig, train_offline
 
 Method = Literal["qrl", "qrl_grid", "qrl_true", "crl", "gcbc", "mppi", "mppi_true"]
@@ -103,11 +104,11 @@ def _train(steps: int, batch: int, log_every: int) -> TrainConfig:
 
 def scales() -> dict[str, Scale]:
     """``quick``: a smoke run in minutes (tiny networks, 20k-step datasets, 1.5k updates): NOT comparable to
-    the paper. ``cpu``: D4RL-size datasets; QRL 2x128 MLPs, latent 64, IQE-maxmean 16 x 16, batch 256, 40k
-    updates, actor lr 3e-4 (the paper's 3e-5 is for 2e5 updates of batch 4096); Contrastive RL and GCBC 2x256,
-    batch 256, 30k updates; 100 episodes; MPPI with 64 samples (the paper: 10,000) over 50 episodes. About an
-    hour per layout on 2 CPU cores for all four methods and 3 seeds. ``paper``: C.3.2 (accelerator-sized; QRL's
-    actor 4 x 1024, its critic 3 x 1024)."""
+    the paper. ``cpu``: D4RL-size datasets; QRL 2x128 MLPs, latent 64, IQE-maxmean 16 x 16, batch 256, 60k
+    updates (its signals are flat from about 50k at this width: docs/results.md, the width ladder), actor lr 3e-4
+    (the paper's 3e-5 is for 2e5 updates of batch 4096); Contrastive RL and GCBC 2x256, batch 256, 30k updates;
+    100 episodes; MPPI with 64 samples (the paper: 10,000) over 50 episodes. ``paper``: C.3.2 (accelerator-sized;
+    QRL's actor 4 x 1024, its critic 3 x 1024)."""
     d = 4 * 1024
     return {
         "quick": Scale(20_000, _qrl((64, 64), 32, (64,), 8, 8, (64, 64), 1e-4),
@@ -120,9 +121,9 @@ def scales() -> dict[str, Scale]:
                      CRLConfig(obs_dim=4, action_dim=2, hidden=(256, 256), repr_dim=16, actor_hidden=(256, 256),
                                bc_weight=0.05),
                      GCBCConfig(obs_dim=4, action_dim=2, hidden=(256, 256)),
-                     _train(40_000, 256, 1_000), _train(30_000, 256, 1_000), _train(30_000, 256, 1_000),
+                     _train(60_000, 256, 1_000), _train(30_000, 256, 1_000), _train(30_000, 256, 1_000),
                      episodes=100, mppi_samples=64, mppi_episodes=50,
-                     note="cpu: small networks and ~1/80 of the paper's samples (see --help); the paper's numbers "
+                     note="cpu: small networks and ~1/50 of the paper's samples (see --help); the paper's numbers "
                           "are at the paper scale"),
         "paper": Scale(None, _qrl((1024, 1024, 1024), 256, (1024, 1024), 64, 32, (1024,) * 4, 3e-5),
                        CRLConfig(obs_dim=4, action_dim=2, hidden=(1024, 1024, 1024), repr_dim=16,
@@ -209,14 +210,15 @@ def method_setup(method: str, scale: Scale):
     raise ValueError(f"method must be one of qrl, crl, gcbc (mppi plans with qrl), got {method!r}")
 
 
-def train_method(method: str, scale: Scale, data: dict, seeds, run_dir: Path, overwrite: bool) -> SeedStack:
+def train_method(method: str, scale: Scale, data: dict, seeds, run_dir: Path, overwrite: bool
+                 ) -> tuple[SeedStack, list[dict]]:
+    """The method's seeds trained as one stack (or its finished run read back): ``(stack, the logged rows)``."""
     agent_class, config, train, sampling = method_setup(method, scale)
     stack = SeedStack.create(agent_class, config, seeds)
     sampler = PerSeed(SegmentGoalSampler.create(data, train.batch_size, **sampling), len(seeds))
     train = dataclasses.replace(train, overwrite=overwrite)
-    stack, _ = train_offline(stack, data, train, run_dir=run_dir, desc=f"{run_dir.name} x{len(seeds)} seeds",
-                             sampler=sampler)
-    return stack
+    return train_offline(stack, data, train, run_dir=run_dir, desc=f"{run_dir.name} x{len(seeds)} seeds",
+                         sampler=sampler)
 
 
 _ACT = {cls: jax.jit(cls.act) for cls in (QRLContinuousAgent, CRLAgent, GCBCAgent)}
@@ -538,6 +540,26 @@ def plot_trajectories(path: Path, trajectories: dict, title: str) -> None:
     plt.close(fig)
 
 
+CRITIC_RECORD = "qrl_critic"
+"""``<out>/evals/<layout>-qrl_critic.json``: what QRL's trained stack says beyond its scores, kept so that a later
+call (another layout, another method) rebuilds the record and the pictures without the run's checkpoints."""
+
+
+def critic_record(stack: SeedStack, history: list[dict], data: dict, layout: maze2d.Layout, seeds) -> dict:
+    """QRL's training signals over the last 20% of its updates (:func:`~platonic_rl.training.signals.convergence`),
+    its learned distance over the maze for two goals (seed 0's maps, every seed's rank correlation with the true
+    shortest path) and its actor's gap to its own critic (:func:`actor_check`, per seed)."""
+    far = maze2d.cell_distances(layout, layout.goal_cell)  # the free cell farthest from D4RL's goal
+    goals = [layout.goal_cell, tuple(int(c) for c in np.unravel_index(np.nanargmax(np.where(
+        np.isfinite(far), far, np.nan)), far.shape))]
+    per_seed = [value_maps(stack.agent(i), layout, goals) for i in range(len(seeds))]
+    return dict(seeds=list(seeds), updates=history[-1]["step"] if history else None,
+                signals=signals.convergence(history), value_maps=per_seed[0],
+                value_rank={str(tuple(m["goal"])): [seed_maps[j]["rank_correlation"] for seed_maps in per_seed]
+                            for j, m in enumerate(per_seed[0])},
+                actor_gap=[actor_check(stack.agent(i), data, layout) for i in range(len(seeds))])
+
+
 def run(args: Args) -> dict:
     start_time = time.time()
     scale = scales()[args.scale]
@@ -568,18 +590,21 @@ def run(args: Args) -> dict:
         datasets[layout_name] = info
         print(f"maze2d-{layout_name}: {info['transitions']:,} transitions in {info['episodes']:,} episodes ({path})")
         data = normalised_data(data, layout)
-        stacks = {}
+        stacks, histories = {}, {}
+        critic_path = out / "evals" / f"{layout_name}-{CRITIC_RECORD}.json"
         for method in [m for m in METHODS if m in args.methods]:
             eval_path = out / "evals" / f"{layout_name}-{method}.json"
-            if eval_path.is_file() and not args.overwrite and method != "qrl":  # (QRL's stack feeds the plots)
+            done = eval_path.is_file() and not args.overwrite
+            if done and (method != "qrl" or critic_path.is_file()):  # (QRL's stack also feeds its critic record)
                 continue
             trained = "qrl" if method in ("mppi", "qrl_grid", "qrl_true") else method
             if method == "mppi_true":
                 stacks[trained] = None  # nothing to train
             if trained not in stacks:
-                stacks[trained] = train_method(trained, scale, data, args.seeds, out / "runs" / f"{layout_name}-{trained}",
-                                               overwrite=args.overwrite and method == trained)
-            if eval_path.is_file() and not args.overwrite:
+                stacks[trained], histories[trained] = train_method(
+                    trained, scale, data, args.seeds, out / "runs" / f"{layout_name}-{trained}",
+                    overwrite=args.overwrite and method == trained)
+            if done:
                 continue
             t = time.time()
             result = evaluate_method(method, stacks[trained], layout, args, scale)
@@ -588,18 +613,21 @@ def run(args: Args) -> dict:
             print(f"  {method}: single {result['single']['mean']:.1f}, multi {result['multi']['mean']:.1f} "
                   f"({result['eval_seconds']:.0f} s to evaluate)")
         if "qrl" in stacks:
-            far = maze2d.cell_distances(layout, layout.goal_cell)  # the free cell farthest from D4RL's goal
-            goals = [layout.goal_cell, tuple(int(c) for c in np.unravel_index(np.nanargmax(np.where(
-                np.isfinite(far), far, np.nan)), far.shape))]
-            per_seed = [value_maps(stacks["qrl"].agent(i), layout, goals) for i in range(len(args.seeds))]
-            maps[layout_name] = per_seed[0]
-            value_rank[layout_name] = {str(tuple(m["goal"])): [seed_maps[j]["rank_correlation"] for seed_maps in per_seed]
-                                       for j, m in enumerate(per_seed[0])}
-            actor_gap[layout_name] = [actor_check(stacks["qrl"].agent(i), data, layout) for i in range(len(args.seeds))]
+            critic = critic_record(stacks["qrl"], histories["qrl"], data, layout, args.seeds)
+            critic_path.write_text(json.dumps(critic, default=report._plain))
+            print(f"  QRL's training signals: {signals.describe(critic['signals'])}")
             for setting in ("single goal", "random goals"):
-                gaps = [g[setting]["mean_gap"] for g in actor_gap[layout_name]]
+                gaps = [g[setting]["mean_gap"] for g in critic["actor_gap"]]
                 print(f"  QRL's actor vs its critic, {setting}: its action is {np.mean(gaps):.2f} steps of learned "
                       f"distance worse than the best of a 9x9 action grid (mean over states and seeds)")
+    # Every layout's QRL critic record in --out-dir, including those of earlier calls (a layout at a time).
+    qrl_signals = {}
+    for layout_name in LAYOUTS:
+        path = out / "evals" / f"{layout_name}-{CRITIC_RECORD}.json"
+        if path.is_file():
+            critic = json.loads(path.read_text())
+            maps[layout_name], value_rank[layout_name] = critic["value_maps"], critic["value_rank"]
+            actor_gap[layout_name], qrl_signals[layout_name] = critic["actor_gap"], critic["signals"]
     summary = {}
     for method in METHODS:
         for layout_name in LAYOUTS:
@@ -611,12 +639,14 @@ def run(args: Args) -> dict:
         if r:
             trajectories[layout_name] = r["single"]["trajectories"]
     table = format_table(summary, args.scale, scale.note, args.seeds)
+    table += "".join(f"\nQRL's training signals, {l}: {signals.describe(qrl_signals[l])}" for l in LAYOUTS
+                     if l in qrl_signals)
     budget = (f"scale {args.scale}: QRL {scale.qrl_train.steps:,} updates of batch {scale.qrl_train.batch_size}, "
               f"{len(args.seeds)} seeds")
     record = dict(scale=args.scale, scale_note=scale.note, settings=dataclasses.asdict(scale), datasets=datasets,
                   summary={m: {l: {s: {k: v for k, v in r[s].items() if k != "trajectories"}
                                    for s in ("single", "multi")} for l, r in per.items()} for m, per in summary.items()},
-                  value_rank_correlation=value_rank, actor_critic_gap=actor_gap, paper=PAPER)
+                  value_rank_correlation=value_rank, actor_critic_gap=actor_gap, qrl_signals=qrl_signals, paper=PAPER)
     plots = {}
     if maps:
         plots["values.png"] = lambda p: plot_values(p, maps, f"maze2d, QRL seed {args.seeds[0]}: learned distance vs "

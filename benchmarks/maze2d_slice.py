@@ -43,8 +43,8 @@ from platonic_rl.envs.point_maze import PointMaze
 from platonic_rl.envs.replay import SegmentGoalSampler
 from platonic_rl.training.offline import TrainConfig, train_offline
 from platonic_rl.training.run import RunDirectory
+from platonic_rl.training.signals import SIGNALS, convergence, signal_value
 
-SIGNALS = ("lagrange_multiplier", "violation", "mean_goal_distance")
 GRID = 9  # actions per dimension of the critic check's grid over [-1, 1]^2
 
 
@@ -233,36 +233,6 @@ def evaluate(agent: QRLContinuousAgent, layout: str, episodes: int, seed: int, e
             key = jax.random.PRNGKey(10_000 * k + seed)
             returns = np.asarray(episode_returns(agent, key, layout, mode, episodes, policy, episode_length))
             out[f"{policy}_{mode}"] = float(maze2d.normalized_score(layout, returns).mean())
-    return out
-
-
-# --------------------------------------------------------------------------------------------- signals
-
-
-def signal_value(row: dict, signal: str) -> float:
-    """A metrics row's ``signal`` (one of :data:`SIGNALS`), the mean over the critics' ``critic<i>/<signal>``."""
-    return float(np.mean([value for key, value in row.items() if key.endswith("/" + signal)]))
-
-
-def convergence(history: list[dict], tail: float = 0.2) -> dict:
-    """For each signal (mean over critics): its first and last logged value, and its relative change over the
-    last ``tail`` of the logged updates -- the least-squares line's rise across that window over the
-    window's mean magnitude. ``flat`` when every change is under 5%."""
-    out = {}
-    if not history:
-        return out
-    steps = np.array([row["step"] for row in history], float)
-    window = steps >= steps[-1] - tail * steps[-1]
-    for signal in SIGNALS:
-        if not any(key.endswith("/" + signal) for key in history[0]):
-            continue
-        values = np.array([signal_value(row, signal) for row in history])
-        x, y = steps[window], values[window]
-        slope = np.polyfit(x, y, 1)[0] if len(x) > 1 else 0.0
-        change = float(slope * (x[-1] - x[0]) / max(np.abs(y).mean(), 1e-12))
-        out[signal] = dict(first=float(values[0]), last=float(values[-1]), tail_change=change)
-    if out:
-        out["flat"] = bool(all(abs(v["tail_change"]) < 0.05 for k, v in out.items() if k in SIGNALS))
     return out
 
 

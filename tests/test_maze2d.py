@@ -3,6 +3,7 @@ sampler, seeds as one vmapped agent, MPPI, and the benchmark's quick run."""
 import dataclasses
 import json
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -442,6 +443,16 @@ def _check_benchmark_run(tmp_path, monkeypatch, updates: int, small_networks: bo
     assert json.loads((tmp_path / "out" / "results.json").read_text())["command"].startswith("python -m")
     again = bench.run(args)  # a rerun reuses the finished evaluations and the trained runs
     assert again["summary"] == summary
+    if "qrl" in methods:  # QRL's critic record: its signals, value maps and actor gaps
+        assert {"lagrange_multiplier", "violation", "mean_goal_distance", "flat"} <= set(saved["qrl_signals"]["umaze"])
+        assert "QRL's training signals, umaze: " in saved["table"]
+        assert (tmp_path / "out" / "evals" / "umaze-qrl_critic.json").is_file()
+    # On a new machine the checkpoints are gone: the finished layout is rebuilt from its records, nothing trained.
+    shutil.rmtree(tmp_path / "out" / "runs")
+    monkeypatch.setattr(bench, "train_method", lambda *a, **k: pytest.fail("a finished layout was trained again"))
+    third = bench.run(args)
+    assert third["summary"] == summary and third["value_rank_correlation"] == saved["value_rank_correlation"]
+    assert third["actor_critic_gap"] == saved["actor_critic_gap"] and (tmp_path / "out" / "values.png").is_file()
 
 
 def test_shortest_path_rank_correlation_of_the_true_distance_is_one():

@@ -7,6 +7,7 @@ import pytest
 
 from platonic_rl.benchmarks import maze2d_slice
 from platonic_rl.envs import maze2d
+from platonic_rl.training.signals import SIGNALS, convergence, describe, signal_value
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def test_tiny_run_trains_in_chunks_evaluates_and_resumes(prepared, tmp_path, cap
         for policy in ("actor", "critic"):
             for mode in ("single", "multi"):  # D4RL-normalised 20-step returns: from about -17 (0 steps at the goal)
                 assert -20 < evaluation[f"{policy}_{mode}"] < 40
-    assert set(saved["signals"]) == {*maze2d_slice.SIGNALS, "flat"}
+    assert set(saved["signals"]) == {*SIGNALS, "flat"}
     assert [row["step"] for row in saved["history"]] == [50, 100]
 
     record = maze2d_slice.main(argv[:argv.index("--updates") + 1] + ["150"] + argv[argv.index("--updates") + 2:])
@@ -53,11 +54,17 @@ def test_tiny_run_trains_in_chunks_evaluates_and_resumes(prepared, tmp_path, cap
 def test_convergence_measures_the_tail_slope():
     rows = [{"step": s, "critic0/lagrange_multiplier": 10.0, "critic1/lagrange_multiplier": 10.0,
              "critic0/violation": float(s), "critic1/violation": float(s)} for s in range(100, 1100, 100)]
-    signals = maze2d_slice.convergence(rows)
+    signals = convergence(rows)
     assert signals["lagrange_multiplier"]["tail_change"] == pytest.approx(0.0, abs=1e-9)
     # the last 20%: steps 800..1000, a rise of 200 over a mean of 900
     assert signals["violation"]["tail_change"] == pytest.approx(200 / 900, rel=1e-6)
     assert signals["flat"] is False and signals["violation"]["first"] == 100 and signals["violation"]["last"] == 1000
+    assert describe(signals) == "still moving over the last 20% of updates (multiplier +0.0%, violation +22.2%)"
+    assert convergence(rows[:1])["flat"] is True and convergence([]) == {} and convergence([{"step": 1}]) == {}
+    with pytest.raises(ValueError, match="tail must be in"):
+        convergence(rows, tail=0)
+    with pytest.raises(KeyError, match="critic<i>/mean_goal_distance"):
+        signal_value(rows[0], "mean_goal_distance")
 
 
 def test_width_and_batch_rescale_the_chosen_size():
