@@ -56,6 +56,14 @@ LONGEST_FIRST = ("test_docs.py", "test_online.py", "test_denoised.py", "test_upd
                  "test_benchmark_dmc.py", "test_conv.py", "test_train.py")
 
 
+@pytest.fixture(autouse=True)
+def _temporary_files_stay_in_pytests_directories(tmp_path_factory, monkeypatch):
+    """What a test's libraries write to the temporary directory lands in one of pytest's own (removed with its old
+    runs), not in the system's: gymnasium-robotics writes every PointMaze's XML there and never deletes it, and tests
+    make such envs directly (``gym.make("PointMaze_UMaze-v3")``). Subprocesses keep the system's directory."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path_factory.mktemp("tempfile", numbered=True)))
+
+
 @pytest.hookimpl(trylast=True)  # after pytest's own reordering (fixtures), which would undo this
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}

@@ -4,6 +4,8 @@ import dataclasses
 import json
 import os
 import shutil
+import tempfile
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -49,7 +51,7 @@ def test_normalized_score_reference_points():
     assert maze2d.normalized_score("medium", 145.26) == pytest.approx(50.0, abs=1e-9)
 
 
-def test_coordinates_round_trip_and_cell_centres():
+def test_coordinates_round_trip_and_cell_centres(tmp_path_factory):
     layout = maze2d.get_layout("large")
     rng = np.random.default_rng(0)
     states = rng.normal(size=(50, 4)) * 3
@@ -62,6 +64,9 @@ def test_coordinates_round_trip_and_cell_centres():
 
     gym.register_envs(gymnasium_robotics)
     pointmaze = gym.make(layout.gym_id).unwrapped
+    # Its maze XML went to this test's temporary directory (tests/conftest.py), not the system's.
+    assert any(path.suffix == ".xml" for path in Path(tempfile.gettempdir()).iterdir())
+    assert Path(tempfile.gettempdir()).is_relative_to(tmp_path_factory.getbasetemp())
     for cell in layout.free_cells[:10]:
         xy = pointmaze.maze.cell_rowcol_to_xy(cell)
         np.testing.assert_allclose(maze2d.to_d4rl(layout, xy), cell - 0.2, atol=1e-12)
