@@ -239,8 +239,8 @@ def load_or_train(args: Args, scale: Scale, env_name: str, method: str, inputs: 
 
 
 def unit_rows(x: np.ndarray) -> jax.Array:
-    x = jnp.asarray(x, jnp.float32)
-    return x / jnp.maximum(jnp.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    """``x`` as float32 with unit rows (:func:`~platonic_rl.replearn.metrics.unit_rows`)."""
+    return metrics.unit_rows(jnp.asarray(x, jnp.float32))
 
 
 def world_references(inputs: dict, view: str, k: int) -> dict[str, dict]:

@@ -35,6 +35,13 @@ import jax.numpy as jnp
 import numpy as np
 
 
+def unit_rows(x: jax.Array) -> jax.Array:
+    """Every row of ``x`` ``[n, d]`` scaled to unit length (a zero row stays zero): the ``normalize`` of the
+    metrics below, for features compared by their direction (the PRH paper's setting)."""
+    x = jnp.asarray(x)
+    return x / jnp.maximum(jnp.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
 def _prepare(a: jax.Array, b: jax.Array, normalize: bool) -> tuple[jax.Array, jax.Array]:
     a, b = jnp.asarray(a), jnp.asarray(b)
     for name, x in (("a", a), ("b", b)):
@@ -48,8 +55,7 @@ def _prepare(a: jax.Array, b: jax.Array, normalize: bool) -> tuple[jax.Array, ja
         raise ValueError(f"need at least 4 samples, got {a.shape[0]}")
     a, b = a.astype(jnp.promote_types(a.dtype, jnp.float32)), b.astype(jnp.promote_types(b.dtype, jnp.float32))
     if normalize:
-        a = a / jnp.maximum(jnp.linalg.norm(a, axis=1, keepdims=True), 1e-12)
-        b = b / jnp.maximum(jnp.linalg.norm(b, axis=1, keepdims=True), 1e-12)
+        a, b = unit_rows(a), unit_rows(b)
     return a, b
 
 
