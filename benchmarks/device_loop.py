@@ -44,6 +44,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Literal, get_args
@@ -448,9 +449,10 @@ def plot(path: Path, record: dict, scale_name: str, part: str) -> None:
             ax.legend()
         cfg = DeviceLoopConfig(**record["learning"][next(iter(results))]["settings"]["loop"]) if all(
             "settings" in r for r in results.values()) else scales()[scale_name].learning
-        fig.suptitle(f"Device loop, online goal reaching -- scale {scale_name}: {cfg.num_envs} envs x {cfg.unroll}-step "
-                     f"unrolls per {cfg.updates_per_iteration} updates, {cfg.iterations * cfg.updates_per_iteration:,} "
-                     f"updates per seed; {cfg.eval_episodes} evaluation episodes per point")
+        title = (f"Device loop, online goal reaching -- scale {scale_name}: {cfg.num_envs} envs x {cfg.unroll}-step "
+                 f"unrolls per {cfg.updates_per_iteration} updates, {cfg.iterations * cfg.updates_per_iteration:,} "
+                 f"updates per seed; {cfg.eval_episodes} evaluation episodes per point")
+        fig.suptitle(textwrap.fill(title, 60 * len(envs)))  # on as many lines as the panels' width needs
     elif part == "envs":
         fig, ax = plt.subplots(figsize=(6.5, 4))
         for name, rates in record["envs"].items():
