@@ -39,7 +39,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import textwrap
 import time
 from pathlib import Path
 from typing import Literal
@@ -238,11 +237,6 @@ def load_or_train(args: Args, scale: Scale, env_name: str, method: str, inputs: 
 # ----------------------------------------------------------------------------------------- alignment
 
 
-def unit_rows(x: np.ndarray) -> jax.Array:
-    """``x`` as float32 with unit rows (:func:`~platonic_rl.replearn.metrics.unit_rows`)."""
-    return metrics.unit_rows(jnp.asarray(x, jnp.float32))
-
-
 def world_references(inputs: dict, view: str, k: int) -> dict[str, dict]:
     """Per world structure: its k-NN lists ``[n, k]`` and its kernel ``[n, n]`` for ``view``'s samples."""
     d, p = inputs["geodesic"], inputs["positions"]
@@ -261,7 +255,7 @@ def world_references(inputs: dict, view: str, k: int) -> dict[str, dict]:
 def alignments(features: list[np.ndarray], references: dict[str, dict], k: int) -> dict:
     """Mutual k-NN and linear CKA between every two of ``features`` (each ``[n, d]``), and of each with the world
     references. Returns matrices ``[m, m]`` and per-reference lists ``[m]``."""
-    units = [unit_rows(x) for x in features]
+    units = [metrics.unit_rows(jnp.asarray(x, jnp.float32)) for x in features]
     knn = jax.jit(lambda x: metrics.knn_indices(x, k))
     neighbours = [knn(x) for x in units]
     overlap = jax.jit(metrics.knn_overlap)
@@ -401,8 +395,7 @@ def _figure(record: dict, rows: int = 1, width: float = 5.5, height: float = 4.3
 def _save(fig, path: Path, title: str, fontsize: int = 9) -> None:
     import matplotlib.pyplot as plt
 
-    width = int(fig.get_figwidth() * 72 / (0.55 * fontsize))  # characters that fit across the figure
-    fig.suptitle("\n".join(textwrap.fill(line, width) for line in title.split("\n")), fontsize=fontsize)
+    report.suptitle(fig, title, fontsize)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -44,7 +44,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Literal, get_args
@@ -452,7 +451,7 @@ def plot(path: Path, record: dict, scale_name: str, part: str) -> None:
         title = (f"Device loop, online goal reaching -- scale {scale_name}: {cfg.num_envs} envs x {cfg.unroll}-step "
                  f"unrolls per {cfg.updates_per_iteration} updates, {cfg.iterations * cfg.updates_per_iteration:,} "
                  f"updates per seed; {cfg.eval_episodes} evaluation episodes per point")
-        fig.suptitle(textwrap.fill(title, 60 * len(envs)))  # on as many lines as the panels' width needs
+        report.suptitle(fig, title)
     elif part == "envs":
         fig, ax = plt.subplots(figsize=(6.5, 4))
         for name, rates in record["envs"].items():

@@ -17,6 +17,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,13 @@ def _write(out: Path, saved: dict, plots: Mapping[str, Callable[[Path], Any]] | 
         paths.append(out / name)
     print("saved " + ", ".join(str(p) for p in paths))
     return saved
+
+
+def suptitle(fig, title: str, fontsize: float = 12) -> None:
+    """``fig``'s title, each of its lines wrapped to the figure's width (about 0.55 em per character), so a long
+    budget line is never cut off at the figure's edges."""
+    width = max(20, int(fig.get_figwidth() * 72 / (0.55 * fontsize)))  # characters that fit across the figure
+    fig.suptitle("\n".join(textwrap.fill(line, width) for line in title.split("\n")), fontsize=fontsize)
 
 
 def _plain(value):

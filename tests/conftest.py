@@ -21,11 +21,10 @@ for _flag in ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitte
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 
 import shutil  # noqa: E402
-
-import pytest  # noqa: E402
 import tempfile  # noqa: E402
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 # Many tests compile the same programs (the same tiny agents, in several files and in both xdist workers, and the
 # same single operations run outside jit): they share XLA's compiled executables through one on-disk cache per test
