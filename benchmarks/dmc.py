@@ -249,19 +249,20 @@ def run(args: Args) -> dict:
             for method in args.methods:
                 for seed in args.seeds:
                     loop = loop_config(args, task, variant, seed)
-                    agent = make_agent(method, task, variant, obs_shape, action_dim, args.preset, args.policy, seed,
-                                       free_nats=args.free_nats, kl_split=args.kl_split,
-                                       imagine_starts=args.imagine_starts, beta=args.beta, actor=args.actor,
-                                       alpha=args.alpha)
+                    config = make_config(method, task, variant, obs_shape, action_dim, args.preset, args.policy,
+                                         free_nats=args.free_nats, kl_split=args.kl_split,
+                                         imagine_starts=args.imagine_starts, beta=args.beta, actor=args.actor,
+                                         alpha=args.alpha)
                     run_dir = out / f"{task}_{variant}_{method}_seed{seed}"
-                    saved = None if args.overwrite else finished_record(run_dir, agent, loop, args)
+                    saved = None if args.overwrite else finished_record(run_dir, config, loop, args)
                     if saved is not None:  # finished earlier (perhaps on another machine): nothing to train or probe
                         runs.append(saved)
                         print(f"{task} {variant} {method} seed {seed}: finished in {run_dir}, its record reused", flush=True)
                         continue
                     start = time.time()
+                    agent = DenoisedMDPAgent.create(config, seed)  # made only to train: a reused record needs none
                     agent, history = train_dmc_online(agent, loop, run_dir, desc=f"{task} {variant} {method} s{seed}")
-                    runs.append(dict(run_record(task, variant, method, seed, agent, loop, history,
+                    runs.append(dict(run_record(task, variant, method, seed, config, loop, history,
                                                 probe(agent, loop, args, seed), time.time() - start),
                                      probe_settings=probe_settings(args)))
                     write_json(run_dir / RECORD, runs[-1])
@@ -282,20 +283,21 @@ RECORD = "record.json"  # a finished run's curves, probe and configs, beside its
 HOST_ONLY = ("overwrite", "resume", "updates_per_call")  # loop fields that change no result: not compared
 
 
-def run_record(task: str, variant: str, method: str, seed: int, agent, loop: DMCOnlineConfig, history: list[dict],
-               probe_scores: dict, seconds: float) -> dict:
-    """What the benchmark keeps of one finished run (JSON-able). ``seconds``: this call's training and probe;
+def run_record(task: str, variant: str, method: str, seed: int, config: DenoisedMDPConfig, loop: DMCOnlineConfig,
+               history: list[dict], probe_scores: dict, seconds: float) -> dict:
+    """What the benchmark keeps of one finished run (JSON-able), of the agent made with ``config``. ``seconds``:
+    this call's training and probe;
     ``loop_seconds``: the training loop's wall-clock summed over its rows (env steps, updates and evaluations;
     resumed runs included, compilation in the first rows); ``seconds_per_10k``: :func:`seconds_per_10k`."""
     evals = [r for r in history if "eval_return" in r]
-    return dict(task=task, variant=variant, method=method, seed=seed, beta=agent.config.beta,
-                alpha=agent.config.alpha,
+    return dict(task=task, variant=variant, method=method, seed=seed, beta=config.beta,
+                alpha=config.alpha,
                 env_steps=[r["env_steps"] for r in history], train_return=[r["train_return"] for r in history],
                 eval_steps=[r["env_steps"] for r in evals], eval_return=[r["eval_return"] for r in evals],
                 eval_return_std=[r.get("eval_return_std", 0.0) for r in evals], probe=probe_scores, seconds=seconds,
                 loop_seconds=float(sum(r.get("row_seconds", 0.0) for r in history)),
                 seconds_per_10k=seconds_per_10k(history, loop.prefill_steps),
-                agent_config=as_json(agent.config), loop=as_json(_loop_settings(loop)))
+                agent_config=as_json(config), loop=as_json(_loop_settings(loop)))
 
 
 def seconds_per_10k(history: list[dict], prefill_steps: int) -> float | None:
@@ -314,17 +316,18 @@ def _loop_settings(loop: DMCOnlineConfig) -> dict:
     return {k: v for k, v in dataclasses.asdict(loop).items() if k not in HOST_ONLY}
 
 
-def finished_record(run_dir: Path, agent, loop: DMCOnlineConfig, args: Args) -> dict | None:
-    """The saved record of a run in ``run_dir`` that finished with these settings, else None (nothing saved, or a
-    run whose budget ``loop.env_steps`` grows: it trains on from its checkpoint). Checkpoints stay on the machine
-    that made them; a record lets a fresh clone rebuild the tables and plots without training again."""
+def finished_record(run_dir: Path, config: DenoisedMDPConfig, loop: DMCOnlineConfig, args: Args) -> dict | None:
+    """The saved record of a run in ``run_dir`` that finished with these settings (the agent's ``config``, the
+    loop's and the probe's), else None (nothing saved, or a run whose budget ``loop.env_steps`` grows: it trains on
+    from its checkpoint). Checkpoints stay on the machine that made them; a record lets a fresh clone rebuild the
+    tables and plots without training again, and without making (compiling) an agent."""
     path = Path(run_dir) / RECORD
     if not path.exists():
         return None
     record = read_json(path, "a finished run's record")
     keys = ("agent_config", "loop", "probe_settings")
     differ = settings_differences({k: record[k] for k in keys if k in record},
-                                  dict(agent_config=agent.config, loop=loop, probe_settings=probe_settings(args)),
+                                  dict(agent_config=config, loop=loop, probe_settings=probe_settings(args)),
                                   ignore=tuple(f"loop.{k}" for k in HOST_ONLY + distractor_free(loop)))
     if set(differ) == {"loop.env_steps"} and differ["loop.env_steps"][1] > differ["loop.env_steps"][0]:
         return None

@@ -121,10 +121,10 @@ def test_a_finished_run_is_reused_from_its_record_without_a_checkpoint(tmp_path)
     args = bd.Args(tasks=("reacher-easy",), variants=("noiseless",), methods=("dreamer",), env_steps=10_000,
                    out_dir=str(tmp_path))
     env = DMCEnv("reacher-easy", "noiseless", 0)
-    agent = bd.make_agent("dreamer", "reacher-easy", "noiseless", env.observation_space.shape,
-                          env.action_space.shape[0], args.preset, args.policy, 0)
+    config = bd.make_config("dreamer", "reacher-easy", "noiseless", env.observation_space.shape,
+                            env.action_space.shape[0], args.preset, args.policy)  # no agent is made: none trains
     history = [dict(env_steps=5000, train_return=3.0), dict(env_steps=10_000, train_return=4.0, eval_return=7.5)]
-    record = bd.run_record("reacher-easy", "noiseless", "dreamer", 0, agent, bd.loop_config(args, "reacher-easy",
+    record = bd.run_record("reacher-easy", "noiseless", "dreamer", 0, config, bd.loop_config(args, "reacher-easy",
                            "noiseless", 0), history, {"x->agent_state": 0.5}, 1.0)
     record["probe_settings"] = bd.probe_settings(args)
     run_dir = tmp_path / "reacher-easy_noiseless_dreamer_seed0"
@@ -138,8 +138,8 @@ def test_a_finished_run_is_reused_from_its_record_without_a_checkpoint(tmp_path)
         bd.run(bd.Args(**{**vars(args), "probe_train": 5}))  # its probe scores came from 4 episodes
     # A larger budget is no other run: it trains on (from its checkpoint, where there is one).
     loop = bd.loop_config(args, "reacher-easy", "noiseless", 0)
-    assert bd.finished_record(run_dir, agent, loop, args) is not None
-    assert bd.finished_record(run_dir, agent, bd.loop_config(bd.Args(**{**vars(args), "env_steps": 20_000}),
+    assert bd.finished_record(run_dir, config, loop, args) is not None
+    assert bd.finished_record(run_dir, config, bd.loop_config(bd.Args(**{**vars(args), "env_steps": 20_000}),
                                                               "reacher-easy", "noiseless", 0), args) is None
     (run_dir / bd.RECORD).write_text("{")
     with pytest.raises(ValueError, match="record.json is not valid JSON"):
@@ -217,9 +217,9 @@ def test_records_saved_before_the_twin_count_as_signals_except_where_no_distract
         args = bd.Args(tasks=("reacher-easy",), variants=(variant,), methods=("dreamer",), env_steps=10_000,
                        out_dir=str(tmp_path / variant))
         env = DMCEnv("reacher-easy", variant, 0, distractor="signals")
-        agent = bd.make_agent("dreamer", "reacher-easy", variant, env.observation_space.shape,
-                              env.action_space.shape[0], args.preset, args.policy, 0)
-        record = bd.run_record("reacher-easy", variant, "dreamer", 0, agent, bd.loop_config(args, "reacher-easy",
+        config = bd.make_config("dreamer", "reacher-easy", variant, env.observation_space.shape,
+                                env.action_space.shape[0], args.preset, args.policy)
+        record = bd.run_record("reacher-easy", variant, "dreamer", 0, config, bd.loop_config(args, "reacher-easy",
                                variant, 0), [dict(env_steps=10_000, train_return=1.0, eval_return=2.0)], {}, 1.0)
         record["probe_settings"] = bd.probe_settings(args)
         del record["loop"]["distractor"], record["loop"]["num_twins"]  # as saved before those fields existed
@@ -229,10 +229,10 @@ def test_records_saved_before_the_twin_count_as_signals_except_where_no_distract
         (run_dir / bd.RECORD).write_text(json.dumps(record))
         loop = bd.loop_config(args, "reacher-easy", variant, 0)
         if reused:
-            assert bd.finished_record(run_dir, agent, loop, args) is not None
+            assert bd.finished_record(run_dir, config, loop, args) is not None
         else:
             with pytest.raises(ValueError, match="loop.distractor: saved None, now 'twin'"):
-                bd.finished_record(run_dir, agent, loop, args)
+                bd.finished_record(run_dir, config, loop, args)
             signals = bd.Args(**{**vars(args), "distractor": "signals"})
-            assert bd.finished_record(run_dir, agent, bd.loop_config(signals, "reacher-easy", variant, 0),
+            assert bd.finished_record(run_dir, config, bd.loop_config(signals, "reacher-easy", variant, 0),
                                       signals) is not None

@@ -88,6 +88,8 @@ def test_rollout_in_the_compiled_scan_equals_stepping_the_brax_env_directly():
     assert out["success"].any()  # the steering does reach some targets: success is not trivially False
 
 
+@pytest.mark.slow  # ~8 s; the fast tests cover it in parts: the adapter in a compiled scan (above) and the loop's
+# vmapped seeds (tests/test_device_loop.py)
 def test_a_brax_env_trains_in_the_device_loop_vmapped_over_seeds():
     env = glider_env()
     config = DeviceLoopConfig(num_envs=4, unroll=10, updates_per_iteration=2, iterations=4, prefill_episodes=4,

@@ -51,16 +51,6 @@ def test_buffer_holds_the_envs_episodes_and_counts_steps():
     assert np.isnan(metrics["eval_success"][[0, 1, 3, 4]]).all() and 0 <= metrics["eval_success"][2] <= 1
 
 
-def test_vmapped_seeds_equal_lone_seeds():
-    train = make_train(GCBCConfig(obs_dim=2, action_dim=1, hidden=(16,)), CAR, dataclasses.replace(TINY, iterations=3))
-    keys = jax.random.split(jax.random.PRNGKey(0), 3)
-    agents, metrics = jax.jit(jax.vmap(train))(keys)
-    lone, lone_metrics = jax.jit(train)(keys[2])
-    leaves_close(jax.tree.map(lambda x: x[2], agents), lone, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(metrics["bc_nll"][2], lone_metrics["bc_nll"], rtol=1e-5)
-    assert not np.allclose(metrics["bc_nll"][0], metrics["bc_nll"][2])
-
-
 def test_host_chunks_equal_the_program_and_resume_exactly(tmp_path):
     config = CRLConfig(obs_dim=2, action_dim=1, hidden=(16,), repr_dim=4, actor_hidden=(8,))
     whole, metrics = jax.jit(make_train(config, CAR, TINY))(jax.random.PRNGKey(5))
@@ -164,14 +154,19 @@ def test_bad_input_names_the_argument():
         make_loop({"obs_dim": 2}, CAR, TINY)
 
 
-def test_vmapped_host_run_logs_each_seed(tmp_path):
+def test_vmapped_seeds_equal_lone_seeds_and_the_host_run_logs_each_seed(tmp_path):
     config = GCBCConfig(obs_dim=2, action_dim=1, hidden=(8,))
     short = dataclasses.replace(TINY, iterations=3)
     agents, rows = train_on_device(config, CAR, short, seed=(4, 7), run_dir=tmp_path / "run")
-    assert jax.tree.leaves(agents)[0].shape[0] == 2  # (seed i equal to a lone seed: test_vmapped_seeds_equal_lone_seeds)
+    assert jax.tree.leaves(agents)[0].shape[0] == 2
+    # Seed 7 of the vmapped pair is seed 7 alone, run as one program.
+    lone, lone_metrics = jax.jit(make_train(config, CAR, short))(jax.random.PRNGKey(7))
+    leaves_close(jax.tree.map(lambda x: x[1], agents), lone, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(jax.tree.leaves(agents)[0][0], jax.tree.leaves(agents)[0][1])
     evaluated = [r for r in rows if "eval_success" in r]
     assert [r["iteration"] for r in evaluated] == [3]
     r = evaluated[0]
+    assert r["eval_success/7"] == pytest.approx(float(lone_metrics["eval_success"][-1]))
     assert r["eval_success"] == pytest.approx((r["eval_success/4"] + r["eval_success/7"]) / 2)
     with pytest.raises(ValueError, match="seeds must be distinct"):
         train_on_device(config, CAR, short, seed=(1, 1))
