@@ -47,12 +47,12 @@ def test_zero_action_reference_is_the_rate_of_episodes_solved_at_the_start(monke
     from platonic_rl.envs import fetch
 
     steps = [2000, 4000]
-    reference = bf.zero_action_success("push", steps, episodes=20)
-    env = fetch.make_vector_env("push", 10)
+    reference = bf.zero_action_success("push", steps, episodes=10)
+    env = fetch.make_vector_env("push", 5)
     expected = []
     for step in steps:
-        seeds = episode_seeds(eval_seed(step), 20)  # one reset seed per episode
-        starts = [env.reset(seed=seeds[10 * i:10 * (i + 1)])[0] for i in range(2)]
+        seeds = episode_seeds(eval_seed(step), 10)  # one reset seed per episode
+        starts = [env.reset(seed=seeds[5 * i:5 * (i + 1)])[0] for i in range(2)]
         gap = np.concatenate([np.linalg.norm(o["achieved_goal"] - o["desired_goal"], axis=-1) for o in starts])
         expected.append(float(np.mean(gap < 0.05)))
     env.close()

@@ -84,9 +84,10 @@ def test_pixels_train_from_uint8_sequences(tmp_path):
     assert data["distractor_state"].shape[1] == 9 + 2  # the video's state and the camera shift
 
 
+@pytest.mark.slow  # ~15 s (two compiled world-model updates); the split itself (training.updates.update_in_calls, which
+# train_chunk calls) is checked fast for QRL in tests/test_online.py and for the offline loop in tests/test_train.py
 def test_updates_split_into_calls_are_the_same_updates():
-    """One call of 4 updates or 4 calls of 1 (pixels on CPU get one per call): the same parameters and metrics."""
-    from platonic_rl.training.updates import updates_per_call
+    """One call of 4 updates or 4 calls of 1: the same parameters and metrics."""
     from platonic_rl.training.world_model import train_chunk
 
     # The recorded "denoised_sac" case's agent (tests/fixtures/update_fixtures.py; 5-d observations, 2-d actions)
@@ -103,6 +104,11 @@ def test_updates_split_into_calls_are_the_same_updates():
     for a, b in zip(jax.tree.leaves(one.model_params), jax.tree.leaves(four.model_params)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(one_metrics["model_loss"], four_metrics["model_loss"], rtol=1e-5)
+
+
+def test_pixels_with_xla_convolutions_get_one_update_per_call_on_cpu():
+    from platonic_rl.training.updates import updates_per_call
+
     assert updates_per_call(None, 100, convolutions=True) == (1 if jax.default_backend() == "cpu" else 100)
     assert updates_per_call(None, 100, convolutions=False) == 100
     pixels = WorldModelConfig(obs_shape=(64, 64, 3))  # the matmul conv pair has no XLA convolutions to keep out of scans

@@ -127,27 +127,6 @@ def test_generated_trajectory_is_continuous_and_segmented():
     np.testing.assert_array_equal(again["observations"], data["observations"])  # seeded
 
 
-def test_generated_data_carries_d4rl_action_noise():
-    """D4RL's --noisy generation: the controller's action + N(0, 0.5^2), clipped. Measured on 1M umaze steps (seed
-    0): noisy 12,493 segments and 54.8% of actions saturated in a dimension, noise-free 13,703 and 85.8% (D4RL's
-    maze2d-umaze-v1: 12,459 timeouts). On 20k steps (8 seeds of 30k scaled by sqrt(1.5)): saturated fraction std
-    0.0043 noisy, 0.0005 noise-free; segments per 1M std 390; the paired (same seed) noise-free minus noisy
-    difference 1,270, std 170. Bounds: about 4 std."""
-    noisy = maze2d.generate("umaze", 20_000, seed=0, progress=False)  # the default noise is D4RL's
-    clean = maze2d.generate("umaze", 20_000, seed=0, progress=False, action_noise=0.0)
-    saturated = lambda d: np.mean(np.any(np.abs(d["actions"]) >= 1.0, -1))  # noqa: E731
-    per_million = lambda d: d["segment_end"].sum() / 20_000 * 1e6  # noqa: E731
-    assert abs(saturated(noisy) - 0.548) < 0.018 and abs(saturated(clean) - 0.858) < 0.004
-    assert abs(per_million(noisy) - 12_459) < 1_600
-    assert 590 < per_million(clean) - per_million(noisy) < 1_950
-    assert np.all(np.abs(noisy["actions"]) <= 1.0)
-    assert maze2d.dataset_id("umaze", 20_000, 0) == "platonic-rl/maze2d-umaze-20000-noise0p5-seed0-v1"
-    assert maze2d.dataset_id("umaze", 20_000, 0, action_noise=0) == "platonic-rl/maze2d-umaze-20000-noise0-seed0-v1"
-    for bad in (-0.1, float("nan"), "0.5", True):
-        with pytest.raises(ValueError, match="action_noise must be a finite standard deviation >= 0"):
-            maze2d.generate("umaze", 100, action_noise=bad, progress=False)
-
-
 def test_minari_reads_back_a_generated_dataset(tiny):
     import minari
 

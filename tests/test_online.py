@@ -65,10 +65,9 @@ def test_splitting_a_cycle_into_calls_gives_the_same_updates():
         OnlineConfig(updates_per_cycle=125, updates_per_call=2)
 
 
-@pytest.mark.parametrize("make", [lambda: CRLAgent.create(CRLConfig(hidden=(16,), repr_dim=4, actor_hidden=(8,)), 0),
-                                  lambda: GCBCAgent.create(GCBCConfig(hidden=(16,)), 0)])
-def test_other_agents_run(make):
-    _, history = train_online(make(), dataclasses.replace(TOY, env_steps=300))
+def test_contrastive_rl_runs():  # (GCBC runs in the episode-seed test below)
+    agent = CRLAgent.create(CRLConfig(hidden=(16,), repr_dim=4, actor_hidden=(8,)), 0)
+    _, history = train_online(agent, dataclasses.replace(TOY, env_steps=300))
     assert np.isfinite([v for r in history for v in r.values()]).all()
 
 
@@ -98,11 +97,12 @@ def test_every_episode_of_a_run_has_its_own_seed(monkeypatch):
         return rollout(self, policy, seed, renderer)
 
     monkeypatch.setattr(GoalEnvAdapter, "rollout", spy)
-    loop = dataclasses.replace(TOY, env_steps=500, eval_every=100, eval_episodes=12)
-    train_online(GCBCAgent.create(GCBCConfig(hidden=(16,)), 0), loop)
+    loop = dataclasses.replace(TOY, env_steps=400, eval_every=100, eval_episodes=12)
+    _, history = train_online(GCBCAgent.create(GCBCConfig(hidden=(16,)), 0), loop)
+    assert np.isfinite([v for r in history for v in r.values()]).all()  # GCBC runs
     seeds = [s for batch in seen for s in batch]
-    # 2 prefill batches of 2 episodes, 3 exploration cycles of 2, 3 evaluations of 12 episodes on 10 envs (2 batches)
-    assert [len(batch) for batch in seen] == [2, 2] + [2, 10, 10] * 3
+    # 2 prefill batches of 2 episodes, 2 exploration cycles of 2, 2 evaluations of 12 episodes on 10 envs (2 batches)
+    assert [len(batch) for batch in seen] == [2, 2] + [2, 10, 10] * 2
     assert len(set(seeds)) == len(seeds)
 
 
