@@ -150,14 +150,6 @@ class Args:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
 
 
-def make_agent(method: str, task: str, variant: str, obs_shape: tuple[int, ...], action_dim: int, preset: str,
-               policy: str, seed: int, **settings) -> DenoisedMDPAgent:
-    """The agent of ``method`` at ``preset``, made with seed ``seed``: :func:`make_config`'s config (``settings``
-    are its keyword arguments)."""
-    return DenoisedMDPAgent.create(make_config(method, task, variant, obs_shape, action_dim, preset, policy,
-                                               **settings), seed)
-
-
 def make_config(method: str, task: str, variant: str, obs_shape: tuple[int, ...], action_dim: int, preset: str,
                 policy: str, free_nats: float = 3.0, kl_split: bool = False, imagine_starts: int | None = None,
                 beta: float | None = None, actor: ActorKind | None = None,
@@ -286,8 +278,7 @@ HOST_ONLY = ("overwrite", "resume", "updates_per_call")  # loop fields that chan
 def run_record(task: str, variant: str, method: str, seed: int, config: DenoisedMDPConfig, loop: DMCOnlineConfig,
                history: list[dict], probe_scores: dict, seconds: float) -> dict:
     """What the benchmark keeps of one finished run (JSON-able), of the agent made with ``config``. ``seconds``:
-    this call's training and probe;
-    ``loop_seconds``: the training loop's wall-clock summed over its rows (env steps, updates and evaluations;
+    this call's training and probe; ``loop_seconds``: the training loop's wall-clock summed over its rows (env steps, updates and evaluations;
     resumed runs included, compilation in the first rows); ``seconds_per_10k``: :func:`seconds_per_10k`."""
     evals = [r for r in history if "eval_return" in r]
     return dict(task=task, variant=variant, method=method, seed=seed, beta=config.beta,

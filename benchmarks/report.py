@@ -16,8 +16,8 @@ import json
 import shlex
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
 import textwrap
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
