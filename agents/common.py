@@ -25,8 +25,9 @@ def compiled_create(create):
     Initialising networks op by op compiles every primitive on its own (seconds on CPU, each time a new agent
     is made); traced once, the whole initial state (parameters, optimizer states, rng) is one executable,
     reused for every seed of the same config. ``config`` must be hashable (the agents' configs are frozen
-    dataclasses); ``seed`` is an int, a traced scalar (vmap over seeds) or a PRNG key. Same values as eager.
-    Apply below ``@classmethod``.
+    dataclasses); ``seed`` is an int, a traced scalar (vmap over seeds) or a PRNG key, made a raw key before the
+    call, so that every kind of seed (Python or NumPy integer, raw or typed key) shares the one executable. Same
+    values as eager. Apply below ``@classmethod``.
     """
     jitted = jax.jit(create, static_argnums=(0, 1))
 
@@ -38,7 +39,7 @@ def compiled_create(create):
             unhashable = [f.name for f in dataclasses.fields(config) if not _is_hashable(getattr(config, f.name))]
             raise TypeError(f"{cls.__name__}.create: config fields {unhashable} must be hashable "
                             "(tuples, not lists), since the config is static in every jitted call") from error
-        return jitted(cls, config, seed)
+        return jitted(cls, config, as_key(seed))
 
     return wrapper
 

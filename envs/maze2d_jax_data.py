@@ -97,8 +97,9 @@ def generate(layout: str, trajectories: int, steps: int, key: jax.Array, action_
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     action_noise = maze2d._check_noise(action_noise)
-    out = jax.jit(_generate, static_argnums=(0, 1, 2, 4))(layout_obj.name, int(trajectories), int(steps), key,
-                                                            float(action_noise))
+    # The noise scale is traced, not static: noisy and noise-free data share one compiled program.
+    out = jax.jit(_generate, static_argnums=(0, 1, 2))(layout_obj.name, int(trajectories), int(steps), key,
+                                                         jnp.float32(action_noise))
     out = jax.tree.map(np.asarray, out)
     flat = {k: v.reshape((-1,) + v.shape[2:]) for k, v in out.items()}
     flat["segment_end"] = flat["segment_end"].copy()
@@ -108,7 +109,7 @@ def generate(layout: str, trajectories: int, steps: int, key: jax.Array, action_
     return flat
 
 
-def _generate(layout: str, trajectories: int, steps: int, key: jax.Array, action_noise: float) -> dict:
+def _generate(layout: str, trajectories: int, steps: int, key: jax.Array, action_noise: jax.Array) -> dict:
     env = PointMaze(layout)
     _, _, free = _tables(layout)
     free = jnp.asarray(free)

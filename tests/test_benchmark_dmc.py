@@ -11,6 +11,7 @@ from platonic_rl.envs.dmc import TASKS, VARIANTS  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 import update_fixtures  # noqa: E402
+from arbitrary import arbitrary_like  # noqa: E402
 
 
 def fake_run(task, variant, method, returns, probe):
@@ -90,7 +91,9 @@ def test_factor_reconstructions_decode_each_factor_with_the_other_held_at_its_ep
     by_hand = decode(agent.model_params, held) * agent.obs_std + agent.obs_mean
     np.testing.assert_allclose(out["x"], by_hand, rtol=1e-5, atol=1e-5)
     assert not np.allclose(out["x"], out["y"]) and not np.allclose(out["x"], out["all"])
-    dreamer = DenoisedMDPAgent.create(update_fixtures.world_model_config(dreamer=True), 0)
+    # Refused before anything is computed: an agent with arbitrary parameters (tests/fixtures/arbitrary.py) will do.
+    dreamer_config = update_fixtures.world_model_config(dreamer=True)
+    dreamer = arbitrary_like(jax.eval_shape(lambda: DenoisedMDPAgent.create(dreamer_config, 0)))
     with pytest.raises(ValueError, match="needs a model with a y factor"):
         bd.factor_reconstructions(dreamer, observations, prev_actions, key)
 

@@ -21,16 +21,31 @@ SMALL = dict(obs_shape=(5,), action_dim=2, x_belief=8, x_state=3, y_belief=6, y_
              mlp_encoder_hidden=(16,), mlp_decoder_hidden=(16,))
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 import update_fixtures  # noqa: E402
+from arbitrary import arbitrary_like  # noqa: E402
 
 RECORDED = update_fixtures.world_model_config()  # SMALL's sizes, the clipped actor
 """The agent of the recorded "denoised_imagine" case (tests/fixtures/update_fixtures.py): with its batch shapes
 (``sequences()``), its create and update compile to the same programs there and here, which the suite's
 compilation cache (tests/conftest.py) then compiles once."""
 
-# Compiled once: op by op, each primitive was compiled on its own. The config is static (hashable); tests that
-# initialise the same config share one compiled init.
+# Compiled once: op by op, each primitive was compiled on its own. The config is static (hashable).
 observe_jit = jax.jit(observe, static_argnums=0)
-init_jit = jax.jit(init_params, static_argnums=0)
+
+WITH_Z = DenoisedMDPConfig(model=WorldModelConfig(**SMALL, z_belief=4, z_state=2), actor_hidden=(16,),
+                           critic_hidden=(16,), horizon=3, actor="dreamer")
+"""A tiny agent with all three factors, for the tests whose checks hold for any parameters."""
+
+
+def arbitrary_agent(config: DenoisedMDPConfig) -> DenoisedMDPAgent:
+    """An agent of ``config`` whose parameters (and optimizer states) are arbitrary (tests/fixtures/arbitrary.py),
+    observations unscaled: for checks of what the model and the actor compute whatever their parameters (shapes,
+    dependencies, determinism). A real create of a new config compiles for seconds."""
+    agent = arbitrary_like(jax.eval_shape(lambda: DenoisedMDPAgent.create(config, 0)))
+    return agent.replace(obs_mean=jnp.zeros_like(agent.obs_mean), obs_std=jnp.ones_like(agent.obs_std))
+
+
+def model_params(config: DenoisedMDPConfig):
+    return arbitrary_agent(config).model_params
 
 
 def sequences(b=3, t=4, d=5, a=2, seed=0):
@@ -81,8 +96,7 @@ def test_free_nats_clamp_each_step_before_averaging():
 
 
 def test_scanned_sequence_shapes_for_every_factor():
-    config = WorldModelConfig(**{**SMALL, "z_belief": 4, "z_state": 2})
-    params = init_jit(config, jax.random.PRNGKey(0))
+    config, params = WITH_Z.model, model_params(WITH_Z)
     data = sequences()
     states, stats = observe_jit(config, params, data["observations"], data["prev_actions"], jax.random.PRNGKey(1))
     assert states["hx"].shape == (3, 4, 8) and states["x"].shape == (3, 4, 3)
@@ -97,8 +111,7 @@ def test_scanned_sequence_shapes_for_every_factor():
 def test_y_prior_never_depends_on_actions_but_x_and_z_do():
     """The priors' one-step transition: d prior_y / d a = 0 for any previous latents; x and z do use a.
     (Over a filtered sequence y_{t-1} is a posterior sample, which may see the action, as in section 5.3.)"""
-    config = WorldModelConfig(**{**SMALL, "z_belief": 4, "z_state": 2})
-    params = init_jit(config, jax.random.PRNGKey(0))
+    config, params = WITH_Z.model, model_params(WITH_Z)
     model = FactoredRSSM(config)
     rng = np.random.default_rng(0)
     previous = {k: jnp.asarray(rng.normal(size=v.shape), jnp.float32) for k, v in initial_state(config, (3,)).items()}
@@ -116,8 +129,10 @@ def test_y_prior_never_depends_on_actions_but_x_and_z_do():
 
 def test_dreamer_is_the_x_only_model_with_dreamers_loss():
     model = WorldModelConfig(**SMALL)
-    # The recorded "dreamer" case's config (tests/fixtures/update_fixtures.py; its create compiles once per suite).
-    config = DenoisedMDPConfig.dreamer(model, free_nats=3.0, **update_fixtures.HEADS)
+    # The recorded "dreamer_actor_dreamer" case's config (tests/fixtures/update_fixtures.py), whose create the
+    # suite's compilation cache then compiles once.
+    config = DenoisedMDPConfig.dreamer(model, free_nats=3.0, **dict(update_fixtures.HEADS, actor="dreamer"))
+    assert config == update_fixtures.world_model_config(dreamer=True, actor="dreamer")
     assert config.model.factors == ("x",) and config.alpha == 1.0
     # every field but the y and z sizes is the given model's (conv_impl was once dropped here)
     assert config.model == dataclasses.replace(model, y_belief=0, y_state=0, z_belief=0, z_state=0)
@@ -208,8 +223,7 @@ def test_sac_target_uses_the_next_actions_log_prob():
 
 
 def test_imagination_rolls_the_x_prior_only():
-    config = WorldModelConfig(**SMALL)
-    params = init_jit(config, jax.random.PRNGKey(0))
+    config, params = RECORDED.model, model_params(RECORDED)
     start = {k: v for k, v in initial_state(config, (7,)).items() if k in ("hx", "x")}
     policy = lambda feat, key: jnp.tanh(feat[..., :2])  # noqa: E731
     states, actions = imagine_x(config, params, start, policy, 4, jax.random.PRNGKey(1))
@@ -221,7 +235,8 @@ UPDATES = 150
 reconstruction error falls to 0.79 of its first value after 40, 0.58 after 120, 0.49 after 160."""
 
 
-# SAC's update also runs (fast) in tests/test_dmc_online.py; its learning check is in the slow suite.
+# SAC's update runs fast in tests/test_update_fixtures.py (denoised_sac: its recorded numbers); its learning check is in
+# the slow suite.
 @pytest.mark.parametrize("policy", ["imagine", pytest.param("sac", marks=pytest.mark.slow)])
 def test_agent_update_act_and_learning(policy):
     agent = DenoisedMDPAgent.create(dataclasses.replace(RECORDED, policy=policy), 0)
@@ -294,9 +309,8 @@ def test_dreamer_actor_bounds_its_mean_and_starts_wide():
 def test_deterministic_act_filters_with_the_posterior_mean():
     """act without rng is deterministic and uses the posterior means (not one fixed noise draw every step); z's
     posterior then reads x's and y's means."""
-    config = DenoisedMDPConfig(model=WorldModelConfig(**SMALL, z_belief=4, z_state=2), actor_hidden=(16,),
-                               critic_hidden=(16,), horizon=3, actor="dreamer")
-    agent = DenoisedMDPAgent.create(config, 0)
+    config = WITH_Z
+    agent = arbitrary_agent(config)
     data = sequences(b=2, t=2)
     obs, prev = data["observations"][:, 0], data["prev_actions"][:, 0]
     latent = agent.initial_latent(2)

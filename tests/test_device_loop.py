@@ -156,7 +156,7 @@ def test_bad_input_names_the_argument():
 
 def test_vmapped_seeds_equal_lone_seeds_and_the_host_run_logs_each_seed(tmp_path):
     config = GCBCConfig(obs_dim=2, action_dim=1, hidden=(8,))
-    short = dataclasses.replace(TINY, iterations=3)
+    short = dataclasses.replace(TINY, iterations=4)  # two chunks of 2 iterations: one compiled chunk
     agents, rows = train_on_device(config, CAR, short, seed=(4, 7), run_dir=tmp_path / "run")
     assert jax.tree.leaves(agents)[0].shape[0] == 2
     # Seed 7 of the vmapped pair is seed 7 alone, run as one program.
@@ -164,8 +164,8 @@ def test_vmapped_seeds_equal_lone_seeds_and_the_host_run_logs_each_seed(tmp_path
     leaves_close(jax.tree.map(lambda x: x[1], agents), lone, rtol=1e-5, atol=1e-6)
     assert not np.allclose(jax.tree.leaves(agents)[0][0], jax.tree.leaves(agents)[0][1])
     evaluated = [r for r in rows if "eval_success" in r]
-    assert [r["iteration"] for r in evaluated] == [3]
-    r = evaluated[0]
+    assert [r["iteration"] for r in evaluated] == [3, 4]  # every eval_every iterations, and at the end
+    r = evaluated[-1]
     assert r["eval_success/7"] == pytest.approx(float(lone_metrics["eval_success"][-1]))
     assert r["eval_success"] == pytest.approx((r["eval_success/4"] + r["eval_success/7"]) / 2)
     with pytest.raises(ValueError, match="seeds must be distinct"):

@@ -184,6 +184,25 @@ def test_rows_lost_between_the_log_and_the_checkpoint_are_reported(tmp_path):
         train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=50), tmp_path)
 
 
+def test_restored_arrays_are_placed_as_the_templates_so_compiled_functions_serve_both(tmp_path):
+    # A fresh agent's arrays sit at the default placement (uncommitted); one placed explicitly is committed. The
+    # restored state keeps each leaf's placement, so a jitted function lowers to the same program for both.
+    template = dict(params=jax.numpy.arange(6.0).reshape(2, 3), step=jax.numpy.int32(7),
+                    placed=jax.device_put(jax.numpy.ones(4), jax.devices()[0]))
+    run = RunDirectory.open(tmp_path, dict(run=1))
+    run.save(7, template)
+    run.close()
+    run = RunDirectory.open(tmp_path, dict(run=1))
+    restored = run.restore(jax.tree.map(jax.numpy.zeros_like, template), budget=10)
+    run.close()
+    for name in template:
+        np.testing.assert_array_equal(restored[name], template[name])
+        assert restored[name].committed == template[name].committed, name
+    assert not restored["params"].committed and restored["placed"].committed
+    program = jax.jit(lambda s: s["params"].sum() * s["step"] + s["placed"].sum())
+    assert program.lower(restored).as_text() == program.lower(template).as_text()
+
+
 def test_a_budget_below_the_checkpoint_is_refused(tmp_path):
     train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=40), tmp_path)
     with pytest.raises(RunDirectoryError, match="already at step 40, beyond this run's budget of 20"):

@@ -196,6 +196,13 @@ def load_dataset(path: str | os.PathLike) -> dict[str, np.ndarray]:
     return data
 
 
+def _sampled_update(agent, sampler, key):
+    """One update on a batch drawn from ``sampler``: traced by :func:`train_offline` for its shapes only. A function
+    of the module (not a new lambda per call), so that its trace is cached: a second run of the same agent and
+    data shapes checks them without tracing the update again."""
+    return type(agent).update(agent, sampler.sample(key))
+
+
 def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str | os.PathLike | None = None,
                   desc: str = "train", sampler=None):
     """Train ``agent`` on ``data`` for ``config.steps`` updates. Returns ``(agent, history)``.
@@ -225,7 +232,7 @@ def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str
     batches = sampler if sampler is not None else DatasetSampler(jax.tree_util.tree_map(jnp.asarray, data),
                                                                  config.batch_size)
     try:  # shapes only, nothing runs: a dataset that does not fit the agent fails here, before any run directory
-        jax.eval_shape(lambda a, k: type(a).update(a, batches.sample(k)), agent, state["sampler_key"])
+        jax.eval_shape(_sampled_update, agent, batches, state["sampler_key"])
     except (ValueError, TypeError) as error:
         raise ValueError(f"data does not fit the agent {type(agent).__name__}: {error}") from error
     run = None

@@ -43,6 +43,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 
 try:
@@ -429,7 +431,21 @@ class RunDirectory:
             self._board = _TensorBoard(self.path / "tensorboard", purge_step=step + 1 if step else 0)
 
     def _restore(self, step: int, target: Any) -> Any:
-        abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, target)
+        # Restored arrays are placed as the template's: a sharded or explicitly placed (committed) one keeps its
+        # sharding; an array at the default placement (uncommitted, as every freshly made agent's is) is read into
+        # host memory and placed by jnp.asarray, uncommitted again. Otherwise every restored leaf would come back
+        # committed, and each jitted function (the update, the acting) would compile once more for it.
+        def host_if_uncommitted(leaf):
+            if isinstance(leaf, jax.Array) and not leaf.committed:
+                return np.empty(leaf.shape, leaf.dtype)
+            return ocp.utils.to_shape_dtype_struct(leaf)
+
+        state = self._restore_as(step, jax.tree_util.tree_map(host_if_uncommitted, target))
+        return jax.tree_util.tree_map(
+            lambda restored, leaf: jnp.asarray(restored) if isinstance(leaf, jax.Array) and not leaf.committed
+            else restored, state, target)
+
+    def _restore_as(self, step: int, abstract: Any) -> Any:
         folder = self.path / "checkpoints" / str(step)
         absl_logger = logging.getLogger("absl")
         level = absl_logger.level
