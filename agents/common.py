@@ -9,13 +9,17 @@ from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def as_key(seed: int | jax.Array) -> jax.Array:
     """A raw ``uint32[2]`` PRNG key from an integer seed (Python, NumPy or traced scalar, e.g. under vmap over
-    seeds), from a typed key (``jax.random.key``), or the raw key itself if one is given."""
+    seeds), from a typed key (``jax.random.key``), or the raw key itself if one is given. An integer seed outside
+    int32's range is refused: without 64-bit mode its high bits would be dropped, giving another seed's key."""
     if jax.dtypes.issubdtype(jnp.result_type(seed), jax.dtypes.prng_key):
         return jax.random.key_data(seed)
+    if isinstance(seed, (numbers.Integral, np.integer)) and not -2 ** 31 <= int(seed) < 2 ** 31:
+        raise ValueError(f"seed must be an integer in [-2**31, 2**31) or a PRNG key, got {seed}")
     return jax.random.PRNGKey(seed) if jnp.ndim(seed) == 0 else seed
 
 

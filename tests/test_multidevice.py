@@ -69,5 +69,8 @@ def test_create_accepts_python_and_numpy_integer_seeds_and_typed_keys():
     for x, y, z in zip(jax.tree.leaves(a), jax.tree.leaves(b), jax.tree.leaves(c)):
         np.testing.assert_array_equal(x, y)
         np.testing.assert_array_equal(x, z)
+    for too_large in (2 ** 40 + 3, np.int64(2 ** 31)):  # its high bits would be dropped: seed 3's key, or -2**31's
+        with pytest.raises(ValueError, match=r"seed must be an integer in \[-2\*\*31, 2\*\*31\)"):
+            QRLAgent.create(tiny, too_large)
     with pytest.raises(TypeError, match=r"config fields \['encoder_hidden'\] must be hashable"):
         QRLAgent.create(dataclasses.replace(tiny, encoder_hidden=[8]), 0)

@@ -188,19 +188,25 @@ def test_restored_arrays_are_placed_as_the_templates_so_compiled_functions_serve
     # A fresh agent's arrays sit at the default placement (uncommitted); one placed explicitly is committed. The
     # restored state keeps each leaf's placement, so a jitted function lowers to the same program for both.
     template = dict(params=jax.numpy.arange(6.0).reshape(2, 3), step=jax.numpy.int32(7),
-                    placed=jax.device_put(jax.numpy.ones(4), jax.devices()[0]))
+                    placed=jax.device_put(jax.numpy.ones(4), jax.devices()[0]), key=jax.random.key(3))
     run = RunDirectory.open(tmp_path, dict(run=1))
+    run.log({"step": 7})
     run.save(7, template)
     run.close()
     run = RunDirectory.open(tmp_path, dict(run=1))
-    restored = run.restore(jax.tree.map(jax.numpy.zeros_like, template), budget=10)
+    fresh = dict(jax.tree.map(jax.numpy.zeros_like, {k: v for k, v in template.items() if k != "key"}),
+                 key=jax.random.key(0))
+    restored = run.restore(fresh, budget=10)
     run.close()
+    values = lambda tree: {k: jax.random.key_data(v) if k == "key" else v for k, v in tree.items()}  # noqa: E731
     for name in template:
-        np.testing.assert_array_equal(restored[name], template[name])
+        np.testing.assert_array_equal(values(restored)[name], values(template)[name])
+    for name in ("params", "step", "placed"):  # (a typed key comes back as orbax places it; agents hold raw keys)
         assert restored[name].committed == template[name].committed, name
     assert not restored["params"].committed and restored["placed"].committed
     program = jax.jit(lambda s: s["params"].sum() * s["step"] + s["placed"].sum())
-    assert program.lower(restored).as_text() == program.lower(template).as_text()
+    without_key = lambda tree: {k: v for k, v in tree.items() if k != "key"}  # noqa: E731
+    assert program.lower(without_key(restored)).as_text() == program.lower(without_key(template)).as_text()
 
 
 def test_a_budget_below_the_checkpoint_is_refused(tmp_path):

@@ -245,8 +245,8 @@ def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str
     else:
         step = 0
     try:
-        # Committed to one device, as a restored checkpoint is: a later call in this process (the next chunk of a
-        # run) then reuses this call's compilations whether or not it restored.
+        # Committed to one device, fresh or restored alike: a later call in this process (the next chunk of a run)
+        # then reuses this call's compilations whether or not it restored.
         state = jax.device_put(state, jax.local_devices()[0])
         history = run.rows if run else []
         agent, key = state["agent"], state["sampler_key"]

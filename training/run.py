@@ -435,15 +435,16 @@ class RunDirectory:
         # sharding; an array at the default placement (uncommitted, as every freshly made agent's is) is read into
         # host memory and placed by jnp.asarray, uncommitted again. Otherwise every restored leaf would come back
         # committed, and each jitted function (the update, the acting) would compile once more for it.
-        def host_if_uncommitted(leaf):
-            if isinstance(leaf, jax.Array) and not leaf.committed:
-                return np.empty(leaf.shape, leaf.dtype)
-            return ocp.utils.to_shape_dtype_struct(leaf)
+        def via_host(leaf) -> bool:  # typed PRNG keys have no NumPy dtype: orbax places those (committed)
+            return (isinstance(leaf, jax.Array) and not leaf.committed
+                    and not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key))
 
-        state = self._restore_as(step, jax.tree_util.tree_map(host_if_uncommitted, target))
-        return jax.tree_util.tree_map(
-            lambda restored, leaf: jnp.asarray(restored) if isinstance(leaf, jax.Array) and not leaf.committed
-            else restored, state, target)
+        abstract = jax.tree_util.tree_map(
+            lambda leaf: np.empty(leaf.shape, leaf.dtype) if via_host(leaf) else ocp.utils.to_shape_dtype_struct(leaf),
+            target)
+        state = self._restore_as(step, abstract)
+        return jax.tree_util.tree_map(lambda restored, leaf: jnp.asarray(restored) if via_host(leaf) else restored,
+                                      state, target)
 
     def _restore_as(self, step: int, abstract: Any) -> Any:
         folder = self.path / "checkpoints" / str(step)
