@@ -278,8 +278,9 @@ HOST_ONLY = ("overwrite", "resume", "updates_per_call")  # loop fields that chan
 def run_record(task: str, variant: str, method: str, seed: int, config: DenoisedMDPConfig, loop: DMCOnlineConfig,
                history: list[dict], probe_scores: dict, seconds: float) -> dict:
     """What the benchmark keeps of one finished run (JSON-able), of the agent made with ``config``. ``seconds``:
-    this call's training and probe; ``loop_seconds``: the training loop's wall-clock summed over its rows (env steps, updates and evaluations;
-    resumed runs included, compilation in the first rows); ``seconds_per_10k``: :func:`seconds_per_10k`."""
+    this call's training and probe; ``loop_seconds``: the training loop's wall-clock summed over its rows (env
+    steps, updates and evaluations; resumed runs included, compilation in the first rows); ``seconds_per_10k``:
+    :func:`seconds_per_10k`."""
     evals = [r for r in history if "eval_return" in r]
     return dict(task=task, variant=variant, method=method, seed=seed, beta=config.beta,
                 alpha=config.alpha,
