@@ -57,4 +57,5 @@ __all__ = ["CRLAgent", "CRLConfig", "DDPGHERAgent", "DDPGHERConfig", "DenoisedMD
            "GCBCAgent", "GCBCConfig", "QRLAgent", "QRLConfig", "QRLContinuousAgent", "QRLContinuousConfig",
            "REGISTRY", "make", "make_config",
            # the submodules, so that the API reference (pdoc) documents each of them
-           "common", "contract", "crl", "ddpg_her", "denoised_mdp", "gcbc", "qrl", "qrl_continuous", "seeds"]
+           "common", "contract", "crl", "ddpg_her", "denoised_mdp", "gcbc", "qrl", "qrl_continuous", "qrl_diagnostics",
+           "seeds"]

@@ -39,10 +39,10 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from platonic_rl.benchmarks import report
+from platonic_rl.benchmarks.timing import discrete_batch, goal_batch, matmul_peak, sequence_batch, time_update
 
 MODULE = "platonic_rl.benchmarks.accelerator"
 SPEED_SHARE, DEVICE_LOOP_SHARE = 0.3, 0.15  # of --minutes; the QRL slice gets the rest
@@ -98,7 +98,6 @@ def speed_cases(tiny: bool) -> list[tuple[str, str, object, int, tuple[str, ...]
                                     DenoisedMDPConfig, GCBCAgent, GCBCConfig, QRLAgent, QRLConfig, QRLContinuousAgent,
                                     QRLContinuousConfig)
     from platonic_rl.benchmarks.maze2d import scales as maze2d_scales
-    from platonic_rl.benchmarks.speed import discrete_batch, goal_batch, sequence_batch
     from platonic_rl.denoised.model import WorldModelConfig
 
     both = ("float32", "bfloat16")
@@ -139,33 +138,6 @@ def speed_cases(tiny: bool) -> list[tuple[str, str, object, int, tuple[str, ...]
             DenoisedMDPConfig.dreamer(WorldModelConfig(**world, x_belief=220, x_state=33, compute_dtype=dt)), 0),
             sequence_batch(50, 50, 17, 6)), 2500, both),
     ]
-
-
-def matmul_peak(dtype, sizes: tuple[int, ...], repeats: int) -> float:
-    """FLOP/s of the best of square ``dtype`` matmuls of ``sizes`` (float32 accumulation as the updates use)."""
-    from platonic_rl.benchmarks.speed import time_call
-
-    best = 0.0
-    for n in sizes:
-        a, b = (jax.random.normal(jax.random.PRNGKey(i), (n, n)).astype(dtype) for i in range(2))
-        seconds = time_call(jax.jit(jnp.matmul), (a, b), repeats)
-        best = max(best, 2 * n ** 3 / seconds)
-    return best
-
-
-def time_update(agent, batch: dict, samples: int, repeats: int, scan_length: int, peak: float) -> dict:
-    """ms per update as one jitted call and inside a scan of ``scan_length`` updates; samples/s; matmul FLOPs from
-    the jaxpr and their share of ``peak``."""
-    from platonic_rl.benchmarks.speed import FixedBatch, matmul_flops, time_call
-    from platonic_rl.training.updates import update_steps
-
-    batch = jax.tree.map(jnp.asarray, batch)
-    one = time_call(jax.jit(type(agent).update), (agent, batch), repeats)
-    keys = jax.random.split(jax.random.PRNGKey(0), scan_length)
-    scanned = time_call(update_steps, (agent, FixedBatch(batch), keys), repeats) / scan_length
-    flops = matmul_flops(jax.make_jaxpr(type(agent).update)(agent, batch))
-    return dict(ms_one_call=1e3 * one, ms_in_scan=1e3 * scanned, samples_per_s=samples / scanned,
-                matmul_gflops=flops / 1e9, peak_fraction_in_scan=flops / scanned / peak)
 
 
 def measure_speed(args: Args, deadline: float) -> dict:

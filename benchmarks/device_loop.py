@@ -28,7 +28,7 @@ Parts (each saved as it finishes; rerunning skips finished parts and resumes lea
   seed and method at a given iteration) against env steps. The table's number per seed is the mean of its last
   :data:`FINAL_EVALUATIONS` evaluations. For QRL, a **critic check** then acts on the same ``--check-episodes``
   episodes two ways per seed: by the actor's mode, and by QRL's critic alone (the argmin of the learned one-step
-  cost max_i d_i(T_i(f_i(s), a), f_i(g)) over a 9x9 action grid, :func:`~platonic_rl.benchmarks.maze2d.
+  cost max_i d_i(T_i(f_i(s), a), f_i(g)) over a 9x9 action grid, :func:`~platonic_rl.agents.qrl_diagnostics.
   grid_argmin_actions`). Where the critic alone succeeds and the actor does not, the actor is what fails. Each
   finished (env, method) run keeps a ``record.json`` in its run directory; a later call reuses it (checkpoints
   stay on the machine that trained), so runs can be added one env or method at a time.
@@ -55,8 +55,8 @@ import numpy as np
 from platonic_rl.agents.crl import CRLConfig
 from platonic_rl.agents.gcbc import GCBCConfig
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
+from platonic_rl.agents.qrl_diagnostics import grid_argmin_actions
 from platonic_rl.benchmarks import report
-from platonic_rl.benchmarks.maze2d import grid_argmin_actions
 from platonic_rl.envs import jax_env, maze2d
 from platonic_rl.envs.point_maze import PointMaze
 from platonic_rl.envs.reacher import GOALS, Reacher

@@ -42,10 +42,12 @@ import numpy as np
 from platonic_rl.agents.crl import CRLAgent, CRLConfig
 from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
+from platonic_rl.agents.qrl_diagnostics import actor_critic_gap, grid_argmin_actions, true_dynamics_greedy_actions
 from platonic_rl.agents.seeds import SeedStack
 from platonic_rl.benchmarks import report
 from platonic_rl.common.planning import mppi_step
 from platonic_rl.envs import maze2d
+from platonic_rl.envs.maze2d import normalised_data, normaliser
 from platonic_rl.envs.point_maze import PointMaze
 from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
 from platonic_rl.training import signals
@@ -84,8 +86,8 @@ class Scale:
     note: str
 
 
-def _qrl(hidden: tuple[int, ...], latent: int, projector: tuple[int, ...], components: int, dims: int,
-         actor: tuple[int, ...], actor_lr: float) -> QRLContinuousConfig:
+def qrl_config(hidden: tuple[int, ...], latent: int, projector: tuple[int, ...], components: int, dims: int,
+               actor: tuple[int, ...], actor_lr: float) -> QRLContinuousConfig:
     """C.3.2's QRL: 2 critics, residual T, IQE-maxmean, transition weight 1, lr 0.01 (lambda) / 5e-4 (critic),
     BC weight 0.05 on the dataset action's negative log-likelihood, phi(x) = -softplus(500 - x, beta=0.01)
     (C.24); as the official code's offline maze2d setting, no entropy term in the actor loss."""
@@ -111,13 +113,13 @@ def scales() -> dict[str, Scale]:
     QRL's actor 4 x 1024, its critic 3 x 1024)."""
     d = 4 * 1024
     return {
-        "quick": Scale(20_000, _qrl((64, 64), 32, (64,), 8, 8, (64, 64), 1e-4),
+        "quick": Scale(20_000, qrl_config((64, 64), 32, (64,), 8, 8, (64, 64), 1e-4),
                        CRLConfig(obs_dim=4, action_dim=2, hidden=(64, 64), repr_dim=16, actor_hidden=(64, 64), bc_weight=0.05),
                        GCBCConfig(obs_dim=4, action_dim=2, hidden=(64, 64)),
                        _train(1_500, 128, 500), _train(1_500, 128, 500), _train(1_500, 128, 500),
                        episodes=10, mppi_samples=32, mppi_episodes=10,
                        note="quick: a smoke run, NOT comparable to the paper's numbers"),
-        "cpu": Scale(None, _qrl((128, 128), 64, (128,), 16, 16, (128, 128), 3e-4),
+        "cpu": Scale(None, qrl_config((128, 128), 64, (128,), 16, 16, (128, 128), 3e-4),
                      CRLConfig(obs_dim=4, action_dim=2, hidden=(256, 256), repr_dim=16, actor_hidden=(256, 256),
                                bc_weight=0.05),
                      GCBCConfig(obs_dim=4, action_dim=2, hidden=(256, 256)),
@@ -125,7 +127,7 @@ def scales() -> dict[str, Scale]:
                      episodes=100, mppi_samples=64, mppi_episodes=50,
                      note="cpu: small networks and ~1/50 of the paper's samples (see --help); the paper's numbers "
                           "are at the paper scale"),
-        "paper": Scale(None, _qrl((1024, 1024, 1024), 256, (1024, 1024), 64, 32, (1024,) * 4, 3e-5),
+        "paper": Scale(None, qrl_config((1024, 1024, 1024), 256, (1024, 1024), 64, 32, (1024,) * 4, 3e-5),
                        CRLConfig(obs_dim=4, action_dim=2, hidden=(1024, 1024, 1024), repr_dim=16,
                                  actor_hidden=(1024, 1024, 1024), bc_weight=0.05),
                        GCBCConfig(obs_dim=4, action_dim=2, hidden=(1024, 1024, 1024)),
@@ -178,25 +180,6 @@ class Args:
             raise ValueError(f"--qrl-bc-weight must be >= 0, got {self.qrl_bc_weight}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"--seeds must be distinct, got {self.seeds}")
-
-
-def normaliser(layout: maze2d.Layout):
-    center, scale = (jnp.asarray(x, jnp.float32) for x in (layout.obs_center, layout.obs_scale))
-    return lambda x: (jnp.asarray(x, jnp.float32) - center) / scale
-
-
-def normalised_data(data: dict, layout: maze2d.Layout) -> dict:
-    """A :func:`maze2d.load_dataset` dataset as the agents train on it: observations normalised by the
-    layout's extent (:func:`normaliser`), float32 actions, and the segment ends."""
-    norm = normaliser(layout)
-    return dict(observations=np.asarray(norm(data["observations"])), actions=np.asarray(data["actions"], np.float32),
-                next_observations=np.asarray(norm(data["next_observations"])), segment_end=data["segment_end"])
-
-
-def action_grid(grid_size: int, action_dim: int) -> jax.Array:
-    """Every action of a ``grid_size``^``action_dim`` grid over [-1, 1]^``action_dim``: ``[G, action_dim]``."""
-    axis = jnp.linspace(-1.0, 1.0, grid_size)
-    return jnp.stack(jnp.meshgrid(*[axis] * action_dim, indexing="ij"), -1).reshape(-1, action_dim)
 
 
 def method_setup(method: str, scale: Scale):
@@ -369,62 +352,11 @@ def value_maps(agent: QRLContinuousAgent, layout: maze2d.Layout, goals: list[tup
     return maps
 
 
-def _grid_costs(agent: QRLContinuousAgent, observations: jax.Array, goals: jax.Array, grid_size: int):
-    """The learned one-step cost c(a) = max_i d_i(T_i(f_i(s), a), f_i(g)) of every action of a ``grid_size``^A
-    grid over [-1, 1]^A: (grid [G, A], costs [G, N]), and the cost function itself."""
-    grid = action_grid(grid_size, agent.config.action_dim)
-
-    def cost(actions):
-        return agent.goal_distances_after(agent.critic_params, observations, actions, goals).max(0)
-
-    return grid, jax.lax.map(lambda a: cost(jnp.broadcast_to(a, (observations.shape[0], a.shape[0]))), grid), cost
-
-
-@functools.partial(jax.jit, static_argnames=("grid_size",))
-def actor_critic_gap(agent: QRLContinuousAgent, observations: jax.Array, goals: jax.Array, grid_size: int = 9
-                     ) -> jax.Array:
-    """Does QRL's actor minimise its own objective? Per state, the learned one-step cost of the actor's mode
-    action, c(a) = max_i d_i(T_i(f_i(s), a), f_i(g)), minus the lowest cost among that action and a
-    ``grid_size``^A grid over [-1, 1]^A: 0 where the actor picks the best action it is offered, else how many
-    steps of learned distance it leaves on the table (>= 0). ``observations``, ``goals``: [N, D], normalised
-    as the agent sees them; returns [N]."""
-    _, offered, cost = _grid_costs(agent, observations, goals, grid_size)
-    chosen = cost(agent.act(observations, goals))
-    return chosen - jnp.minimum(offered.min(0), chosen)
-
-
-@functools.partial(jax.jit, static_argnames=("grid_size",))
-def grid_argmin_actions(agent: QRLContinuousAgent, observations: jax.Array, goals: jax.Array, grid_size: int = 9
-                        ) -> jax.Array:
-    """The action of a ``grid_size``^A grid over [-1, 1]^A with the lowest learned one-step cost: what a
-    perfect one-step actor would do with QRL's critic (no actor involved). [N, A]."""
-    grid, offered, _ = _grid_costs(agent, observations, goals, grid_size)
-    return grid[jnp.argmin(offered, 0)]
-
-
 def grid_policy(agent: QRLContinuousAgent, layout: maze2d.Layout):
-    """A host policy acting by :func:`grid_argmin_actions` (the ``qrl_grid`` row): it separates a failing actor
-    from a critic whose greedy policy fails."""
+    """A host policy acting by :func:`~platonic_rl.agents.qrl_diagnostics.grid_argmin_actions` (the ``qrl_grid``
+    row): it separates a failing actor from a critic whose greedy policy fails."""
     norm = normaliser(layout)
     return lambda obs, goals: np.asarray(grid_argmin_actions(agent, norm(obs), norm(goals)))
-
-
-def true_dynamics_greedy_actions(agent: QRLContinuousAgent, env: PointMaze, observations: jax.Array,
-                                  goals: jax.Array, grid_size: int = 9) -> jax.Array:
-    """The critic-quality check's action: of a ``grid_size``^2 grid over [-1, 1]^2, the action whose true next
-    state (``env``'s step, the pure-JAX point maze) has the smallest learned distance to the goal, max over the
-    critics. ``observations``, ``goals``: raw states ``[N, 4]`` (normalised here by the layout's extent);
-    returns ``[N, 2]``. Jit-able."""
-    grid = action_grid(grid_size, env.action_dim)
-    norm = normaliser(env.maze)
-
-    def next_state(observation, action):
-        return env.observe(env.dynamics(dict(position=observation[:2], velocity=observation[2:]), action))
-
-    nexts = jax.vmap(lambda o: jax.vmap(lambda a: next_state(o, a))(grid))(observations)  # [N, G, 4]
-    goals = jnp.broadcast_to(goals[:, None], nexts.shape)
-    costs = agent.goal_distances(norm(nexts.reshape(-1, 4)), norm(goals.reshape(-1, 4))).max(0)
-    return grid[jnp.argmin(costs.reshape(observations.shape[0], -1), -1)]
 
 
 @functools.partial(jax.jit, static_argnames=("env",))
@@ -433,8 +365,8 @@ def _true_greedy(agent, env, observations, goals):
 
 
 def true_dynamics_greedy_policy(agent: QRLContinuousAgent, layout: maze2d.Layout):
-    """A host policy acting by :func:`true_dynamics_greedy_actions` (the ``qrl_true`` row) while the episodes run
-    in MuJoCo."""
+    """A host policy acting by :func:`~platonic_rl.agents.qrl_diagnostics.true_dynamics_greedy_actions` (the
+    ``qrl_true`` row) while the episodes run in MuJoCo."""
     env = PointMaze(layout.name)
     return lambda obs, goals: np.asarray(_true_greedy(agent, env, jnp.asarray(obs, jnp.float32),
                                                       jnp.asarray(goals, jnp.float32)))
@@ -442,9 +374,9 @@ def true_dynamics_greedy_policy(agent: QRLContinuousAgent, layout: maze2d.Layout
 
 def actor_check(agent: QRLContinuousAgent, data: dict, layout: maze2d.Layout, states: int = 1000, seed: int = 0
                 ) -> dict:
-    """:func:`actor_critic_gap` on ``states`` random dataset states, paired with D4RL's single goal and with
-    random dataset states as goals: the mean gap (steps of learned distance) and the fraction of states
-    whose gap exceeds one step."""
+    """:func:`~platonic_rl.agents.qrl_diagnostics.actor_critic_gap` on ``states`` random dataset states, paired
+    with D4RL's single goal and with random dataset states as goals: the mean gap (steps of learned distance) and
+    the fraction of states whose gap exceeds one step."""
     rng = np.random.default_rng(seed)
     observations = data["observations"][rng.integers(len(data["observations"]), size=states)]
     single = np.asarray(normaliser(layout)(maze2d.goal_states(layout.goal)[None]))

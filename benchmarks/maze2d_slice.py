@@ -35,10 +35,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
+from platonic_rl.agents.qrl_diagnostics import true_dynamics_greedy_actions
 from platonic_rl.benchmarks import report
-from platonic_rl.benchmarks.maze2d import _qrl, normalised_data, normaliser, scales, true_dynamics_greedy_actions
+from platonic_rl.benchmarks.maze2d import qrl_config, scales
 from platonic_rl.envs import maze2d
 from platonic_rl.envs.jax_env import rollout
+from platonic_rl.envs.maze2d import normalised_data, normaliser
 from platonic_rl.envs.point_maze import PointMaze
 from platonic_rl.envs.replay import SegmentGoalSampler
 from platonic_rl.training.offline import TrainConfig, train_offline
@@ -117,7 +119,7 @@ def _cpu() -> tuple[QRLContinuousConfig, int]:
 
 
 def _tiny() -> tuple[QRLContinuousConfig, int]:
-    return _qrl((32, 32), 16, (32,), 4, 4, (32, 32), 3e-4), 64
+    return qrl_config((32, 32), 16, (32,), 4, 4, (32, 32), 3e-4), 64
 
 
 SIZES = {"paper": _paper, "cpu": _cpu, "tiny": _tiny}
@@ -212,7 +214,7 @@ def episode_returns(agent: QRLContinuousAgent, key: jax.Array, layout: str, mode
                     policy: str, episode_length: int = 0) -> jax.Array:
     """Returns ``[episodes]`` (steps within 0.5 of the goal, D4RL's sparse reward) of ``policy`` ("actor": the
     actor's mode action; "critic": the critic-quality check,
-    :func:`~platonic_rl.benchmarks.maze2d.true_dynamics_greedy_actions`) in the JAX point maze, episodes of
+    :func:`~platonic_rl.agents.qrl_diagnostics.true_dynamics_greedy_actions`) in the JAX point maze, episodes of
     ``episode_length`` steps (0: the layout's time limit)."""
     env = PointMaze(layout, goals=mode, episode_length=episode_length)
     norm = normaliser(maze2d.get_layout(layout))

@@ -23,7 +23,6 @@ import dataclasses
 import time
 from typing import Literal
 
-import jax
 import numpy as np
 import tyro
 

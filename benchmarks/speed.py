@@ -18,15 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
-import statistics
 import time
 from pathlib import Path
 from typing import Callable, Literal
 
-import flax.struct
 import jax
-import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 
@@ -34,9 +30,10 @@ from platonic_rl.agents import (CRLAgent, CRLConfig, DDPGHERAgent, DDPGHERConfig
                                 DenoisedMDPConfig, GCBCAgent, GCBCConfig, QRLAgent, QRLConfig,
                                 QRLContinuousAgent, QRLContinuousConfig)
 from platonic_rl.benchmarks import report
+from platonic_rl.benchmarks.timing import (discrete_batch, goal_batch, matmul_peak, sequence_batch, time_call,
+                                           time_update)
 from platonic_rl.denoised.model import FactoredRSSM, WorldModelConfig, all_features, observe
 from platonic_rl.qrl import quasimetrics as qm
-from platonic_rl.training.updates import update_steps
 
 Scale = Literal["quick", "full"]
 
@@ -61,98 +58,7 @@ class Args:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
 
 
-# ----------------------------------------------------------------------------------------------- FLOPs
-
-
-def matmul_flops(jaxpr) -> int:
-    """FLOPs of the matrix products in ``jaxpr`` (a ``Jaxpr`` or ``ClosedJaxpr``): 2 per multiply-add of every
-    ``dot_general`` and convolution, sub-jaxprs included, a scan's body times its length, a ``cond`` as its
-    most expensive branch and a ``while`` body once (its trip count is not static)."""
-    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    total = 0
-    for eqn in jaxpr.eqns:
-        name = eqn.primitive.name
-        if name == "dot_general":
-            (lhs_contract, _), _ = eqn.params["dimension_numbers"]
-            lhs = eqn.invars[0].aval.shape
-            total += 2 * math.prod(eqn.outvars[0].aval.shape) * math.prod(lhs[i] for i in lhs_contract)
-        elif name == "conv_general_dilated":
-            rhs = eqn.invars[1].aval.shape
-            spec = eqn.params["dimension_numbers"].rhs_spec  # (out features, in features, *spatial)
-            per_output = math.prod(rhs[i] for i in spec[1:])  # in features per group x kernel window
-            total += 2 * math.prod(eqn.outvars[0].aval.shape) * per_output
-        if name == "cond":
-            total += max(_sub_flops(b) for b in eqn.params["branches"])
-        elif name == "scan":
-            total += eqn.params["length"] * _sub_flops(eqn.params["jaxpr"])
-        else:
-            total += sum(_sub_flops(value) for value in eqn.params.values())
-    return total
-
-
-def _sub_flops(value) -> int:
-    if isinstance(value, (jax.extend.core.Jaxpr, jax.extend.core.ClosedJaxpr)):
-        return matmul_flops(value)
-    if isinstance(value, (tuple, list)):
-        return sum(_sub_flops(v) for v in value)
-    return 0
-
-
-def measure_matmul_peak(sizes=(1024, 2048), repeats: int = 5) -> float:
-    """This machine's float32 matmul rate, FLOP/s: the best median over square matmuls of ``sizes``."""
-    best = 0.0
-    for n in sizes:
-        a, b = (jax.random.normal(jax.random.PRNGKey(i), (n, n), jnp.float32) for i in range(2))
-        seconds = time_call(jax.jit(jnp.matmul), (a, b), repeats)
-        best = max(best, 2 * n ** 3 / seconds)
-    return best
-
-
-def time_call(fn: Callable, args: tuple, repeats: int) -> float:
-    """Median seconds of ``fn(*args)`` (results blocked on) over ``repeats`` calls, after one that compiles."""
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 # ----------------------------------------------------------------------------------------------- cases
-
-
-@flax.struct.dataclass
-class FixedBatch:
-    """A sampler that returns the same batch (the scan measures the update, not sampling)."""
-    batch: dict
-
-    def sample(self, key):
-        del key
-        return self.batch
-
-
-def goal_batch(n: int, obs_dim: int, action_dim: int, seed: int = 0) -> dict:
-    rng = np.random.default_rng(seed)
-    obs = rng.normal(size=(n, obs_dim)).astype(np.float32)
-    return dict(observations=obs, actions=rng.uniform(-1, 1, (n, action_dim)).astype(np.float32),
-                next_observations=obs + 0.1 * rng.normal(size=obs.shape).astype(np.float32),
-                rewards=-np.ones(n, np.float32), goals=rng.normal(size=(n, obs_dim)).astype(np.float32))
-
-
-def discrete_batch(n: int, obs_dim: int, num_actions: int, seed: int = 0) -> dict:
-    rng = np.random.default_rng(seed)
-    obs = rng.normal(size=(n, obs_dim)).astype(np.float32)
-    return dict(observations=obs, actions=rng.integers(0, num_actions, n).astype(np.int32),
-                next_observations=obs + 0.1 * rng.normal(size=obs.shape).astype(np.float32),
-                rewards=-np.ones(n, np.float32))
-
-
-def sequence_batch(b: int, t: int, obs_dim: int, action_dim: int, seed: int = 0) -> dict:
-    rng = np.random.default_rng(seed)
-    return dict(observations=rng.normal(size=(b, t, obs_dim)).astype(np.float32),
-                prev_actions=rng.uniform(-1, 1, (b, t, action_dim)).astype(np.float32),
-                rewards=rng.normal(size=(b, t)).astype(np.float32))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -326,9 +232,16 @@ def iqe_kernel(name: str):
         qm.iqe_components = library
 
 
-def time_update(case: Case, args: Args, peak: float) -> dict:
+def time_case(case: Case, args: Args, peak: float) -> dict:
+    """:func:`~platonic_rl.benchmarks.timing.time_update` of the case, traced with its IQE kernel; a world-model
+    agent's row also times the parts of its update."""
     with iqe_kernel(case.iqe_kernel):
-        return _time_update(case, args, peak)
+        agent, batch = case.build()
+        out = dict(size=case.size, samples=case.samples,
+                   **time_update(agent, batch, case.samples, args.repeats, args.scan_length, peak))
+        if isinstance(agent, DenoisedMDPAgent):
+            out["parts_ms"] = world_model_parts(agent, jax.tree.map(jnp.asarray, batch), args.repeats)
+        return out
 
 
 def world_model_parts(agent: DenoisedMDPAgent, batch: dict, repeats: int) -> dict:
@@ -359,22 +272,6 @@ def world_model_parts(agent: DenoisedMDPAgent, batch: dict, repeats: int) -> dic
                                                         repeats)
         out["decoder_forward_and_gradient"] = time_call(jax.jit(jax.grad(decoder)), (params, feats), repeats)
     return {name: 1e3 * seconds for name, seconds in out.items()}
-
-
-def _time_update(case: Case, args: Args, peak: float) -> dict:
-    agent, batch = case.build()
-    batch = jax.tree.map(jnp.asarray, batch)
-    update = jax.jit(type(agent).update)
-    one = time_call(update, (agent, batch), args.repeats)
-    keys = jax.random.split(jax.random.PRNGKey(0), args.scan_length)
-    scanned = time_call(update_steps, (agent, FixedBatch(batch), keys), args.repeats) / args.scan_length
-    flops = matmul_flops(jax.make_jaxpr(type(agent).update)(agent, batch))
-    out = dict(size=case.size, samples=case.samples, ms_one_call=1e3 * one, ms_in_scan=1e3 * scanned,
-               samples_per_s=case.samples / scanned, matmul_gflops=flops / 1e9,
-               peak_fraction_one_call=flops / one / peak, peak_fraction_in_scan=flops / scanned / peak)
-    if isinstance(agent, DenoisedMDPAgent):
-        out["parts_ms"] = world_model_parts(agent, batch, args.repeats)
-    return out
 
 
 def table(record: dict) -> str:
@@ -453,11 +350,11 @@ def run(args: Args) -> dict:
     if unknown:
         raise ValueError(f"--cases: unknown {unknown}; known at scale {args.scale!r}: {sorted(cases)}")
     chosen = [cases[n] for n in (args.cases or cases)]
-    peak = measure_matmul_peak((1024, 2048) if args.scale == "full" else (256,), args.repeats)
+    peak = matmul_peak("float32", (1024, 2048) if args.scale == "full" else (256,), args.repeats)
     print(f"float32 matmul peak: {peak / 1e9:.1f} GFLOP/s", flush=True)
     updates = {}
     for case in chosen:
-        updates[case.name] = time_update(case, args, peak)
+        updates[case.name] = time_case(case, args, peak)
         r = updates[case.name]
         print(f"{case.name}: {r['ms_one_call']:.1f} ms one call, {r['ms_in_scan']:.1f} ms in scan, "
               f"{100 * r['peak_fraction_one_call']:.0f}% of peak", flush=True)

@@ -60,6 +60,7 @@ from collections import deque
 from pathlib import Path
 from typing import Callable
 
+import jax.numpy as jnp
 import numpy as np
 
 # D4RL's maze strings ('#' wall, 'O' free, 'G' the goal cell), rows separated by '\'.
@@ -137,6 +138,23 @@ def normalized_score(layout: str | Layout, returns) -> np.ndarray:
     layout = get_layout(layout)
     return 100.0 * (np.asarray(returns, np.float64) - layout.ref_min_score) / (
         layout.ref_max_score - layout.ref_min_score)
+
+
+def normaliser(layout: str | Layout) -> Callable:
+    """``x -> (x - obs_center) / obs_scale`` as float32 JAX arrays (jit-able): the layout's positions to about
+    [-1, 1] and velocities to [-1, 1], the inputs the maze2d agents train and act on. Works on states and goals
+    ``[..., 4]``."""
+    layout = get_layout(layout)
+    center, scale = (jnp.asarray(x, jnp.float32) for x in (layout.obs_center, layout.obs_scale))
+    return lambda x: (jnp.asarray(x, jnp.float32) - center) / scale
+
+
+def normalised_data(data: dict, layout: str | Layout) -> dict:
+    """A :func:`load_dataset` dataset as the agents train on it: observations normalised by the layout's extent
+    (:func:`normaliser`), float32 actions, and the segment ends (NumPy arrays)."""
+    norm = normaliser(layout)
+    return dict(observations=np.asarray(norm(data["observations"])), actions=np.asarray(data["actions"], np.float32),
+                next_observations=np.asarray(norm(data["next_observations"])), segment_end=data["segment_end"])
 
 
 # ------------------------------------------------------------------------------------ coordinates

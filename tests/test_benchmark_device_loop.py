@@ -11,8 +11,8 @@ import jax
 import numpy as np
 import pytest
 
+from platonic_rl.agents.qrl_diagnostics import grid_argmin_actions
 from platonic_rl.benchmarks import device_loop, report
-from platonic_rl.benchmarks.maze2d import grid_argmin_actions
 from platonic_rl.envs import jax_env
 
 

@@ -6,27 +6,28 @@ import numpy as np
 import pytest
 
 from platonic_rl.benchmarks import speed
+from platonic_rl.benchmarks.timing import matmul_flops
 
 
 def test_matmul_flops_hand_counted():
     a, w = jnp.ones((4, 8)), jnp.ones((8, 16))
-    assert speed.matmul_flops(jax.make_jaxpr(jnp.matmul)(a, w)) == 2 * 4 * 8 * 16
+    assert matmul_flops(jax.make_jaxpr(jnp.matmul)(a, w)) == 2 * 4 * 8 * 16
     # The gradient of sum(a @ w) wrt w adds a^T g: one more product of the same size.
     grad = jax.make_jaxpr(jax.grad(lambda w: jnp.sum(a @ w)))(w)
-    assert speed.matmul_flops(grad) == 2 * (2 * 4 * 8 * 16)
+    assert matmul_flops(grad) == 2 * (2 * 4 * 8 * 16)
     # A scan's body counts once per step; jit (pjit) bodies are entered.
     scanned = jax.make_jaxpr(lambda w: jax.lax.scan(lambda c, _: (jax.jit(jnp.matmul)(c, w[:, :8]), None), a, None,
                                                     length=3)[0])(w)
-    assert speed.matmul_flops(scanned) == 3 * 2 * 4 * 8 * 8
+    assert matmul_flops(scanned) == 3 * 2 * 4 * 8 * 8
     # A batched dot: [2, 4, 8] x [2, 8, 16] is 2 * 4 * 16 outputs of 8 multiply-adds.
-    assert speed.matmul_flops(jax.make_jaxpr(jnp.matmul)(jnp.ones((2, 4, 8)), jnp.ones((2, 8, 16)))) == 2 * 128 * 8
+    assert matmul_flops(jax.make_jaxpr(jnp.matmul)(jnp.ones((2, 4, 8)), jnp.ones((2, 8, 16)))) == 2 * 128 * 8
     # A convolution: 8 x 8 x 4 outputs, each 3 x 3 x 3 multiply-adds; a cond counts its dearer branch.
     image, kernel = jnp.ones((1, 8, 8, 3)), jnp.ones((3, 3, 3, 4))
     conv = lambda x, k: jax.lax.conv_general_dilated(x, k, (1, 1), "SAME",  # noqa: E731
                                                      dimension_numbers=("NHWC", "HWIO", "NHWC"))
-    assert speed.matmul_flops(jax.make_jaxpr(conv)(image, kernel)) == 2 * 8 * 8 * 4 * 27
+    assert matmul_flops(jax.make_jaxpr(conv)(image, kernel)) == 2 * 8 * 8 * 4 * 27
     branches = jax.make_jaxpr(lambda p, a, w: jax.lax.cond(p, lambda: a @ w, lambda: jnp.zeros((4, 16))))(True, a, w)
-    assert speed.matmul_flops(branches) == 2 * 4 * 8 * 16
+    assert matmul_flops(branches) == 2 * 4 * 8 * 16
 
 
 def test_quick_run_saves_the_report(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 from platonic_rl.agents import (CRLAgent, CRLConfig, DDPGHERAgent, DDPGHERConfig, DenoisedMDPAgent,
                                 DenoisedMDPConfig, GCBCAgent, GCBCConfig, QRLAgent, QRLConfig, QRLContinuousAgent,
                                 QRLContinuousConfig)
-from platonic_rl.benchmarks.speed import discrete_batch, goal_batch, matmul_flops, sequence_batch
+from platonic_rl.benchmarks.timing import discrete_batch, goal_batch, matmul_flops, sequence_batch
 from platonic_rl.denoised.model import WorldModelConfig
 
 TINY = dict(encoder_hidden=(64,), latent_dim=32, projector_hidden=(64,), iqe_components=8, iqe_dim_per_component=8,

@@ -70,7 +70,7 @@ def links(page: Path) -> list[str]:
 BLOCKS = [(page, i, block) for page in PAGES for i, block in enumerate(code_blocks(TEXT[page], "python"))]
 COMMANDS = [(page, argv) for page in PAGES for argv in commands(TEXT[page]) if argv[2] not in ("pip", "pytest", "pdoc")]
 BENCHMARKS = sorted(f"platonic_rl.benchmarks.{p.stem}" for p in (ROOT / "benchmarks").glob("*.py")
-                    if p.stem not in ("__init__", "report"))
+                    if p.stem not in ("__init__", "report", "timing"))  # helpers, not benchmarks
 
 
 def test_the_readme_is_the_front_door():

@@ -62,6 +62,58 @@ def test_nothing_imports_the_suite_by_its_folder_names():
     assert not bare, "import these as platonic_rl.<package>:\n" + "\n".join(bare)
 
 
+# Inside the benchmarks room: shared helpers every benchmark may use, and the benchmarks built from others' parts
+# (their presets, or whole parts they run), each with what it builds on. Anything else a benchmark needs from another
+# belongs in a lower room (as QRL's critic checks in agents.qrl_diagnostics) or in a helper.
+BENCHMARK_HELPERS = {"report", "timing"}
+BENCHMARK_COMPOSITIONS = {
+    "accelerator": {"device_loop", "maze2d", "maze2d_slice"},  # runs their parts at their presets
+    "convergence": {"device_loop"},                            # the device loop's runs, probed
+    "maze2d_slice": {"maze2d"},                                # maze2d's presets, trained in chunks
+    "speed": {"dmc", "fetch", "maze2d"},                       # their presets' updates, timed
+}
+
+
+def benchmark_imports(source: str) -> list[tuple[int, str, list[str]]]:
+    """(line, benchmark module, names imported from it) of every import of a ``platonic_rl.benchmarks`` module."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name.split(".")[2], []) for a in node.names
+                    if a.name.startswith("platonic_rl.benchmarks.")]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "platonic_rl.benchmarks":
+            out += [(node.lineno, a.name, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(
+                "platonic_rl.benchmarks."):
+            out.append((node.lineno, node.module.split(".")[2], [a.name for a in node.names]))
+    return out
+
+
+def test_benchmarks_import_only_helpers_and_the_benchmarks_they_are_built_from():
+    wrong = []
+    for path in sorted((ROOT / "benchmarks").glob("*.py")):
+        me = path.stem
+        allowed = BENCHMARK_HELPERS | BENCHMARK_COMPOSITIONS.get(me, set())
+        if me in BENCHMARK_HELPERS:
+            allowed = BENCHMARK_HELPERS - {me}
+        for line, module, names in benchmark_imports(path.read_text()):
+            private = [n for n in names if n.startswith("_")]
+            if (module not in allowed and module != me) or private:
+                wrong.append(f"benchmarks/{path.name}:{line} imports benchmarks.{module}"
+                             + (f" (private {private})" if private else ""))
+    assert not wrong, ("a benchmark imports another's internals; move what is shared to a helper or a lower room, "
+                       "or list the composition in BENCHMARK_COMPOSITIONS:\n" + "\n".join(wrong))
+    for name, parts in BENCHMARK_COMPOSITIONS.items():  # the table names real modules only
+        assert all((ROOT / "benchmarks" / f"{m}.py").is_file() for m in parts | {name}), name
+
+
+def test_the_benchmark_import_reader_sees_every_form():
+    source = ("from platonic_rl.benchmarks import report, maze2d\nimport platonic_rl.benchmarks.speed\n"
+              "def f():\n    from platonic_rl.benchmarks.maze2d import _qrl, scales\n")
+    assert sorted(benchmark_imports(source)) == [(1, "maze2d", []), (1, "report", []), (2, "speed", []),
+                                                 (4, "maze2d", ["_qrl", "scales"])]
+
+
 def test_the_checker_sees_an_upward_import():
     source = "import jax\nfrom platonic_rl.training.run import RunDirectory\ndef f():\n    import platonic_rl.agents\n"
     rooms = [suite_room(m) for _, m in imported_modules(source)]

@@ -18,7 +18,7 @@ from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousC
 from platonic_rl.agents.seeds import SeedStack
 from platonic_rl.common.planning import mppi_step
 from platonic_rl.envs import maze2d
-from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
+from platonic_rl.envs.replay import SegmentGoalSampler
 from platonic_rl.training.offline import TrainConfig, train_offline
 
 
@@ -324,42 +324,6 @@ def test_qrl_plan_costs_sum_the_learned_q_along_the_latent_rollout():
     assert d.shape == (2, 1) and np.all(np.asarray(d) >= 0)
 
 
-def test_actor_critic_gap_is_the_actors_learned_cost_above_the_best_grid_action():
-    from platonic_rl.benchmarks import maze2d as bench
-
-    config = QRLContinuousConfig(obs_dim=4, action_dim=2, encoder_hidden=(16,), latent_dim=8, projector_hidden=(16,),
-                                 iqe_components=4, iqe_dim_per_component=4, dynamics_hidden=(16,), actor_hidden=(16,))
-    agent = QRLContinuousAgent.create(config, 1)
-    rng = np.random.default_rng(2)
-    # The fresh dynamics T is the identity (zero-initialised residual): perturb every critic weight so the
-    # learned cost depends on the action.
-    leaves, treedef = jax.tree.flatten(agent.critic_params)
-    noisy = [x + 0.5 * jnp.asarray(rng.normal(size=x.shape), jnp.float32) for x in leaves]
-    agent = agent.replace(critic_state=agent.critic_state.replace(params=jax.tree.unflatten(treedef, noisy)))
-    obs, goals = (jnp.asarray(rng.normal(size=(5, 4)), jnp.float32) for _ in range(2))
-    gap = np.asarray(bench.actor_critic_gap(agent, obs, goals, grid_size=3))
-
-    distances = jax.jit(agent.goal_distances_after)
-
-    def cost(actions):  # by hand, one action at a time: max over critics of d(T(f(s), a), f(g))
-        return np.asarray(distances(agent.critic_params, obs, jnp.asarray(actions, jnp.float32), goals)).max(0)
-    grid = np.array([[a, b] for a in (-1, 0, 1) for b in (-1, 0, 1)], np.float32)
-    chosen = cost(np.asarray(agent.act(obs, goals)))
-    offered = np.stack([cost(np.broadcast_to(a, (5, 2))) for a in grid])
-    np.testing.assert_allclose(gap, chosen - np.minimum(offered.min(0), chosen), rtol=1e-5, atol=1e-4)
-    assert np.all(gap >= 0) and np.any(gap > 1e-3)  # a random actor leaves learned distance on the table
-    np.testing.assert_array_equal(bench.grid_argmin_actions(agent, obs, goals, grid_size=3), grid[offered.argmin(0)])
-    # An actor whose mode is a grid point, (0, 0) with its output layer zeroed, is scored against the grid
-    # alone: its gap is its cost above the grid's best, 0 exactly where (0, 0) is that best.
-    zeroed = jax.tree.map(lambda x: x, agent.actor_params)
-    last = max(k for k in zeroed["params"]["TanhNormalPolicy_0"])
-    zeroed["params"]["TanhNormalPolicy_0"][last] = jax.tree.map(jnp.zeros_like, zeroed["params"]["TanhNormalPolicy_0"][last])
-    still = agent.replace(actor_state=agent.actor_state.replace(params=zeroed))
-    np.testing.assert_array_equal(np.asarray(still.act(obs, goals)), 0.0)
-    gap0 = np.asarray(bench.actor_critic_gap(still, obs, goals, grid_size=3))
-    np.testing.assert_allclose(gap0, cost(np.zeros((5, 2))) - offered.min(0), rtol=1e-5, atol=1e-4)
-
-
 def _small_scale(bench, updates: int, small_networks: bool):
     """The quick scale with ``updates`` updates per method and, with ``small_networks``, 16-wide networks and 8
     MPPI samples (the quick scale's 64-wide networks make the run's compiles and episodes slow on 2 cores)."""
@@ -370,7 +334,7 @@ def _small_scale(bench, updates: int, small_networks: bool):
         from platonic_rl.agents.crl import CRLConfig
         from platonic_rl.agents.gcbc import GCBCConfig
 
-        short.update(qrl=bench._qrl((16,), 8, (16,), 2, 4, (16,), 1e-4), mppi_samples=8,
+        short.update(qrl=bench.qrl_config((16,), 8, (16,), 2, 4, (16,), 1e-4), mppi_samples=8,
                      crl=CRLConfig(obs_dim=4, action_dim=2, hidden=(16,), repr_dim=4, actor_hidden=(16,), bc_weight=0.05),
                      gcbc=GCBCConfig(obs_dim=4, action_dim=2, hidden=(16,)))
     return dataclasses.replace(quick, **short)

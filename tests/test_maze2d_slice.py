@@ -96,29 +96,6 @@ def test_bad_arguments_are_refused():
         maze2d_slice.parse_args(["--plot", "out.png"])
 
 
-def test_the_critic_check_steps_the_true_dynamics_towards_the_smallest_learned_distance():
-    """The critic-quality check (the slice's and the maze2d benchmark's ``qrl_true`` row). With a stand-in critic
-    whose distance is the Euclidean one between positions, the check's action from
-    rest is the grid action straight at the goal (only it makes the most progress along the goal's axis), and
-    it pushes back when the point already moves past the goal."""
-    import jax.numpy as jnp
-
-    from platonic_rl.benchmarks.maze2d import true_dynamics_greedy_actions
-    from platonic_rl.envs.point_maze import PointMaze
-
-    class Euclidean:
-        def goal_distances(self, observations, goals):
-            return jnp.linalg.norm(observations[:, :2] - goals[:, :2], axis=-1)[None]
-
-    env = PointMaze("umaze")
-    start = np.asarray(env.maze.free_cells[0], np.float32)
-    observations = jnp.asarray([[*start, 0.0, 0.0], [*start, 0.0, 0.0], [*start, 3.0, 0.0]], jnp.float32)
-    goals = jnp.asarray([[start[0] + 1, start[1], 0, 0], [start[0], start[1] - 1, 0, 0],
-                         [start[0], start[1], 0, 0]], jnp.float32)
-    actions = np.asarray(true_dynamics_greedy_actions(Euclidean(), env, observations, goals))
-    np.testing.assert_array_equal(actions, [[1.0, 0.0], [0.0, -1.0], [-1.0, 0.0]])
-
-
 def test_prepared_transitions_of_several_trajectories_load_row_by_row(tmp_path):
     """A file of several trajectories (the JAX generator's) keeps each row's own next state; a bad file is refused."""
     import jax

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from platonic_rl.agents.qrl import QRLAgent
-from platonic_rl.training.offline import TrainConfig, train_offline
+from platonic_rl.training.offline import train_offline
 from platonic_rl.training.run import MetricsLog, RunDirectory, RunDirectoryError
 from platonic_rl.training.updates import NonFiniteError, check_finite
 

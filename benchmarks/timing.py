@@ -1,0 +1,132 @@
+"""How the benchmarks time updates: matmul FLOPs from a jaxpr, the device's measured matmul peak, the median of
+timed calls, and the synthetic batches an update is timed on. Shared by the speed report
+(:mod:`~platonic_rl.benchmarks.speed`) and the accelerator check (:mod:`~platonic_rl.benchmarks.accelerator`);
+needs only JAX, Flax and NumPy.
+
+    peak = matmul_peak("float32", (1024, 2048), repeats=5)                     # FLOP/s
+    row = time_update(agent, goal_batch(256, 10, 4), 256, repeats=5, scan_length=10, peak=peak)
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from typing import Callable
+
+import flax.struct
+import jax
+import jax.extend.core
+import jax.numpy as jnp
+import numpy as np
+
+from platonic_rl.training.updates import update_steps
+
+
+def matmul_flops(jaxpr) -> int:
+    """FLOPs of the matrix products in ``jaxpr`` (a ``Jaxpr`` or ``ClosedJaxpr``): 2 per multiply-add of every
+    ``dot_general`` and convolution, sub-jaxprs included, a scan's body times its length, a ``cond`` as its
+    most expensive branch and a ``while`` body once (its trip count is not static)."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    total = 0
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name == "dot_general":
+            (lhs_contract, _), _ = eqn.params["dimension_numbers"]
+            lhs = eqn.invars[0].aval.shape
+            total += 2 * math.prod(eqn.outvars[0].aval.shape) * math.prod(lhs[i] for i in lhs_contract)
+        elif name == "conv_general_dilated":
+            rhs = eqn.invars[1].aval.shape
+            spec = eqn.params["dimension_numbers"].rhs_spec  # (out features, in features, *spatial)
+            per_output = math.prod(rhs[i] for i in spec[1:])  # in features per group x kernel window
+            total += 2 * math.prod(eqn.outvars[0].aval.shape) * per_output
+        if name == "cond":
+            total += max(_sub_flops(b) for b in eqn.params["branches"])
+        elif name == "scan":
+            total += eqn.params["length"] * _sub_flops(eqn.params["jaxpr"])
+        else:
+            total += sum(_sub_flops(value) for value in eqn.params.values())
+    return total
+
+
+def _sub_flops(value) -> int:
+    if isinstance(value, (jax.extend.core.Jaxpr, jax.extend.core.ClosedJaxpr)):
+        return matmul_flops(value)
+    if isinstance(value, (tuple, list)):
+        return sum(_sub_flops(v) for v in value)
+    return 0
+
+
+def time_call(fn: Callable, args: tuple, repeats: int) -> float:
+    """Median seconds of ``fn(*args)`` (results blocked on) over ``repeats`` calls, after one that compiles."""
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def matmul_peak(dtype: str = "float32", sizes: tuple[int, ...] = (1024, 2048), repeats: int = 5) -> float:
+    """This device's matmul rate in ``dtype``, FLOP/s: the best median over square matmuls of ``sizes`` (at JAX's
+    default precision, so float32 may run as TF32 on GPUs)."""
+    best = 0.0
+    for n in sizes:
+        a, b = (jax.random.normal(jax.random.PRNGKey(i), (n, n)).astype(dtype) for i in range(2))
+        seconds = time_call(jax.jit(jnp.matmul), (a, b), repeats)
+        best = max(best, 2 * n ** 3 / seconds)
+    return best
+
+
+@flax.struct.dataclass
+class FixedBatch:
+    """A sampler that returns the same batch (the scan measures the update, not sampling)."""
+    batch: dict
+
+    def sample(self, key):
+        del key
+        return self.batch
+
+
+def time_update(agent, batch: dict, samples: int, repeats: int, scan_length: int, peak: float) -> dict:
+    """One agent's update timed as one jitted call and inside a ``lax.scan`` of ``scan_length`` updates (the
+    training layer's ``update_steps``, which every loop uses), each the median of ``repeats`` calls: ms per update,
+    samples/s in the scan (``samples`` per update), the matmul FLOPs of one update (from its jaxpr) and their
+    share of ``peak`` (FLOP/s)."""
+    batch = jax.tree.map(jnp.asarray, batch)
+    one = time_call(jax.jit(type(agent).update), (agent, batch), repeats)
+    keys = jax.random.split(jax.random.PRNGKey(0), scan_length)
+    scanned = time_call(update_steps, (agent, FixedBatch(batch), keys), repeats) / scan_length
+    flops = matmul_flops(jax.make_jaxpr(type(agent).update)(agent, batch))
+    return dict(ms_one_call=1e3 * one, ms_in_scan=1e3 * scanned, samples_per_s=samples / scanned,
+                matmul_gflops=flops / 1e9, peak_fraction_one_call=flops / one / peak,
+                peak_fraction_in_scan=flops / scanned / peak)
+
+
+# ------------------------------------------------------------------------------------- synthetic batches
+
+
+def goal_batch(n: int, obs_dim: int, action_dim: int, seed: int = 0) -> dict:
+    """``n`` goal-conditioned transitions with continuous actions in [-1, 1], as the goal agents' updates take."""
+    rng = np.random.default_rng(seed)
+    obs = rng.normal(size=(n, obs_dim)).astype(np.float32)
+    return dict(observations=obs, actions=rng.uniform(-1, 1, (n, action_dim)).astype(np.float32),
+                next_observations=obs + 0.1 * rng.normal(size=obs.shape).astype(np.float32),
+                rewards=-np.ones(n, np.float32), goals=rng.normal(size=(n, obs_dim)).astype(np.float32))
+
+
+def discrete_batch(n: int, obs_dim: int, num_actions: int, seed: int = 0) -> dict:
+    """``n`` transitions with integer actions in ``[0, num_actions)`` (discrete QRL's update)."""
+    rng = np.random.default_rng(seed)
+    obs = rng.normal(size=(n, obs_dim)).astype(np.float32)
+    return dict(observations=obs, actions=rng.integers(0, num_actions, n).astype(np.int32),
+                next_observations=obs + 0.1 * rng.normal(size=obs.shape).astype(np.float32),
+                rewards=-np.ones(n, np.float32))
+
+
+def sequence_batch(b: int, t: int, obs_dim: int, action_dim: int, seed: int = 0) -> dict:
+    """``b`` sequences of ``t`` steps, as the world-model agents' updates take."""
+    rng = np.random.default_rng(seed)
+    return dict(observations=rng.normal(size=(b, t, obs_dim)).astype(np.float32),
+                prev_actions=rng.uniform(-1, 1, (b, t, action_dim)).astype(np.float32),
+                rewards=rng.normal(size=(b, t)).astype(np.float32))
