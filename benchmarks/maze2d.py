@@ -475,6 +475,9 @@ def plot_trajectories(path: Path, trajectories: dict, title: str) -> None:
 CRITIC_RECORD = "qrl_critic"
 """``<out>/evals/<layout>-qrl_critic.json``: what QRL's trained stack says beyond its scores, kept so that a later
 call (another layout, another method) rebuilds the record and the pictures without the run's checkpoints."""
+DATASET_RECORD = "dataset"
+"""``<out>/evals/<layout>-dataset.json``: the dataset the layout's runs trained on (source, generation settings,
+transitions, episodes), so that a call for another layout keeps it in ``results.json``."""
 
 
 def critic_record(stack: SeedStack, history: list[dict], data: dict, layout: maze2d.Layout, seeds) -> dict:
@@ -519,7 +522,7 @@ def run(args: Args) -> dict:
             info = dict(source=str(path), **maze2d.dataset_info(path))
         data = maze2d.load_dataset(path, layout)
         info.update(transitions=len(data["actions"]), episodes=int(data["segment_end"].sum()))
-        datasets[layout_name] = info
+        (out / "evals" / f"{layout_name}-{DATASET_RECORD}.json").write_text(json.dumps(info, default=report._plain))
         print(f"maze2d-{layout_name}: {info['transitions']:,} transitions in {info['episodes']:,} episodes ({path})")
         data = normalised_data(data, layout)
         stacks, histories = {}, {}
@@ -552,9 +555,12 @@ def run(args: Args) -> dict:
                 gaps = [g[setting]["mean_gap"] for g in critic["actor_gap"]]
                 print(f"  QRL's actor vs its critic, {setting}: its action is {np.mean(gaps):.2f} steps of learned "
                       f"distance worse than the best of a 9x9 action grid (mean over states and seeds)")
-    # Every layout's QRL critic record in --out-dir, including those of earlier calls (a layout at a time).
+    # Every layout's dataset and QRL critic records in --out-dir, including those of earlier calls (a layout at a time).
     qrl_signals = {}
     for layout_name in LAYOUTS:
+        path = out / "evals" / f"{layout_name}-{DATASET_RECORD}.json"
+        if path.is_file():
+            datasets[layout_name] = json.loads(path.read_text())
         path = out / "evals" / f"{layout_name}-{CRITIC_RECORD}.json"
         if path.is_file():
             critic = json.loads(path.read_text())

@@ -395,10 +395,14 @@ def _check_benchmark_run(tmp_path, monkeypatch, updates: int, small_networks: bo
         assert {"lagrange_multiplier", "violation", "mean_goal_distance", "flat"} <= set(saved["qrl_signals"]["umaze"])
         assert "QRL's training signals, umaze: " in saved["table"]
         assert (tmp_path / "out" / "evals" / "umaze-qrl_critic.json").is_file()
-    # On a new machine the checkpoints are gone: the finished layout is rebuilt from its records, nothing trained.
+    # On a new machine the checkpoints are gone: the finished layout is rebuilt from its records, nothing trained;
+    # another layout's records from an earlier call (here its dataset's) stay in the record.
     shutil.rmtree(tmp_path / "out" / "runs")
     monkeypatch.setattr(bench, "train_method", lambda *a, **k: pytest.fail("a finished layout was trained again"))
+    earlier = dict(source="an earlier call's dataset", transitions=7, episodes=1)
+    (tmp_path / "out" / "evals" / "medium-dataset.json").write_text(json.dumps(earlier))
     third = bench.run(args)
+    assert third["datasets"] == {"medium": earlier, "umaze": saved["datasets"]["umaze"]}
     assert third["summary"] == summary and third["value_rank_correlation"] == saved["value_rank_correlation"]
     assert third["actor_critic_gap"] == saved["actor_critic_gap"] and (tmp_path / "out" / "values.png").is_file()
 
