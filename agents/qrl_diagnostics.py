@@ -11,8 +11,9 @@ critics (the cost the actor is trained on):
   latent dynamics T_i): what a perfect one-step actor would do with this critic, no actor involved;
 * :func:`actor_critic_gap` is how much of that cost the actor's mode action leaves on the table;
 * :func:`true_dynamics_greedy_actions` steps the *true* dynamics of the pure-JAX point maze instead of the learned
-  model and picks the action whose next state is nearest the goal: no actor, no learned dynamics, so a failure
-  there is the learned distance's own (its local minima).
+  model and picks the action whose next state (or the state after holding the action ``hold_steps`` steps) is
+  nearest the goal: no actor, no learned dynamics, so a failure there is the learned distance's own (its local
+  minima, or differences between states one step apart that it does not resolve).
 
 Observations and goals are what the agent sees (normalised), except for :func:`true_dynamics_greedy_actions`,
 which takes raw point-maze states and normalises them by the layout's extent. Every function is jit-able.
@@ -70,16 +71,23 @@ def grid_argmin_actions(agent: QRLContinuousAgent, observations: jax.Array, goal
 
 
 def true_dynamics_greedy_actions(agent: QRLContinuousAgent, env: PointMaze, observations: jax.Array,
-                                  goals: jax.Array, grid_size: int = 9) -> jax.Array:
+                                  goals: jax.Array, grid_size: int = 9, hold_steps: int = 1) -> jax.Array:
     """The critic-quality check's action: of the grid over [-1, 1]^2, the action whose true next state
     (``env``'s step, the pure-JAX point maze) has the smallest learned distance to the goal, max over the
-    critics. ``observations``, ``goals``: raw states ``[N, 4]`` (normalised here by the layout's extent);
-    returns ``[N, 2]``. Jit-able."""
+    critics. With ``hold_steps`` k > 1, the state after holding the action for k steps: the learned distance then
+    has to order states k steps apart rather than one (a transition's distance is at most its cost, 1, so one step
+    moves the distance by at most 1 out of the hundreds it spans). ``observations``, ``goals``: raw states
+    ``[N, 4]`` (normalised here by the layout's extent); returns ``[N, 2]``. Jit-able (``hold_steps`` static)."""
+    if hold_steps < 1:
+        raise ValueError(f"hold_steps must be >= 1, got {hold_steps}")
     grid = action_grid(grid_size, env.action_dim)
     norm = normaliser(env.maze)
 
     def next_state(observation, action):
-        return env.observe(env.dynamics(dict(position=observation[:2], velocity=observation[2:]), action))
+        physics = dict(position=observation[:2], velocity=observation[2:])
+        for _ in range(hold_steps):
+            physics = env.dynamics(physics, action)
+        return env.observe(physics)
 
     nexts = jax.vmap(lambda o: jax.vmap(lambda a: next_state(o, a))(grid))(observations)  # [N, G, 4]
     goals = jnp.broadcast_to(goals[:, None], nexts.shape)

@@ -5,7 +5,9 @@ paper) acts with QRL's trained critic alone, by the argmin of the learned one-st
 what a perfect one-step actor would do, to tell a failing actor from a critic whose greedy policy fails.
 ``qrl_true`` (not in the paper) is the critic-quality check: the grid action whose *true* next state (the pure-JAX
 point maze's step) has the smallest learned distance to the goal, max over the critics; no actor, no learned
-dynamics, so a failure there is the learned distance's own.
+dynamics, so a failure there is the learned distance's own. ``qrl_true_hold`` (not in the paper) is the same check
+with each grid action held for the scale's ``critic_hold_steps`` (20: 0.2 s) before the learned distance is read:
+it asks whether the distance orders states further apart than one step.
 
     python -m platonic_rl.benchmarks.maze2d --scale quick                       # minutes: a smoke run
     python -m platonic_rl.benchmarks.maze2d --scale cpu --layouts medium        # one layout, 3 seeds
@@ -53,8 +55,9 @@ from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
 from platonic_rl.training import signals
 from platonic_rl.training.offline import TrainConfig, train_offline
 
-Method = Literal["qrl", "qrl_grid", "qrl_true", "crl", "gcbc", "mppi", "mppi_true"]
-METHODS = ("qrl", "qrl_grid", "qrl_true", "crl", "gcbc", "mppi", "mppi_true")
+Method = Literal["qrl", "qrl_grid", "qrl_true", "qrl_true_hold", "crl", "gcbc", "mppi", "mppi_true"]
+METHODS = ("qrl", "qrl_grid", "qrl_true", "qrl_true_hold", "crl", "gcbc", "mppi", "mppi_true")
+QRL_CHECKS = ("qrl_grid", "qrl_true", "qrl_true_hold", "mppi")  # act with QRL's trained stack
 LAYOUTS = ("large", "medium", "umaze")
 
 # Table 4.2 (mean over 5 seeds), normalised scores: {method: {setting: {layout: score}}}.
@@ -67,6 +70,7 @@ PAPER = {
                              "multi": dict(large=146.94, medium=119.97, umaze=128.53)},
 }
 NAMES = dict(qrl="QRL (+BC)", qrl_grid="QRL critic, grid argmin", qrl_true="QRL critic, true dynamics",
+             qrl_true_hold="QRL critic, true dyn., held",
              crl="Contrastive RL (+BC)", gcbc="GCBC", mppi="MPPI with QRL value", mppi_true="MPPI, true dynamics")
 
 
@@ -84,6 +88,7 @@ class Scale:
     mppi_samples: int
     mppi_episodes: int
     note: str
+    critic_hold_steps: int = 20     # qrl_true_hold: each grid action held this many steps (0.2 s) in the lookahead
 
 
 def qrl_config(hidden: tuple[int, ...], latent: int, projector: tuple[int, ...], components: int, dims: int,
@@ -288,9 +293,10 @@ def evaluate_method(method: str, stack: SeedStack | None, layout: maze2d.Layout,
             elif method == "qrl_grid":
                 episodes = args.episodes or scale.episodes
                 policy = grid_policy(agent, layout)
-            elif method == "qrl_true":
+            elif method in ("qrl_true", "qrl_true_hold"):
                 episodes = args.episodes or scale.episodes
-                policy = true_dynamics_greedy_policy(agent, layout)
+                hold = scale.critic_hold_steps if method == "qrl_true_hold" else 1
+                policy = true_dynamics_greedy_policy(agent, layout, hold)
             elif method == "mppi_true":
                 episodes = args.episodes or scale.mppi_episodes
                 policy = true_dynamics_mppi_policy(layout, scale.mppi_samples, seed=1000 + seed)
@@ -359,17 +365,17 @@ def grid_policy(agent: QRLContinuousAgent, layout: maze2d.Layout):
     return lambda obs, goals: np.asarray(grid_argmin_actions(agent, norm(obs), norm(goals)))
 
 
-@functools.partial(jax.jit, static_argnames=("env",))
-def _true_greedy(agent, env, observations, goals):
-    return true_dynamics_greedy_actions(agent, env, observations, goals)
+@functools.partial(jax.jit, static_argnames=("env", "hold_steps"))
+def _true_greedy(agent, env, observations, goals, hold_steps):
+    return true_dynamics_greedy_actions(agent, env, observations, goals, hold_steps=hold_steps)
 
 
-def true_dynamics_greedy_policy(agent: QRLContinuousAgent, layout: maze2d.Layout):
+def true_dynamics_greedy_policy(agent: QRLContinuousAgent, layout: maze2d.Layout, hold_steps: int = 1):
     """A host policy acting by :func:`~platonic_rl.agents.qrl_diagnostics.true_dynamics_greedy_actions` (the
-    ``qrl_true`` row) while the episodes run in MuJoCo."""
+    ``qrl_true`` row; ``qrl_true_hold`` with ``hold_steps`` > 1) while the episodes run in MuJoCo."""
     env = PointMaze(layout.name)
     return lambda obs, goals: np.asarray(_true_greedy(agent, env, jnp.asarray(obs, jnp.float32),
-                                                      jnp.asarray(goals, jnp.float32)))
+                                                      jnp.asarray(goals, jnp.float32), hold_steps))
 
 
 def actor_check(agent: QRLContinuousAgent, data: dict, layout: maze2d.Layout, states: int = 1000, seed: int = 0
@@ -532,7 +538,7 @@ def run(args: Args) -> dict:
             done = eval_path.is_file() and not args.overwrite
             if done and (method != "qrl" or critic_path.is_file()):  # (QRL's stack also feeds its critic record)
                 continue
-            trained = "qrl" if method in ("mppi", "qrl_grid", "qrl_true") else method
+            trained = "qrl" if method in QRL_CHECKS else method
             if method == "mppi_true":
                 stacks[trained] = None  # nothing to train
             if trained not in stacks:

@@ -9,6 +9,7 @@ import pytest
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
 from platonic_rl.agents.qrl_diagnostics import (action_grid, actor_critic_gap, grid_argmin_actions,
                                                 true_dynamics_greedy_actions)
+from platonic_rl.envs.maze2d import normaliser
 from platonic_rl.envs.point_maze import PointMaze
 
 
@@ -70,3 +71,39 @@ def test_the_critic_check_steps_the_true_dynamics_towards_the_smallest_learned_d
                          [start[0], start[1], 0, 0]], jnp.float32)
     actions = np.asarray(true_dynamics_greedy_actions(Euclidean(), env, observations, goals))
     np.testing.assert_array_equal(actions, [[1.0, 0.0], [0.0, -1.0], [-1.0, 0.0]])
+
+
+def test_the_held_check_reads_the_distance_after_holding_each_action():
+    """With ``hold_steps`` k the check picks the grid action whose state after k true steps with it held has the
+    smallest distance: checked against the states rolled out by hand, with a stand-in distance that weighs
+    position and velocity (so the choice depends on k); k < 1 is refused."""
+    class Weighted:
+        def goal_distances(self, observations, goals):
+            position = jnp.abs(observations[:, :2] - goals[:, :2]).sum(-1)
+            return (position + 0.3 * jnp.abs(observations[:, 2:]).sum(-1))[None]
+
+    env = PointMaze("medium")
+    rng = np.random.default_rng(0)
+    free = np.asarray(env.maze.free_cells, np.float32)
+    observations = jnp.asarray(np.concatenate([free[rng.integers(len(free), size=6)] + rng.uniform(-0.2, 0.2, (6, 2)),
+                                               rng.normal(0, 1.5, (6, 2))], 1), jnp.float32)
+    goals = jnp.asarray(np.concatenate([free[rng.integers(len(free), size=6)], np.zeros((6, 2))], 1), jnp.float32)
+    grid, norm = np.asarray(action_grid(5, 2)), normaliser(env.maze)
+
+    def held(observation, action, k):  # by hand: hold the action k steps of the true dynamics
+        physics = dict(position=observation[:2], velocity=observation[2:])
+        for _ in range(k):
+            physics = env.dynamics(physics, action)
+        return env.observe(physics)
+
+    chosen = {}
+    for k in (1, 4):
+        actions = np.asarray(true_dynamics_greedy_actions(Weighted(), env, observations, goals, 5, hold_steps=k))
+        ends = jax.jit(jax.vmap(jax.vmap(lambda o, a: held(o, a, k), (None, 0)), (0, None)))(observations, grid)
+        for end, g, a in zip(np.asarray(ends), goals, actions):  # [G, 4] states after the hold, per observation
+            costs = np.asarray(Weighted().goal_distances(norm(end), norm(jnp.broadcast_to(g, end.shape))))[0]
+            np.testing.assert_array_equal(a, grid[int(np.argmin(costs))])
+        chosen[k] = actions
+    assert np.any(chosen[1] != chosen[4])  # the hold changes some choices: the check is not k-blind
+    with pytest.raises(ValueError, match="hold_steps must be >= 1"):
+        true_dynamics_greedy_actions(Weighted(), env, observations, goals, hold_steps=0)
