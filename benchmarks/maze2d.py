@@ -281,8 +281,13 @@ def true_dynamics_mppi_policy(layout: maze2d.Layout, num_samples: int, seed: int
                         horizon)
 
 
+def hold_steps(method: str, scale: Scale) -> int:
+    """Steps each grid action is held in the true-dynamics critic check (``qrl_true``: 1)."""
+    return scale.critic_hold_steps if method == "qrl_true_hold" else 1
+
+
 def evaluate_method(method: str, stack: SeedStack | None, layout: maze2d.Layout, args: Args, scale: Scale) -> dict:
-    out = {}
+    out = {"hold_steps": hold_steps(method, scale)} if method in ("qrl_true", "qrl_true_hold") else {}
     for setting in ("single", "multi"):
         per_seed, trajectories = [], None
         for i, seed in enumerate(args.seeds):
@@ -295,8 +300,7 @@ def evaluate_method(method: str, stack: SeedStack | None, layout: maze2d.Layout,
                 policy = grid_policy(agent, layout)
             elif method in ("qrl_true", "qrl_true_hold"):
                 episodes = args.episodes or scale.episodes
-                hold = scale.critic_hold_steps if method == "qrl_true_hold" else 1
-                policy = true_dynamics_greedy_policy(agent, layout, hold)
+                policy = true_dynamics_greedy_policy(agent, layout, hold_steps(method, scale))
             elif method == "mppi_true":
                 episodes = args.episodes or scale.mppi_episodes
                 policy = true_dynamics_mppi_policy(layout, scale.mppi_samples, seed=1000 + seed)
@@ -398,7 +402,7 @@ def actor_check(agent: QRLContinuousAgent, data: dict, layout: maze2d.Layout, st
 def format_table(summary: dict, scale_name: str, note: str, seeds) -> str:
     lines = [f"maze2d (D4RL-normalised score, mean +- std over seeds {list(seeds)}; paper: Table 4.2, 5 seeds) -- "
              f"scale {scale_name!r}: {note}"]
-    header = f"{'method':<24}" + "".join(f"{s + ' ' + l:>24}" for s in ("single", "multi") for l in LAYOUTS) + \
+    header = f"{'method':<30}" + "".join(f"{s + ' ' + l:>24}" for s in ("single", "multi") for l in LAYOUTS) + \
              f"{'average':>18}"
     lines += [header, "-" * len(header)]
     for method in METHODS:
@@ -413,7 +417,7 @@ def format_table(summary: dict, scale_name: str, note: str, seeds) -> str:
                 values += [r["mean"]] if r else []
                 cells.append(f"{ours} ({paper if paper is not None else '-'})")
         average = f"{np.mean(values):.1f}" if values else "n/a"
-        lines.append(f"{NAMES[method]:<24}" + "".join(f"{c:>24}" for c in cells) + f"{average:>18}")
+        lines.append(f"{NAMES[method]:<30}" + "".join(f"{c:>24}" for c in cells) + f"{average:>18}")
     lines.append("each cell: ours (paper). References (paper): handcoded controller single "
                  + ", ".join(f"{l} {PAPER['handcoded_controller']['single'][l]}" for l in LAYOUTS)
                  + " (the paper's MPPI with true dynamics: Janner et al. 2022's numbers)")
@@ -536,6 +540,8 @@ def run(args: Args) -> dict:
         for method in [m for m in METHODS if m in args.methods]:
             eval_path = out / "evals" / f"{layout_name}-{method}.json"
             done = eval_path.is_file() and not args.overwrite
+            if done and method == "qrl_true_hold":  # a record of another hold length is not this check's
+                done = json.loads(eval_path.read_text()).get("hold_steps") == hold_steps(method, scale)
             if done and (method != "qrl" or critic_path.is_file()):  # (QRL's stack also feeds its critic record)
                 continue
             trained = "qrl" if method in QRL_CHECKS else method

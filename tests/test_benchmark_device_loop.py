@@ -82,7 +82,7 @@ def test_quick_benchmark_runs_saves_and_reuses_finished_runs(tmp_path, capsys):
     assert len(record["learning"]["umaze/gcbc"]["success"]) == 1  # 6 iterations: one evaluation
 
 
-@pytest.mark.slow  # ~50 s: a QRL device-loop program; grid_argmin_actions is tested fast in tests/test_maze2d.py
+@pytest.mark.slow  # ~50 s: a QRL device-loop program; grid_argmin_actions is tested fast in tests/test_qrl_diagnostics.py
 def test_qrl_critic_check_acts_per_seed_on_the_same_episodes(tmp_path):
     args = device_loop.Args(scale="quick", parts=("learning",), envs=("reacher",), methods=("qrl",), seeds=2,
                             iterations=6, check_episodes=16, out_dir=str(tmp_path))

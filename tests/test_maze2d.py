@@ -344,8 +344,9 @@ def _small_scale(bench, updates: int, small_networks: bool):
 def test_benchmark_pipeline_for_qrl(tmp_path, monkeypatch):
     """The benchmark end to end for QRL and one seed (dataset, training, MuJoCo episodes, value maps, actor check,
     table, pictures, record, and a rerun that reuses everything) with 16-wide networks, 20 updates and U-maze's
-    episodes cut from 300 to 60 steps. The other methods' pieces have tests of their own here (MPPI's step and plan
-    costs, the true-dynamics plans, the grid and true-dynamics greedy actions); the slow test below runs them all."""
+    episodes cut from 300 to 60 steps. The other methods' pieces have tests of their own (here MPPI's step and plan
+    costs and the true-dynamics plans; the grid and true-dynamics greedy actions in tests/test_qrl_diagnostics.py);
+    the slow test below runs them all."""
     monkeypatch.setitem(maze2d.LAYOUTS, "umaze", dataclasses.replace(maze2d.LAYOUTS["umaze"], episode_length=60))
     _check_benchmark_run(tmp_path, monkeypatch, updates=20, small_networks=True, methods=("qrl",), seeds=(0,))
 
@@ -453,3 +454,31 @@ def test_making_the_env_leaves_no_file_in_the_temporary_directory(tmp_path, monk
     env = maze2d.Maze2D("umaze", 1)
     env.reset(seed=0)
     assert list(tmp_path.iterdir()) == [] and tempfile.tempdir == str(tmp_path)
+
+
+def test_a_held_check_record_of_another_hold_length_is_evaluated_again(tmp_path, monkeypatch):
+    """``qrl_true_hold``'s record keeps its hold length; a record of another length is not reused as this scale's."""
+    from platonic_rl.benchmarks import maze2d as bench
+
+    evaluated = []
+    monkeypatch.setattr(bench, "train_method", lambda *a, **k: (None, []))
+    monkeypatch.setattr(bench, "critic_record", lambda *a, **k: dict(value_maps=[], value_rank={}, actor_gap=[],
+                                                                     signals=dict(flat=True)))
+    monkeypatch.setattr(bench, "plot_values", lambda *a, **k: None)  # nothing to draw from the stand-in record
+    monkeypatch.setattr(bench.signals, "describe", lambda *a, **k: "")
+
+    def evaluate(method, stack, layout, args, scale):
+        evaluated.append(method)
+        return dict(hold_steps=bench.hold_steps(method, scale), single=dict(mean=1.0, std=0.0, scores=[1.0]),
+                    multi=dict(mean=2.0, std=0.0, scores=[2.0]))
+    monkeypatch.setattr(bench, "evaluate_method", evaluate)
+    args = bench.Args(scale="quick", layouts=("umaze",), methods=("qrl_true_hold",), seeds=(0,), dataset_size=500,
+                      out_dir=str(tmp_path / "out"), data_root=str(tmp_path / "data"))
+    (tmp_path / "out" / "evals").mkdir(parents=True)
+    record = tmp_path / "out" / "evals" / "umaze-qrl_true_hold.json"
+    record.write_text(json.dumps(dict(hold_steps=5, single=dict(mean=9.0, std=0.0, scores=[9.0]),
+                                      multi=dict(mean=9.0, std=0.0, scores=[9.0]))))
+    bench.run(args)
+    assert evaluated == ["qrl_true_hold"] and json.loads(record.read_text())["hold_steps"] == 20
+    bench.run(args)  # now the record is this scale's: reused
+    assert evaluated == ["qrl_true_hold"]

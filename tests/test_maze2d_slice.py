@@ -29,7 +29,9 @@ def test_prepared_dataset_is_the_generated_trajectory(prepared):
         maze2d_slice.load_prepared(path, "medium")
 
 
-@pytest.mark.slow  # ~35 s end to end; the dataset, convergence measure, sizes, bad arguments and critic check have fast tests
+# ~35 s end to end; the dataset, convergence measure, sizes and bad arguments have fast tests here, the critic check
+# in tests/test_qrl_diagnostics.py
+@pytest.mark.slow
 def test_tiny_run_trains_in_chunks_evaluates_and_resumes(prepared, tmp_path, capsys):
     path, _ = prepared
     argv = ["--dataset", str(path), "--layout", "umaze", "--size", "tiny", "--updates", "100", "--chunk", "50",
