@@ -58,6 +58,7 @@ from platonic_rl.training.offline import TrainConfig, train_offline
 Method = Literal["qrl", "qrl_grid", "qrl_true", "qrl_true_hold", "crl", "gcbc", "mppi", "mppi_true"]
 METHODS = ("qrl", "qrl_grid", "qrl_true", "qrl_true_hold", "crl", "gcbc", "mppi", "mppi_true")
 QRL_CHECKS = ("qrl_grid", "qrl_true", "qrl_true_hold", "mppi")  # act with QRL's trained stack
+TRUE_DYNAMICS_CHECKS = ("qrl_true", "qrl_true_hold")  # greedy on the learned distance, true dynamics
 LAYOUTS = ("large", "medium", "umaze")
 
 # Table 4.2 (mean over 5 seeds), normalised scores: {method: {setting: {layout: score}}}.
@@ -287,7 +288,7 @@ def hold_steps(method: str, scale: Scale) -> int:
 
 
 def evaluate_method(method: str, stack: SeedStack | None, layout: maze2d.Layout, args: Args, scale: Scale) -> dict:
-    out = {"hold_steps": hold_steps(method, scale)} if method in ("qrl_true", "qrl_true_hold") else {}
+    out = {"hold_steps": hold_steps(method, scale)} if method in TRUE_DYNAMICS_CHECKS else {}
     for setting in ("single", "multi"):
         per_seed, trajectories = [], None
         for i, seed in enumerate(args.seeds):
@@ -298,7 +299,7 @@ def evaluate_method(method: str, stack: SeedStack | None, layout: maze2d.Layout,
             elif method == "qrl_grid":
                 episodes = args.episodes or scale.episodes
                 policy = grid_policy(agent, layout)
-            elif method in ("qrl_true", "qrl_true_hold"):
+            elif method in TRUE_DYNAMICS_CHECKS:
                 episodes = args.episodes or scale.episodes
                 policy = true_dynamics_greedy_policy(agent, layout, hold_steps(method, scale))
             elif method == "mppi_true":
