@@ -158,6 +158,9 @@ class Args:
     """Add QRL's adaptive entropy term to its actor loss (C.3.2's offline runs and the presets: off)."""
     qrl_bc_weight: float | None = None
     """QRL's behaviour-cloning weight (default: the scale's, C.3.2's 0.05)."""
+    qrl_actor_distance_scale: Literal["none", "batch_mean"] | None = None
+    """QRL's actor distance term: "none" (the paper's, the presets') or "batch_mean", divided by its batch mean as in
+    OGBench's QRL, so the BC weight is relative to a unit-sized distance term (default: the scale's)."""
     qrl_hidden: tuple[int, ...] | None = None
     """QRL's hidden layers, for its encoder, latent dynamics and actor MLPs (default: the scale's)."""
     qrl_updates: int | None = None
@@ -506,8 +509,8 @@ def critic_record(stack: SeedStack, history: list[dict], data: dict, layout: maz
                 actor_gap=[actor_check(stack.agent(i), data, layout) for i in range(len(seeds))])
 
 
-def run(args: Args) -> dict:
-    start_time = time.time()
+def scale_for(args: Args) -> Scale:
+    """The scale ``args`` names, with its overrides (dataset size, QRL's settings and updates) applied."""
     scale = scales()[args.scale]
     if args.dataset_size is not None:
         scale = dataclasses.replace(scale, dataset_size=args.dataset_size)
@@ -519,8 +522,17 @@ def run(args: Args) -> dict:
         hidden = tuple(args.qrl_hidden)
         scale = dataclasses.replace(scale, qrl=dataclasses.replace(scale.qrl, encoder_hidden=hidden, dynamics_hidden=hidden,
                                                                    actor_hidden=hidden))
+    if args.qrl_actor_distance_scale is not None:
+        scale = dataclasses.replace(scale, qrl=dataclasses.replace(
+            scale.qrl, actor_distance_scale=args.qrl_actor_distance_scale))
     if args.qrl_updates is not None:
         scale = dataclasses.replace(scale, qrl_train=dataclasses.replace(scale.qrl_train, steps=args.qrl_updates))
+    return scale
+
+
+def run(args: Args) -> dict:
+    start_time = time.time()
+    scale = scale_for(args)
     out = Path(args.out_dir or f"results/maze2d/{args.scale}")
     (out / "evals").mkdir(parents=True, exist_ok=True)
     datasets, maps, trajectories, value_rank, actor_gap = {}, {}, {}, {}, {}

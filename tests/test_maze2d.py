@@ -200,6 +200,21 @@ def test_bad_benchmark_arguments_are_named():
         bench.Args(qrl_hidden=(256, 0))
 
 
+def test_the_benchmark_overrides_reach_the_configs_they_name():
+    from platonic_rl.benchmarks import maze2d as bench
+
+    preset = bench.scales()["cpu"]
+    assert bench.scale_for(bench.Args(scale="cpu")) == preset
+    assert preset.qrl.actor_distance_scale == "none"  # the paper's unscaled actor loss
+    scale = bench.scale_for(bench.Args(scale="cpu", qrl_actor_distance_scale="batch_mean", qrl_bc_weight=0.2,
+                                       qrl_hidden=(64, 32), qrl_updates=12_000, dataset_size=4_000))
+    assert scale.qrl == dataclasses.replace(preset.qrl, actor_distance_scale="batch_mean", bc_weight=0.2,
+                                            encoder_hidden=(64, 32), dynamics_hidden=(64, 32), actor_hidden=(64, 32))
+    assert scale.qrl_train == dataclasses.replace(preset.qrl_train, steps=12_000)
+    assert scale.dataset_size == 4_000
+    assert (scale.crl, scale.gcbc, scale.crl_train) == (preset.crl, preset.gcbc, preset.crl_train)
+
+
 def test_a_dataset_that_does_not_fit_the_agent_is_refused(tiny, tmp_path):
     _, path = tiny
     data = maze2d.load_dataset(path, "medium")
