@@ -447,8 +447,8 @@ def plot_values(path: Path, maps: dict, title: str) -> None:
                           rows - 0.5 - maze2d.CELL_OFFSET, -0.5 - maze2d.CELL_OFFSET)
                 im = ax.imshow(img, extent=extent, cmap="viridis")
                 ax.plot(m["goal"][1], m["goal"][0], "r*", ms=12)
-                rho = f", rank corr. {m['rank_correlation']:.2f}" if k == 0 and "rank_correlation" in m else ""
-                ax.set_title(f"{layout}: {name}, goal {tuple(m['goal'])}{rho}", fontsize=8)
+                rho = f"\nrank correlation {m['rank_correlation']:.2f}" if k == 0 and "rank_correlation" in m else ""
+                ax.set_title(f"{layout}: {name}, goal {tuple(m['goal'])}{rho}", fontsize=8)  # (wide mazes: two lines)
                 ax.set_xlabel("y (D4RL coordinates)")
                 ax.set_ylabel("x (D4RL coordinates)")
                 fig.colorbar(im, ax=ax, fraction=0.046, label=unit)
