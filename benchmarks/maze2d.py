@@ -514,17 +514,17 @@ def scale_for(args: Args) -> Scale:
     scale = scales()[args.scale]
     if args.dataset_size is not None:
         scale = dataclasses.replace(scale, dataset_size=args.dataset_size)
+    qrl = {}  # QRL's config fields the arguments override
     if args.qrl_adaptive_entropy:
-        scale = dataclasses.replace(scale, qrl=dataclasses.replace(scale.qrl, adaptive_entropy=True))
+        qrl["adaptive_entropy"] = True
     if args.qrl_bc_weight is not None:
-        scale = dataclasses.replace(scale, qrl=dataclasses.replace(scale.qrl, bc_weight=args.qrl_bc_weight))
+        qrl["bc_weight"] = args.qrl_bc_weight
     if args.qrl_hidden is not None:
-        hidden = tuple(args.qrl_hidden)
-        scale = dataclasses.replace(scale, qrl=dataclasses.replace(scale.qrl, encoder_hidden=hidden, dynamics_hidden=hidden,
-                                                                   actor_hidden=hidden))
+        qrl.update(encoder_hidden=tuple(args.qrl_hidden), dynamics_hidden=tuple(args.qrl_hidden),
+                   actor_hidden=tuple(args.qrl_hidden))
     if args.qrl_actor_distance_scale is not None:
-        scale = dataclasses.replace(scale, qrl=dataclasses.replace(
-            scale.qrl, actor_distance_scale=args.qrl_actor_distance_scale))
+        qrl["actor_distance_scale"] = args.qrl_actor_distance_scale
+    scale = dataclasses.replace(scale, qrl=dataclasses.replace(scale.qrl, **qrl))
     if args.qrl_updates is not None:
         scale = dataclasses.replace(scale, qrl_train=dataclasses.replace(scale.qrl_train, steps=args.qrl_updates))
     return scale

@@ -207,8 +207,10 @@ def test_the_benchmark_overrides_reach_the_configs_they_name():
     assert bench.scale_for(bench.Args(scale="cpu")) == preset
     assert preset.qrl.actor_distance_scale == "none"  # the paper's unscaled actor loss
     scale = bench.scale_for(bench.Args(scale="cpu", qrl_actor_distance_scale="batch_mean", qrl_bc_weight=0.2,
-                                       qrl_hidden=(64, 32), qrl_updates=12_000, dataset_size=4_000))
+                                       qrl_hidden=(64, 32), qrl_updates=12_000, dataset_size=4_000,
+                                       qrl_adaptive_entropy=True))
     assert scale.qrl == dataclasses.replace(preset.qrl, actor_distance_scale="batch_mean", bc_weight=0.2,
+                                            adaptive_entropy=True,
                                             encoder_hidden=(64, 32), dynamics_hidden=(64, 32), actor_hidden=(64, 32))
     assert scale.qrl_train == dataclasses.replace(preset.qrl_train, steps=12_000)
     assert scale.dataset_size == 4_000
