@@ -19,7 +19,7 @@ the repository (the repository folder is the ``platonic_rl`` package), without t
    iteration of the QRL device loop with 1, 4 and 16 seeds vmapped in one program.
 3. **QRL slice**: maze2d medium generated here (:mod:`~platonic_rl.envs.maze2d_jax_data`: D4RL's procedure with its
    action noise, 2M transitions), C.3.2's QRL (critic 3 x 1024, IQE 64 x 32, actor 4 x 1024, batch 4096) trained for
-   the rest of the budget by :mod:`~platonic_rl.benchmarks.maze2d_slice` (chunks with checkpoints, the actor's and
+   the rest of the budget by :mod:`~platonic_rl.benchmarks.qrl_slice` (chunks with checkpoints, the actor's and
    the critic-alone scores, single and multi goal, the convergence signals). With ``--checkpoint-dir`` a later call
    continues the run from its last checkpoint.
 
@@ -42,7 +42,13 @@ import jax
 import numpy as np
 
 from platonic_rl.benchmarks import report
-from platonic_rl.benchmarks.timing import discrete_batch, goal_batch, matmul_peak, sequence_batch, time_update
+from platonic_rl.benchmarks.presets import (device_loop_agent_config, device_loop_env, device_loop_scales, maze2d_scales,
+                                           maze2d_slice_sizes)
+from platonic_rl.benchmarks.qrl_slice import SliceSetting, train_slice
+from platonic_rl.benchmarks.qrl_slice import format_table as format_slice
+from platonic_rl.benchmarks.qrl_slice import plot as plot_slice
+from platonic_rl.benchmarks.timing import (discrete_batch, goal_batch, matmul_peak, sequence_batch, time_device_loop,
+                                          time_update)
 
 MODULE = "platonic_rl.benchmarks.accelerator"
 SPEED_SHARE, DEVICE_LOOP_SHARE = 0.3, 0.15  # of --minutes; the QRL slice gets the rest
@@ -75,7 +81,7 @@ class Sizes:
     env_steps: int
     seed_counts: tuple[int, ...]
     device_loop_scale: str             # benchmarks.device_loop's scale for the seeds' iteration
-    slice_size: str                    # benchmarks.maze2d_slice's --size
+    slice_size: str                    # a name of presets.maze2d_slice_sizes()
     trajectories: int                  # the generated dataset: trajectories x steps
     trajectory_steps: int
     slice_chunk: int
@@ -97,7 +103,6 @@ def speed_cases(tiny: bool) -> list[tuple[str, str, object, int, tuple[str, ...]
     from platonic_rl.agents import (CRLAgent, CRLConfig, DDPGHERAgent, DDPGHERConfig, DenoisedMDPAgent,
                                     DenoisedMDPConfig, GCBCAgent, GCBCConfig, QRLAgent, QRLConfig, QRLContinuousAgent,
                                     QRLContinuousConfig)
-    from platonic_rl.benchmarks.maze2d import scales as maze2d_scales
     from platonic_rl.denoised.model import WorldModelConfig
 
     both = ("float32", "bfloat16")
@@ -163,7 +168,6 @@ def measure_speed(args: Args, deadline: float) -> dict:
 
 
 def measure_device_loop(args: Args, sizes: Sizes, deadline: float) -> dict:
-    from platonic_rl.benchmarks import device_loop as bench
     from platonic_rl.envs import jax_env
     from platonic_rl.envs.point_maze import PointMaze
 
@@ -174,15 +178,15 @@ def measure_device_loop(args: Args, sizes: Sizes, deadline: float) -> dict:
             continue
         env_steps[str(n)] = jax_env.measure_steps_per_second(PointMaze("umaze"), n, sizes.env_steps)
         print(f"  point maze, {n} envs: {env_steps[str(n)]:,.0f} env steps/s", flush=True)
-    scale = bench.scales()[sizes.device_loop_scale]
-    env = bench.make_env("umaze")
-    config = bench.agent_config("qrl", scale, env.obs_dim, env.action_dim)
+    scale = device_loop_scales()[sizes.device_loop_scale]
+    env = device_loop_env("umaze")
+    config = device_loop_agent_config("qrl", scale, env.obs_dim, env.action_dim)
     seeds = {}
     for n in sizes.seed_counts:
         if seeds and time.time() > deadline:
             skipped.append(f"{n} seeds")
             continue
-        seeds[str(n)] = bench.time_device_loop(config, env, scale.seeds_config, scale.measure_iterations, num_seeds=n)
+        seeds[str(n)] = time_device_loop(config, env, scale.seeds_config, scale.measure_iterations, num_seeds=n)
         print(f"  device loop, {n} seeds vmapped: {seeds[str(n)]:.3f} s per iteration", flush=True)
     first = seeds.get(str(sizes.seed_counts[0]))
     return dict(point_maze_env_steps_per_second=env_steps, seeds_iteration_seconds=seeds,
@@ -195,7 +199,6 @@ def measure_device_loop(args: Args, sizes: Sizes, deadline: float) -> dict:
 
 def prepare_data(sizes: Sizes, data_dir: Path) -> Path:
     """maze2d medium generated in JAX (kept in ``data_dir`` and reused by a later call)."""
-    from platonic_rl.benchmarks.maze2d_slice import save_prepared_transitions
     from platonic_rl.envs import maze2d, maze2d_jax_data
 
     path = data_dir / f"maze2d-medium-jax-{sizes.trajectories}x{sizes.trajectory_steps}-seed0.npz"
@@ -206,26 +209,35 @@ def prepare_data(sizes: Sizes, data_dir: Path) -> Path:
                     episodes=int(data["segment_end"].sum()), generator="platonic_rl.envs.maze2d_jax_data",
                     trajectories=sizes.trajectories, generation_seconds=round(time.time() - start, 1))
         partial = path.with_name(path.stem + ".partial.npz")  # renamed when whole: an interrupted write is no file
-        save_prepared_transitions(partial, data, info)
+        maze2d.save_prepared_transitions(partial, data, info)
         partial.replace(path)
         print(f"  generated {info['transitions']:,} transitions in {info['generation_seconds']} s", flush=True)
     return path
 
 
 def run_slice(args: Args, sizes: Sizes, minutes: float, out: Path) -> dict:
-    from platonic_rl.benchmarks import maze2d_slice
+    """The QRL slice (:mod:`~platonic_rl.benchmarks.qrl_slice`) at ``sizes.slice_size`` for ``minutes``, saved in
+    ``out/slice``; returns the part of its record the check's own ``results.json`` keeps."""
+    from platonic_rl.envs import maze2d
 
     data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="platonic_rl_data_"))
     run_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else Path(tempfile.mkdtemp(prefix="platonic_rl_run_"))
     start = time.time()
     path = prepare_data(sizes, data_dir)
-    left = minutes - (time.time() - start) / 60.0
-    updates = 200_000 if not args.tiny else 2 * sizes.slice_chunk
-    slice_args = maze2d_slice.Args(layout="medium", dataset=str(path), size=sizes.slice_size, updates=updates,
-                                   chunk=sizes.slice_chunk, minutes=max(left, 0.1), episodes=sizes.slice_episodes,
-                                   episode_length=sizes.slice_episode_length, out_dir=str(out / "slice"),
-                                   run_dir=str(run_dir), eval_reserve=60.0 if not args.tiny else 5.0)
-    record = maze2d_slice.run(slice_args)
+    data, info = maze2d.load_prepared(path, "medium")
+    config, batch = maze2d_slice_sizes()[sizes.slice_size]
+    setting = SliceSetting(config, batch, sizes.slice_size, layout="medium",
+                           updates=200_000 if not args.tiny else 2 * sizes.slice_chunk, chunk=sizes.slice_chunk,
+                           eval_reserve=60.0 if not args.tiny else 5.0, episodes=sizes.slice_episodes,
+                           episode_length=sizes.slice_episode_length)
+    record = train_slice(setting, data, info, run_dir, deadline=start + 60.0 * max(minutes, 0.1))
+    try:  # where matplotlib is missing (accelerator images), maze2d_slice's --plot draws it later
+        import matplotlib  # noqa: F401
+        plots = {"signals.png": lambda p: plot_slice(p, [dict(record, jax_devices=[str(d) for d in jax.devices()])])}
+    except ImportError:
+        plots = None
+    report.save_run(out / "slice", "platonic_rl.benchmarks.accelerator", args, record, format_slice(record),
+                    plots=plots, total_seconds=time.time() - start)
     keep = ("size_label", "updates", "samples", "fraction_of_paper_samples", "updates_per_second",
             "samples_per_second", "signals", "evaluations", "dataset")
     return {k: record[k] for k in keep if k in record}

@@ -48,8 +48,8 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.stats
 
-from platonic_rl.benchmarks import device_loop as device_loop_benchmark
 from platonic_rl.benchmarks import report
+from platonic_rl.benchmarks.presets import device_loop_agent_config, device_loop_env, device_loop_scales
 from platonic_rl.envs import maze_geometry
 from platonic_rl.replearn import metrics
 from platonic_rl.training.device_loop import DeviceLoopConfig, make_loop
@@ -172,8 +172,8 @@ def representations(method: str, agent, observations: jax.Array, goals: jax.Arra
 
 
 def run_settings(args: Args, scale: Scale, env_name: str, method: str) -> dict:
-    env = device_loop_benchmark.make_env(env_name)
-    cfg = device_loop_benchmark.agent_config(method, device_loop_benchmark.scales()[scale.networks], env.obs_dim,
+    env = device_loop_env(env_name)
+    cfg = device_loop_agent_config(method, device_loop_scales()[scale.networks], env.obs_dim,
                                              env.action_dim)
     return dict(agent=cfg, env=env_name, seeds=list(range(args.seeds)), loop=scale.learning,
                 snapshots=list(scale.snapshots), states=scale.states, eval_episodes=scale.eval_episodes)
@@ -183,7 +183,7 @@ def train_and_represent(args: Args, scale: Scale, env_name: str, method: str, in
     """Train ``method`` on ``env_name`` with ``args.seeds`` vmapped seeds, reading success and representations at
     each snapshot. Returns ``(record, features)``: features ``view -> [seeds, snapshots, n, d]``."""
     settings = run_settings(args, scale, env_name, method)
-    env = device_loop_benchmark.make_env(env_name)
+    env = device_loop_env(env_name)
     loop_config = dataclasses.replace(scale.learning, eval_episodes=scale.eval_episodes)
     loop = make_loop(settings["agent"], env, loop_config)
     init, run = loop.jitted(vmapped=True)

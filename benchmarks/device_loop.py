@@ -52,15 +52,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from platonic_rl.agents.crl import CRLConfig
-from platonic_rl.agents.gcbc import GCBCConfig
-from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
+from platonic_rl.agents.qrl_continuous import QRLContinuousAgent
 from platonic_rl.agents.qrl_diagnostics import grid_argmin_actions
 from platonic_rl.benchmarks import report
+from platonic_rl.benchmarks.presets import (DeviceLoopScale, device_loop_agent_config, device_loop_env,
+                                           device_loop_scales)
+from platonic_rl.benchmarks.timing import time_device_loop
 from platonic_rl.envs import jax_env, maze2d
 from platonic_rl.envs.point_maze import PointMaze
 from platonic_rl.envs.reacher import GOALS, Reacher
-from platonic_rl.training.device_loop import HOST_ONLY, DeviceLoopConfig, env_settings, make_loop, train_on_device
+from platonic_rl.training.device_loop import HOST_ONLY, DeviceLoopConfig, env_settings, train_on_device
 from platonic_rl.training.goal_online import OnlineConfig, train_online
 from platonic_rl.training.run import as_json, describe_differences, read_json, settings_differences, write_json
 
@@ -72,86 +73,6 @@ NAMES = dict(qrl="QRL", crl="Contrastive RL", gcbc="GCBC")
 FINAL_EVALUATIONS = 5  # the table's success per seed: the mean of its last evaluations
 CHECK_KEY = 20_000_000  # the critic check's episodes: the same for every seed, method and env
 RECORD = "record.json"  # a finished learning run's curves, critic check and settings, in its run directory
-
-
-@dataclasses.dataclass(frozen=True)
-class Scale:
-    hidden: tuple[int, ...]           # every MLP's hidden layers
-    latent: int                       # QRL's latent; IQE components x dims below
-    iqe: tuple[int, int]
-    batch_size: int
-    few: DeviceLoopConfig             # the throughput regime with few updates per env step (JaxGCRL's)
-    one_envs: int                     # envs of the one-update-per-env-step regime (unroll 50)
-    seeds_config: DeviceLoopConfig
-    seed_counts: tuple[int, ...]
-    device_counts: tuple[int, ...]
-    learning: DeviceLoopConfig
-    measure_iterations: int           # iterations per timed call
-    note: str
-    qrl_entropy_init: float = 1.0     # QRL's initial entropy weight (the agent's default: 1)
-
-
-def scales() -> dict[str, Scale]:
-    """``quick``: tiny networks and budgets, a smoke run NOT meant to learn. ``cpu``: the agents at the size used
-    on CPU elsewhere (2 x 256 MLPs, batch 256); learning: 128 envs x 50-step unrolls per 16 updates (400 env steps
-    per update), 500 iterations (3.2M env steps, 8,000 updates per seed after a 128-episode prefill): about 30 min per
-    (env, method) on 2 CPU cores for QRL with 5 seeds vmapped (3.2 s per iteration measured; Contrastive RL 1.0 s).
-
-    The cpu scale starts QRL's entropy weight at 0.01, not the agent's 1. The weight adapts by about one learning
-    rate (3e-4) in log space per update; the paper's schedule makes one update per env step, this one one per 400, so
-    8,000 updates cannot bring it down from 1. At 1 the entropy term outweighs the actor's distance objective on
-    the reacher, where one action changes the learned distance by well under a step, and the actor stays near its
-    maximum-entropy policy (``docs/results/device_loop_reacher_checks``)."""
-    few = dict(unroll=50, eval_every=10_000, eval_episodes=8, prefill_episodes=256)
-    return {
-        "quick": Scale((32,), 16, (4, 4), 64,
-                       DeviceLoopConfig(num_envs=32, updates_per_iteration=2, batch_size=64, iterations=4,
-                                        **{**few, "prefill_episodes": 32}),
-                       4, DeviceLoopConfig(num_envs=8, unroll=50, updates_per_iteration=2, batch_size=64, iterations=4,
-                                           prefill_episodes=8, eval_every=10_000, eval_episodes=8),
-                       (1, 2), (1, 2),
-                       DeviceLoopConfig(num_envs=16, unroll=50, updates_per_iteration=4, iterations=12,
-                                        prefill_episodes=16, batch_size=64, eval_every=6, eval_episodes=16,
-                                        chunk_iterations=6),
-                       2, note="quick: tiny networks and budgets, a smoke run NOT meant to learn"),
-        "cpu": Scale((256, 256), 64, (16, 16), 256,
-                     DeviceLoopConfig(num_envs=256, updates_per_iteration=8, batch_size=256, iterations=10, **few),
-                     16, DeviceLoopConfig(num_envs=64, unroll=50, updates_per_iteration=8, batch_size=256,
-                                          iterations=10, prefill_episodes=64, eval_every=10_000, eval_episodes=8),
-                     (1, 4, 16), (1, 2, 4, 8),
-                     DeviceLoopConfig(num_envs=128, unroll=50, updates_per_iteration=16, iterations=500,
-                                      prefill_episodes=128, batch_size=256, eval_every=25, eval_episodes=64,
-                                      chunk_iterations=25),
-                     5, note="cpu: 2 x 256 MLPs, batch 256; QRL's entropy weight starts at 0.01",
-                     qrl_entropy_init=0.01),
-    }
-
-
-def agent_config(method: str, scale: Scale, obs_dim: int, action_dim: int, qrl_entropy_init: float | None = None):
-    """The agent of ``method`` at ``scale``; QRL's entropy weight starts at ``qrl_entropy_init`` (None: the
-    scale's)."""
-    h = scale.hidden
-    if method == "qrl":
-        return QRLContinuousConfig(obs_dim=obs_dim, action_dim=action_dim, encoder_hidden=h, latent_dim=scale.latent,
-                                   projector_hidden=h[:1], iqe_components=scale.iqe[0],
-                                   iqe_dim_per_component=scale.iqe[1], dynamics_hidden=h, actor_hidden=h,
-                                   entropy_init=scale.qrl_entropy_init if qrl_entropy_init is None
-                                   else qrl_entropy_init)
-    if method == "crl":
-        return CRLConfig(obs_dim=obs_dim, action_dim=action_dim, hidden=h, repr_dim=64, actor_hidden=h)
-    if method == "gcbc":
-        return GCBCConfig(obs_dim=obs_dim, action_dim=action_dim, hidden=h)
-    raise ValueError(f"method must be one of {list(NAMES)}, got {method!r}")
-
-
-def make_env(name: str, reacher_goal: str = "pose") -> jax_env.GoalEnv:
-    if name == "reacher":
-        return Reacher(goal=reacher_goal)
-    if name == "brax-reacher":  # Brax's reacher through the adapter (pip install -e ".[brax]")
-        from platonic_rl.envs import brax_env
-        return brax_env.reacher(goal=reacher_goal)
-    layout = maze2d.get_layout(name)
-    return jax_env.Normalized(PointMaze(name), tuple(layout.obs_center), tuple(layout.obs_scale))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,22 +107,6 @@ class Args:
 
 
 # ---------------------------------------------------------------------------------------- timing
-
-
-def time_device_loop(agent_cfg, env, config: DeviceLoopConfig, iterations: int, num_seeds: int | None = None,
-                     mesh=None) -> float:
-    """Seconds per iteration of the compiled device loop in steady state (one timed call of ``iterations``
-    iterations after a compiling call of the same length; the best of two)."""
-    init, run = make_loop(agent_cfg, env, config, mesh=mesh).jitted(vmapped=num_seeds is not None)
-    key = jax.random.PRNGKey(0)
-    state = init(key if num_seeds is None else jax.random.split(key, num_seeds))
-    state = jax.block_until_ready(run(state, iterations)[0])
-    best = float("inf")
-    for _ in range(2):
-        start = time.perf_counter()
-        state = jax.block_until_ready(run(state, iterations)[0])
-        best = min(best, time.perf_counter() - start)
-    return best / iterations
 
 
 def time_host_loop(agent, rollouts: int, updates_per_cycle: int, cycles: int, batch_size: int) -> dict:
@@ -243,9 +148,9 @@ def _host_mujoco_steps_per_second(num_envs: int, steps: int) -> float:
     return num_envs * steps / (time.perf_counter() - start)
 
 
-def measure_throughput(scale: Scale) -> dict:
-    env = make_env("umaze")
-    cfg = agent_config("qrl", scale, env.obs_dim, env.action_dim)
+def measure_throughput(scale: DeviceLoopScale) -> dict:
+    env = device_loop_env("umaze")
+    cfg = device_loop_agent_config("qrl", scale, env.obs_dim, env.action_dim)
     out = {}
     # Few updates per env step: the device loop's iteration vs host cycles at the same ratio.
     few = scale.few
@@ -270,9 +175,9 @@ def measure_throughput(scale: Scale) -> dict:
     return out
 
 
-def measure_seeds(scale: Scale) -> dict:
-    env = make_env("umaze")
-    cfg = agent_config("qrl", scale, env.obs_dim, env.action_dim)
+def measure_seeds(scale: DeviceLoopScale) -> dict:
+    env = device_loop_env("umaze")
+    cfg = device_loop_agent_config("qrl", scale, env.obs_dim, env.action_dim)
     seconds = {n: time_device_loop(cfg, env, scale.seeds_config, scale.measure_iterations, num_seeds=n)
                for n in scale.seed_counts}
     one = seconds[scale.seed_counts[0]]
@@ -282,18 +187,19 @@ def measure_seeds(scale: Scale) -> dict:
 
 _DEVICE_PROBE = """
 import json, sys, jax
-from platonic_rl.benchmarks.device_loop import scales, make_env, agent_config, time_device_loop
+from platonic_rl.benchmarks.presets import device_loop_agent_config, device_loop_env, device_loop_scales
+from platonic_rl.benchmarks.timing import time_device_loop
 from platonic_rl.training.distributed import data_mesh
-scale = scales()[sys.argv[1]]
-env = make_env("umaze")
-cfg = agent_config("qrl", scale, env.obs_dim, env.action_dim)
+scale = device_loop_scales()[sys.argv[1]]
+env = device_loop_env("umaze")
+cfg = device_loop_agent_config("qrl", scale, env.obs_dim, env.action_dim)
 mesh = data_mesh() if jax.device_count() > 1 else None
 print(json.dumps(dict(devices=jax.device_count(),
                       seconds=time_device_loop(cfg, env, scale.few, scale.measure_iterations, mesh=mesh))))
 """
 
 
-def measure_devices(scale_name: str, scale: Scale) -> dict:
+def measure_devices(scale_name: str, scale: DeviceLoopScale) -> dict:
     seconds = {}
     for n in scale.device_counts:
         env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}", JAX_PLATFORMS="cpu")
@@ -307,7 +213,7 @@ def measure_devices(scale_name: str, scale: Scale) -> dict:
                 config=dataclasses.asdict(scale.few))
 
 
-def learning_config(args: Args, scale: Scale) -> DeviceLoopConfig:
+def learning_config(args: Args, scale: DeviceLoopScale) -> DeviceLoopConfig:
     """The scale's learning loop, with ``--iterations`` if given."""
     return scale.learning if args.iterations is None else dataclasses.replace(scale.learning, iterations=args.iterations)
 
@@ -338,16 +244,16 @@ def learning_settings(agent_cfg, env: jax_env.GoalEnv, config: DeviceLoopConfig,
 LEARNING_HOST_ONLY = tuple(f"loop.{k}" for k in HOST_ONLY)
 
 
-def run_learning(args: Args, scale: Scale, out: Path) -> dict:
+def run_learning(args: Args, scale: DeviceLoopScale, out: Path) -> dict:
     """Each (env, method) of ``args``: its record if it finished with these settings, else trained (resuming its
     checkpoint if any), checked (QRL) and recorded."""
     results = {}
     seeds = tuple(range(args.seeds))
     config = learning_config(args, scale)
     for name in args.envs:
-        env = make_env(name, args.reacher_goal)
+        env = device_loop_env(name, args.reacher_goal)
         for method in args.methods:
-            cfg = agent_config(method, scale, env.obs_dim, env.action_dim, args.qrl_entropy_init)
+            cfg = device_loop_agent_config(method, scale, env.obs_dim, env.action_dim, args.qrl_entropy_init)
             run_dir = out / "runs" / f"{name}-{method}"
             saved = run_dir / RECORD
             if saved.exists() and not args.overwrite:
@@ -385,7 +291,7 @@ def final_success(run: dict) -> np.ndarray:
 # -------------------------------------------------------------------------------------- reporting
 
 
-def format_tables(record: dict, scale: Scale, args: Args) -> str:
+def format_tables(record: dict, scale: DeviceLoopScale, args: Args) -> str:
     lines = [f"Device loop vs host loop -- scale {args.scale} ({scale.note}); {jax.device_count()} "
              f"{jax.default_backend()} device(s)"]
     if "envs" in record:
@@ -447,7 +353,7 @@ def plot(path: Path, record: dict, scale_name: str, part: str) -> None:
                    title=f"{name} (mean +- std over seeds)")
             ax.legend()
         cfg = DeviceLoopConfig(**record["learning"][next(iter(results))]["settings"]["loop"]) if all(
-            "settings" in r for r in results.values()) else scales()[scale_name].learning
+            "settings" in r for r in results.values()) else device_loop_scales()[scale_name].learning
         title = (f"Device loop, online goal reaching -- scale {scale_name}: {cfg.num_envs} envs x {cfg.unroll}-step "
                  f"unrolls per {cfg.updates_per_iteration} updates, {cfg.iterations * cfg.updates_per_iteration:,} "
                  f"updates per seed; {cfg.eval_episodes} evaluation episodes per point")
@@ -489,7 +395,7 @@ def plot(path: Path, record: dict, scale_name: str, part: str) -> None:
 
 
 def run(args: Args) -> dict:
-    scale = scales()[args.scale]
+    scale = device_loop_scales()[args.scale]
     out = Path(args.out_dir or f"results/device_loop/{args.scale}")
     saved = out / "parts.json"
     record = read_json(saved, "the parts measured so far") if saved.exists() else {}  # other parts are kept

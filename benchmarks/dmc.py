@@ -35,6 +35,7 @@ import tyro
 
 from platonic_rl.agents.denoised_mdp import ActorKind, DenoisedMDPAgent, DenoisedMDPConfig
 from platonic_rl.benchmarks import report
+from platonic_rl.benchmarks.presets import DMC_PIXEL_MODEL, DMC_PRESETS
 from platonic_rl.training.run import as_json, describe_differences, read_json, settings_differences, write_json
 from platonic_rl.training.world_model import DMCOnlineConfig, latent_probe_data, run_episode, train_dmc_online
 from platonic_rl.denoised.model import WorldModelConfig, all_features
@@ -50,19 +51,6 @@ TABLE_5_1 = {"noiseless": (801.4, 848.6), "distractors": (597.7, 227.8), "noisy_
              "jitter": (254.1, 98.6)}  # (Denoised MDP, Dreamer); the pixel variants are video background (+ ...)
 # Published pixel Dreamer at 100k env steps (CURL's table): what Dreamer from states should at least reach there.
 ANCHORS_100K = {"cheetah-run": 235.0, "walker-walk": 277.0, "reacher-easy": 314.0}
-PRESETS = {
-    # Table D.4's DMC sizes: x, y = 120 + 20 each vs Dreamer's 220 + 33; MLP encoder/decoder for states.
-    "paper": dict(model={}, dreamer=dict(x_belief=220, x_state=33), agent={}, batch_size=50, chunk=50),
-    # ~1/2 the widths, Dreamer's latent enlarged in the same proportion; 16 sequences x 32 steps; imagination
-    # from 128 random posterior states of the 512 (the imagined rollouts dominate the cost on CPU).
-    "cpu": dict(model=dict(x_belief=64, x_state=16, y_belief=64, y_state=16, hidden=128, embed_dim=128,
-                           mlp_encoder_hidden=(128,), mlp_decoder_hidden=(128,)),
-                dreamer=dict(x_belief=117, x_state=26),
-                agent=dict(actor_hidden=(128, 128), critic_hidden=(128, 128), imagine_starts=128),
-                batch_size=16, chunk=32),
-}
-# Pixels (64x64 RGB): D.2.1's conv encoder/decoder, width k (paper 32); the cpu preset halves it.
-PIXEL_MODEL = {"paper": dict(conv_width=32, embed_dim=1024), "cpu": dict(conv_width=16, embed_dim=256)}
 Method = Literal["denoised", "dreamer"]
 
 
@@ -157,10 +145,10 @@ def make_config(method: str, task: str, variant: str, obs_shape: tuple[int, ...]
     """The config of ``method`` at ``preset``; ``imagine_starts`` replaces the preset's and ``beta`` Table D.5's
     if given; ``actor`` (:attr:`DenoisedMDPConfig.actor`) the config's default if None; Denoised MDP's ``alpha``
     :func:`observation_alpha` of the observation if None (Dreamer keeps its own 1)."""
-    p = PRESETS[preset]
+    p = DMC_PRESETS[preset]
     pixels = len(obs_shape) == 3
     model = WorldModelConfig(obs_shape=tuple(obs_shape), action_dim=action_dim,
-                             **{**p["model"], **(PIXEL_MODEL[preset] if pixels else {})})
+                             **{**p["model"], **(DMC_PIXEL_MODEL[preset] if pixels else {})})
     heads = {**p["agent"], **({} if imagine_starts is None else dict(imagine_starts=imagine_starts)),
              **({} if actor is None else dict(actor=actor))}
     if method == "denoised":
@@ -188,7 +176,7 @@ def observation_alpha(obs_shape: tuple[int, ...]) -> float:
 
 def loop_config(args: Args, task: str, variant: str, seed: int) -> DMCOnlineConfig:
     """The training loop of one (task, variant, seed) run under ``args``."""
-    p = PRESETS[args.preset]
+    p = DMC_PRESETS[args.preset]
     return DMCOnlineConfig(task=task, variant=variant, env_steps=args.env_steps, seed=seed,
                            batch_size=args.batch_size or p["batch_size"], chunk=args.chunk or p["chunk"], eval_every=min(10_000, args.env_steps), eval_episodes=args.eval_episodes,
                            normalise_observations=args.normalise_observations, observation=args.observation,
@@ -393,7 +381,7 @@ def per_task_returns(runs: list[dict]) -> dict[tuple[str, str, str], dict[int, f
 
 
 def _budget(args: Args) -> str:
-    p = PRESETS[args.preset]
+    p = DMC_PRESETS[args.preset]
     starts = args.imagine_starts or p["agent"].get("imagine_starts") or "all"
     return (f"{len(args.tasks)} task(s) x {len(args.variants)} variant(s), {len(args.seeds)} seed(s), "
             f"{args.env_steps:,} env steps per run, {args.observation}, preset {args.preset!r} (batch "

@@ -29,21 +29,11 @@ from platonic_rl.training.goal_online import OnlineConfig, evaluate, train_onlin
 from platonic_rl.training.schedule import eval_seed
 from platonic_rl.agents.qrl_continuous import IMAGE_DEFAULTS, QRLContinuousAgent, QRLContinuousConfig
 from platonic_rl.benchmarks import report
+from platonic_rl.benchmarks.presets import FETCH_QRL_PRESETS
 from platonic_rl.envs import fetch
 from platonic_rl.training.run import MetricsLog
 
 AgentName = Literal["qrl", "crl", "gcbc", "ddpg_her", "ddpg_her_mrn", "ddpg_her_iqe"]
-
-
-# QRL network sizes. "paper": C.3.3 (f 512-512-128, projector 512-2048, IQE-maxmean 64 x 32, T 512-512,
-# actor 512-512): ~0.32 s per update on 2 CPU cores, i.e. ~55 min per seed for FetchReach's 10k updates.
-# "cpu": every hidden layer 256 wide and IQE-maxmean 16 x 32 (a 512-d head): ~0.075 s per update.
-# Everything else (objective, phi, learning rates, two critics, schedule) is the paper's in both.
-QRL_PRESETS = {
-    "paper": {},
-    "cpu": dict(encoder_hidden=(256, 256), projector_hidden=(256,), iqe_components=16, dynamics_hidden=(256, 256),
-                actor_hidden=(256, 256)),
-}
 
 
 def agent_config(name: str, task: str, qrl_preset: str = "paper", obs: str = "state"):
@@ -56,7 +46,7 @@ def agent_config(name: str, task: str, qrl_preset: str = "paper", obs: str = "st
     if name == "qrl":
         image = IMAGE_DEFAULTS if obs == "image" else {}
         config = QRLContinuousConfig(obs_dim=obs_dim, action_dim=fetch.ACTION_DIM,
-                                     **{**QRL_PRESETS[qrl_preset], **image})
+                                     **{**FETCH_QRL_PRESETS[qrl_preset], **image})
         return QRLContinuousAgent, config, {}
     if name == "crl":  # the original: no exploration noise, no entropy term for states
         return CRLAgent, CRLConfig(obs_dim=obs_dim, action_dim=fetch.ACTION_DIM), dict(exploration_noise=0.0)

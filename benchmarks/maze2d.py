@@ -41,19 +41,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from platonic_rl.agents.crl import CRLAgent, CRLConfig
-from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
-from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
+from platonic_rl.agents.crl import CRLAgent
+from platonic_rl.agents.gcbc import GCBCAgent
+from platonic_rl.agents.qrl_continuous import QRLContinuousAgent
 from platonic_rl.agents.qrl_diagnostics import actor_critic_gap, grid_argmin_actions, true_dynamics_greedy_actions
 from platonic_rl.agents.seeds import SeedStack
 from platonic_rl.benchmarks import report
+from platonic_rl.benchmarks.presets import Maze2dScale, maze2d_scales
 from platonic_rl.common.planning import mppi_step
 from platonic_rl.envs import maze2d
 from platonic_rl.envs.maze2d import normalised_data, normaliser
 from platonic_rl.envs.point_maze import PointMaze
 from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
 from platonic_rl.training import signals
-from platonic_rl.training.offline import TrainConfig, train_offline
+from platonic_rl.training.offline import train_offline
 
 Method = Literal["qrl", "qrl_grid", "qrl_true", "qrl_true_hold", "crl", "gcbc", "mppi", "mppi_true"]
 METHODS = ("qrl", "qrl_grid", "qrl_true", "qrl_true_hold", "crl", "gcbc", "mppi", "mppi_true")
@@ -73,73 +74,6 @@ PAPER = {
 NAMES = dict(qrl="QRL (+BC)", qrl_grid="QRL critic, grid argmin", qrl_true="QRL critic, true dynamics",
              qrl_true_hold="QRL critic, true dyn., held",
              crl="Contrastive RL (+BC)", gcbc="GCBC", mppi="MPPI with QRL value", mppi_true="MPPI, true dynamics")
-
-
-@dataclasses.dataclass(frozen=True)
-class Scale:
-    """Everything a scale sets (the objective is C.3.2's at every scale)."""
-    dataset_size: int | None        # None: D4RL's (umaze 1M, medium 2M, large 4M)
-    qrl: QRLContinuousConfig
-    crl: CRLConfig
-    gcbc: GCBCConfig
-    qrl_train: TrainConfig
-    crl_train: TrainConfig
-    gcbc_train: TrainConfig
-    episodes: int                   # evaluation episodes per (layout, method, seed, setting)
-    mppi_samples: int
-    mppi_episodes: int
-    note: str
-    critic_hold_steps: int = 20     # qrl_true_hold: each grid action held this many steps (0.2 s) in the lookahead
-
-
-def qrl_config(hidden: tuple[int, ...], latent: int, projector: tuple[int, ...], components: int, dims: int,
-               actor: tuple[int, ...], actor_lr: float) -> QRLContinuousConfig:
-    """C.3.2's QRL: 2 critics, residual T, IQE-maxmean, transition weight 1, lr 0.01 (lambda) / 5e-4 (critic),
-    BC weight 0.05 on the dataset action's negative log-likelihood, phi(x) = -softplus(500 - x, beta=0.01)
-    (C.24); as the official code's offline maze2d setting, no entropy term in the actor loss."""
-    return QRLContinuousConfig(obs_dim=4, action_dim=2, encoder_hidden=hidden, latent_dim=latent,
-                               projector_hidden=projector, iqe_components=components, iqe_dim_per_component=dims,
-                               dynamics_hidden=hidden, actor_hidden=actor, num_critics=2, transition_weight=1.0,
-                               phi_offset=500.0, phi_beta=0.01, lagrange_learning_rate=0.01,
-                               critic_learning_rate=5e-4, actor_learning_rate=actor_lr, bc_weight=0.05,
-                               adaptive_entropy=False)
-
-
-def _train(steps: int, batch: int, log_every: int) -> TrainConfig:
-    return TrainConfig(steps=steps, batch_size=batch, log_every=log_every, checkpoint_every=5 * log_every,
-                       progress=True)
-
-
-def scales() -> dict[str, Scale]:
-    """``quick``: a smoke run in minutes (tiny networks, 20k-step datasets, 1.5k updates): NOT comparable to
-    the paper. ``cpu``: D4RL-size datasets; QRL 2x128 MLPs, latent 64, IQE-maxmean 16 x 16, batch 256, 60k
-    updates (its signals are flat from about 50k at this width: docs/results.md, the width ladder), actor lr 3e-4
-    (the paper's 3e-5 is for 2e5 updates of batch 4096); Contrastive RL and GCBC 2x256, batch 256, 30k updates;
-    100 episodes; MPPI with 64 samples (the paper: 10,000) over 50 episodes. ``paper``: C.3.2 (accelerator-sized;
-    QRL's actor 4 x 1024, its critic 3 x 1024)."""
-    d = 4 * 1024
-    return {
-        "quick": Scale(20_000, qrl_config((64, 64), 32, (64,), 8, 8, (64, 64), 1e-4),
-                       CRLConfig(obs_dim=4, action_dim=2, hidden=(64, 64), repr_dim=16, actor_hidden=(64, 64), bc_weight=0.05),
-                       GCBCConfig(obs_dim=4, action_dim=2, hidden=(64, 64)),
-                       _train(1_500, 128, 500), _train(1_500, 128, 500), _train(1_500, 128, 500),
-                       episodes=10, mppi_samples=32, mppi_episodes=10,
-                       note="quick: a smoke run, NOT comparable to the paper's numbers"),
-        "cpu": Scale(None, qrl_config((128, 128), 64, (128,), 16, 16, (128, 128), 3e-4),
-                     CRLConfig(obs_dim=4, action_dim=2, hidden=(256, 256), repr_dim=16, actor_hidden=(256, 256),
-                               bc_weight=0.05),
-                     GCBCConfig(obs_dim=4, action_dim=2, hidden=(256, 256)),
-                     _train(60_000, 256, 1_000), _train(30_000, 256, 1_000), _train(30_000, 256, 1_000),
-                     episodes=100, mppi_samples=64, mppi_episodes=50,
-                     note="cpu: small networks and ~1/50 of the paper's samples (see --help); the paper's numbers "
-                          "are at the paper scale"),
-        "paper": Scale(None, qrl_config((1024, 1024, 1024), 256, (1024, 1024), 64, 32, (1024,) * 4, 3e-5),
-                       CRLConfig(obs_dim=4, action_dim=2, hidden=(1024, 1024, 1024), repr_dim=16,
-                                 actor_hidden=(1024, 1024, 1024), bc_weight=0.05),
-                       GCBCConfig(obs_dim=4, action_dim=2, hidden=(1024, 1024, 1024)),
-                       _train(200_000, d, 1_000), _train(150_000, 1024, 1_000), _train(150_000, 1024, 1_000),
-                       episodes=100, mppi_samples=10_000, mppi_episodes=100, note="paper: C.3.2's settings"),
-    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +125,7 @@ class Args:
             raise ValueError(f"--seeds must be distinct, got {self.seeds}")
 
 
-def method_setup(method: str, scale: Scale):
+def method_setup(method: str, scale: Maze2dScale):
     """(agent class, config, train config, sampler settings) of one method."""
     if method == "qrl":
         return QRLContinuousAgent, scale.qrl, scale.qrl_train, dict(p_future=0.0, bc_goals=True)
@@ -202,7 +136,7 @@ def method_setup(method: str, scale: Scale):
     raise ValueError(f"method must be one of qrl, crl, gcbc (mppi plans with qrl), got {method!r}")
 
 
-def train_method(method: str, scale: Scale, data: dict, seeds, run_dir: Path, overwrite: bool
+def train_method(method: str, scale: Maze2dScale, data: dict, seeds, run_dir: Path, overwrite: bool
                  ) -> tuple[SeedStack, list[dict]]:
     """The method's seeds trained as one stack (or its finished run read back): ``(stack, the logged rows)``."""
     agent_class, config, train, sampling = method_setup(method, scale)
@@ -285,12 +219,12 @@ def true_dynamics_mppi_policy(layout: maze2d.Layout, num_samples: int, seed: int
                         horizon)
 
 
-def hold_steps(method: str, scale: Scale) -> int:
+def hold_steps(method: str, scale: Maze2dScale) -> int:
     """Steps each grid action is held in the true-dynamics critic check (``qrl_true``: 1)."""
     return scale.critic_hold_steps if method == "qrl_true_hold" else 1
 
 
-def evaluate_method(method: str, stack: SeedStack | None, layout: maze2d.Layout, args: Args, scale: Scale) -> dict:
+def evaluate_method(method: str, stack: SeedStack | None, layout: maze2d.Layout, args: Args, scale: Maze2dScale) -> dict:
     out = {"hold_steps": hold_steps(method, scale)} if method in TRUE_DYNAMICS_CHECKS else {}
     for setting in ("single", "multi"):
         per_seed, trajectories = [], None
@@ -509,9 +443,9 @@ def critic_record(stack: SeedStack, history: list[dict], data: dict, layout: maz
                 actor_gap=[actor_check(stack.agent(i), data, layout) for i in range(len(seeds))])
 
 
-def scale_for(args: Args) -> Scale:
+def scale_for(args: Args) -> Maze2dScale:
     """The scale ``args`` names, with its overrides (dataset size, QRL's settings and updates) applied."""
-    scale = scales()[args.scale]
+    scale = maze2d_scales()[args.scale]
     if args.dataset_size is not None:
         scale = dataclasses.replace(scale, dataset_size=args.dataset_size)
     qrl = {}  # QRL's config fields the arguments override

@@ -30,6 +30,7 @@ from platonic_rl.agents import (CRLAgent, CRLConfig, DDPGHERAgent, DDPGHERConfig
                                 DenoisedMDPConfig, GCBCAgent, GCBCConfig, QRLAgent, QRLConfig,
                                 QRLContinuousAgent, QRLContinuousConfig)
 from platonic_rl.benchmarks import report
+from platonic_rl.benchmarks.presets import DMC_PIXEL_MODEL, DMC_PRESETS, FETCH_QRL_PRESETS, maze2d_scales
 from platonic_rl.benchmarks.timing import (discrete_batch, goal_batch, matmul_peak, sequence_batch, time_call,
                                            time_update)
 from platonic_rl.denoised.model import FactoredRSSM, WorldModelConfig, all_features, observe
@@ -77,11 +78,11 @@ def _fetch_qrl(**overrides) -> Callable:
 
 def _world_model(dreamer: bool, preset: str, compute_dtype: str = "float32", pixels: bool = False,
                  conv_impl: str = "auto") -> Callable:
-    from platonic_rl.benchmarks.dmc import PIXEL_MODEL, PRESETS  # cheetah-run: 17-d states, 6-d actions
+    # cheetah-run: 17-d states, 6-d actions
 
     def build():
-        p = PRESETS[preset]
-        shape, extra = ((64, 64, 3), dict(PIXEL_MODEL[preset], conv_impl=conv_impl)) if pixels else ((17,), {})
+        p = DMC_PRESETS[preset]
+        shape, extra = ((64, 64, 3), dict(DMC_PIXEL_MODEL[preset], conv_impl=conv_impl)) if pixels else ((17,), {})
         model = WorldModelConfig(obs_shape=shape, action_dim=6, compute_dtype=compute_dtype, **{**p["model"], **extra})
         config = (DenoisedMDPConfig.dreamer(dataclasses.replace(model, **p["dreamer"]), **p["agent"]) if dreamer
                   else DenoisedMDPConfig(model=model, **p["agent"]))
@@ -100,9 +101,8 @@ MAZE2D_LADDER = ((128, 256), (128, 1024), (128, 4096), (256, 256), (256, 1024), 
 
 def _maze2d_qrl(width: int, batch: int) -> Callable:
     def build():
-        from platonic_rl.benchmarks.maze2d import scales
 
-        config = dataclasses.replace(scales()["cpu"].qrl, encoder_hidden=(width,) * 2, dynamics_hidden=(width,) * 2,
+        config = dataclasses.replace(maze2d_scales()["cpu"].qrl, encoder_hidden=(width,) * 2, dynamics_hidden=(width,) * 2,
                                      actor_hidden=(width,) * 2, projector_hidden=(width,))
         return QRLContinuousAgent.create(config, 0), goal_batch(batch, 4, 2)
     return build
@@ -114,10 +114,8 @@ def maze2d_cases() -> list[Case]:
 
 
 def full_cases() -> list[Case]:
-    from platonic_rl.benchmarks.fetch import QRL_PRESETS
-    from platonic_rl.benchmarks.dmc import PRESETS
 
-    seq = {p: PRESETS[p]["batch_size"] * PRESETS[p]["chunk"] for p in PRESETS}
+    seq = {p: DMC_PRESETS[p]["batch_size"] * DMC_PRESETS[p]["chunk"] for p in DMC_PRESETS}
     return [
         Case("qrl_continuous", "Fetch, C.3.3 (IQE 64x32, 2 critics)", _fetch_qrl(), 256),
         Case("qrl_continuous_l2", "Fetch, C.3.3 with an l2 head", _fetch_qrl(head="l2"), 256),
@@ -125,7 +123,7 @@ def full_cases() -> list[Case]:
              iqe_kernel="float pairs + autodiff (previous)"),
         Case("qrl_continuous_bf16", "Fetch, C.3.3, compute_dtype bfloat16", _fetch_qrl(compute_dtype="bfloat16"),
              256),
-        Case("qrl_continuous_cpu", "Fetch, cpu preset (IQE 16x32)", _fetch_qrl(**QRL_PRESETS["cpu"]), 256),
+        Case("qrl_continuous_cpu", "Fetch, cpu preset (IQE 16x32)", _fetch_qrl(**FETCH_QRL_PRESETS["cpu"]), 256),
         Case("qrl", "MountainCar, C.3.1 (batch 1024)",
              lambda: (QRLAgent.create(QRLConfig(), 0), discrete_batch(1024, 3, 3)), 1024),
         Case("crl", "Fetch, default (batch 256)",

@@ -1,6 +1,7 @@
 """How the benchmarks time updates: matmul FLOPs from a jaxpr, the device's measured matmul peak, the median of
-timed calls, and the synthetic batches an update is timed on. Shared by the speed report
-(:mod:`~platonic_rl.benchmarks.speed`) and the accelerator check (:mod:`~platonic_rl.benchmarks.accelerator`);
+timed calls, the synthetic batches an update is timed on, and the device loop's seconds per iteration. Shared by
+the speed report (:mod:`~platonic_rl.benchmarks.speed`), the device loop benchmark
+(:mod:`~platonic_rl.benchmarks.device_loop`) and the accelerator check (:mod:`~platonic_rl.benchmarks.accelerator`);
 needs only JAX, Flax and NumPy.
 
     peak = matmul_peak("float32", (1024, 2048), repeats=5)                     # FLOP/s
@@ -19,6 +20,7 @@ import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 
+from platonic_rl.training.device_loop import DeviceLoopConfig, make_loop
 from platonic_rl.training.updates import update_steps
 
 
@@ -130,3 +132,19 @@ def sequence_batch(b: int, t: int, obs_dim: int, action_dim: int, seed: int = 0)
     return dict(observations=rng.normal(size=(b, t, obs_dim)).astype(np.float32),
                 prev_actions=rng.uniform(-1, 1, (b, t, action_dim)).astype(np.float32),
                 rewards=rng.normal(size=(b, t)).astype(np.float32))
+
+
+def time_device_loop(agent_cfg, env, config: DeviceLoopConfig, iterations: int, num_seeds: int | None = None,
+                     mesh=None) -> float:
+    """Seconds per iteration of the compiled device loop in steady state (one timed call of ``iterations``
+    iterations after a compiling call of the same length; the best of two)."""
+    init, run = make_loop(agent_cfg, env, config, mesh=mesh).jitted(vmapped=num_seeds is not None)
+    key = jax.random.PRNGKey(0)
+    state = init(key if num_seeds is None else jax.random.split(key, num_seeds))
+    state = jax.block_until_ready(run(state, iterations)[0])
+    best = float("inf")
+    for _ in range(2):
+        start = time.perf_counter()
+        state = jax.block_until_ready(run(state, iterations)[0])
+        best = min(best, time.perf_counter() - start)
+    return best / iterations

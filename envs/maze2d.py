@@ -632,3 +632,67 @@ def _load_d4rl_hdf5(path: Path, layout: Layout) -> dict[str, np.ndarray]:
     rewards = (np.linalg.norm(next_obs[:, :2] - goal[:-1][valid], axis=-1) <= GOAL_RADIUS).astype(np.float64)
     return dict(observations=obs[:-1][valid], actions=actions[:-1][valid], next_observations=next_obs,
                 rewards=rewards, segment_end=last[valid])
+
+
+# ------------------------------------------------------------------- prepared files (NumPy only)
+
+
+def prepare_dataset(path: str | Path, layout: str, size: int | None = None, seed: int = 0) -> dict:
+    """Generate a dataset with :func:`generate` (MuJoCo; action noise N(0, 0.5^2)) and save it as one
+    ``.npz`` that needs only NumPy to read (:func:`load_prepared`; the QRL slice carries it to accelerator machines): the trajectory's states ``[N + 1, 4]`` (float32, D4RL's coordinates), actions ``[N, 2]`` and
+    segment_end ``[N]``, with its layout, size, seed and action noise. Returns that description."""
+    start = time.time()
+    data = generate(layout, size, seed, progress=True)
+    states = np.concatenate([data["observations"], data["next_observations"][-1:]]).astype(np.float32)
+    info = dict(layout=get_layout(layout).name, transitions=len(data["actions"]), seed=seed,
+                action_noise=ACTION_NOISE, episodes=int(data["segment_end"].sum()),
+                generation_seconds=round(time.time() - start, 1))
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path, states=states, actions=data["actions"].astype(np.float32),
+                        segment_end=data["segment_end"], info=json.dumps(info))
+    return info
+
+
+def load_prepared(path: str | Path, layout: str) -> tuple[dict, dict]:
+    """A :func:`prepare_dataset` file as (flat arrays in D4RL's coordinates, its description); refused if it
+    holds another layout."""
+    with np.load(path) as f:
+        missing = {"states", "actions", "segment_end", "info"} - set(f.files)
+        if missing:
+            raise ValueError(f"path {str(path)!r} is not a prepared maze2d file: it lacks {sorted(missing)}")
+        info = json.loads(str(f["info"]))
+        states, actions, ends = f["states"], f["actions"], f["segment_end"].astype(bool)
+        next_states = f["next_states"] if "next_states" in f.files else None
+    if info["layout"] != get_layout(layout).name:
+        raise ValueError(f"path {str(path)!r} holds maze2d-{info['layout']}, not layout {layout!r}")
+    if next_states is not None:  # several trajectories (save_prepared_transitions): each row's own next state
+        if not len(states) == len(next_states) == len(actions) == len(ends):
+            raise ValueError(f"path {str(path)!r}: states, next_states, actions and segment_end must have as "
+                             "many rows")
+        return dict(observations=states, next_observations=next_states, actions=actions, segment_end=ends), info
+    if len(states) != len(actions) + 1 or len(ends) != len(actions):
+        raise ValueError(f"path {str(path)!r}: states must have one row more than actions and segment_end")
+    return dict(observations=states[:-1], next_observations=states[1:], actions=actions, segment_end=ends), info
+
+
+def save_prepared_transitions(path: str | Path, data: dict, info: dict) -> None:
+    """Flat transitions of several trajectories (as :func:`platonic_rl.envs.maze2d_jax_data.generate` returns) as a
+    file :func:`load_prepared` reads: states and next_states ``[N, 4]``, actions, segment_end and ``info`` (which
+    must name the layout and count the episodes)."""
+    missing = {"layout", "episodes", "action_noise"} - set(info)
+    if missing:
+        raise ValueError(f"save_prepared_transitions: info lacks {sorted(missing)}")
+    if not str(path).endswith(".npz"):
+        raise ValueError(f"save_prepared_transitions: path must end in .npz, got {str(path)!r}")
+    ends = np.asarray(data["segment_end"], bool)
+    if info["episodes"] != int(ends.sum()) or not ends[-1]:
+        raise ValueError(f"save_prepared_transitions: info['episodes']={info['episodes']} but segment_end marks "
+                         f"{int(ends.sum())} segment ends (and must mark the last row)")
+    inside = ~ends[:-1]  # within a segment, a transition's next state is the following transition's state
+    if not np.array_equal(data["next_observations"][:-1][inside], data["observations"][1:][inside]):
+        raise ValueError("save_prepared_transitions: within a segment, next_observations[i] must equal "
+                         "observations[i + 1]")
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, states=data["observations"].astype(np.float32),
+             next_states=data["next_observations"].astype(np.float32), actions=data["actions"].astype(np.float32),
+             segment_end=data["segment_end"], info=json.dumps(info))

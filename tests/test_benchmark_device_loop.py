@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from platonic_rl.agents.qrl_diagnostics import grid_argmin_actions
-from platonic_rl.benchmarks import device_loop, report
+from platonic_rl.benchmarks import device_loop, presets, report
 from platonic_rl.envs import jax_env
 
 
@@ -87,16 +87,16 @@ def test_qrl_critic_check_acts_per_seed_on_the_same_episodes(tmp_path):
     args = device_loop.Args(scale="quick", parts=("learning",), envs=("reacher",), methods=("qrl",), seeds=2,
                             iterations=6, check_episodes=16, out_dir=str(tmp_path))
     record = device_loop.run(args)["learning"]["reacher/qrl"]
-    assert record["settings"]["agent"]["entropy_init"] == device_loop.scales()["quick"].qrl_entropy_init
+    assert record["settings"]["agent"]["entropy_init"] == presets.device_loop_scales()["quick"].qrl_entropy_init
     assert record["settings"]["env"]["goal"] == "pose" and record["settings"]["loop"]["iterations"] == 6
     check = record["critic_check"]
     assert check["episodes"] == 16 and len(check["actor"]) == len(check["critic_alone"]) == 2
     with pytest.raises(ValueError, match="check_episodes: saved 16, now 8"):  # its check is of 16 episodes
         device_loop.run(device_loop.Args(**{**vars(args), "check_episodes": 8}))
     # By hand for seed 1 alone: its actor's mode and its grid argmin on the check's episodes.
-    env = device_loop.make_env("reacher")
-    cfg = device_loop.agent_config("qrl", device_loop.scales()["quick"], env.obs_dim, env.action_dim)
-    agents, _ = device_loop.train_on_device(cfg, env, device_loop.learning_config(args, device_loop.scales()["quick"]),
+    env = presets.device_loop_env("reacher")
+    cfg = presets.device_loop_agent_config("qrl", presets.device_loop_scales()["quick"], env.obs_dim, env.action_dim)
+    agents, _ = device_loop.train_on_device(cfg, env, device_loop.learning_config(args, presets.device_loop_scales()["quick"]),
                                             seed=(0, 1), run_dir=tmp_path / "runs" / "reacher-qrl")
     agent = jax.tree.map(lambda x: x[1], agents)
     key = jax.random.PRNGKey(device_loop.CHECK_KEY)

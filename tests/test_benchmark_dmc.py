@@ -7,6 +7,7 @@ import pytest
 
 pytest.importorskip("dm_control")
 from platonic_rl.benchmarks import dmc as bd  # noqa: E402
+from platonic_rl.benchmarks import presets  # noqa: E402
 from platonic_rl.envs.dmc import TASKS, VARIANTS  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
@@ -158,7 +159,7 @@ def test_batch_and_imagination_flags_reach_the_configs_and_bad_values_are_reject
                             imagine_starts=args.imagine_starts)
     assert config.imagine_starts == 2500
     default = bd.loop_config(bd.Args(), "reacher-easy", "noiseless", 0)
-    assert (default.batch_size, default.chunk) == (bd.PRESETS["cpu"]["batch_size"], bd.PRESETS["cpu"]["chunk"])
+    assert (default.batch_size, default.chunk) == (presets.DMC_PRESETS["cpu"]["batch_size"], presets.DMC_PRESETS["cpu"]["chunk"])
     assert "batch 50 x 50, imagining from 2500" in bd._budget(args)
     for name in ("batch_size", "chunk", "imagine_starts"):
         with pytest.raises(ValueError, match=f"--{name.replace('_', '-')} must be >= 1"):

@@ -9,6 +9,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from test_layout import BENCHMARK_HELPERS  # tests/test_layout.py: the helpers, which are no benchmarks
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -70,7 +71,7 @@ def links(page: Path) -> list[str]:
 BLOCKS = [(page, i, block) for page in PAGES for i, block in enumerate(code_blocks(TEXT[page], "python"))]
 COMMANDS = [(page, argv) for page in PAGES for argv in commands(TEXT[page]) if argv[2] not in ("pip", "pytest", "pdoc")]
 BENCHMARKS = sorted(f"platonic_rl.benchmarks.{p.stem}" for p in (ROOT / "benchmarks").glob("*.py")
-                    if p.stem not in ("__init__", "report", "timing"))  # helpers, not benchmarks
+                    if p.stem != "__init__" and p.stem not in BENCHMARK_HELPERS)
 
 
 def test_the_readme_is_the_front_door():

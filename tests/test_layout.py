@@ -62,16 +62,11 @@ def test_nothing_imports_the_suite_by_its_folder_names():
     assert not bare, "import these as platonic_rl.<package>:\n" + "\n".join(bare)
 
 
-# Inside the benchmarks room: shared helpers every benchmark may use, and the benchmarks built from others' parts
-# (their presets, or whole parts they run), each with what it builds on. Anything else a benchmark needs from another
-# belongs in a lower room (as QRL's critic checks in agents.qrl_diagnostics) or in a helper.
-BENCHMARK_HELPERS = {"report", "timing"}
-BENCHMARK_COMPOSITIONS = {
-    "accelerator": {"device_loop", "maze2d", "maze2d_slice"},  # runs their parts at their presets
-    "convergence": {"device_loop"},                            # the device loop's runs, probed
-    "maze2d_slice": {"maze2d"},                                # maze2d's presets, trained in chunks
-    "speed": {"dmc", "fetch", "maze2d"},                       # their presets' updates, timed
-}
+# Inside the benchmarks room: a benchmark (a command, ``python -m platonic_rl.benchmarks.<name>``) imports no other
+# benchmark. What several of them share -- how runs are saved, how updates are timed, the agents' sizes per benchmark,
+# the QRL slice that the maze2d slice and the accelerator check both run -- lives in helpers, which are no commands and
+# import no benchmark; anything else shared belongs in a lower room (as QRL's critic checks in agents.qrl_diagnostics).
+BENCHMARK_HELPERS = {"report", "timing", "presets", "qrl_slice"}
 
 
 def benchmark_imports(source: str) -> list[tuple[int, str, list[str]]]:
@@ -89,22 +84,28 @@ def benchmark_imports(source: str) -> list[tuple[int, str, list[str]]]:
     return out
 
 
-def test_benchmarks_import_only_helpers_and_the_benchmarks_they_are_built_from():
+def test_benchmarks_import_only_helpers():
     wrong = []
     for path in sorted((ROOT / "benchmarks").glob("*.py")):
         me = path.stem
-        allowed = BENCHMARK_HELPERS | BENCHMARK_COMPOSITIONS.get(me, set())
-        if me in BENCHMARK_HELPERS:
-            allowed = BENCHMARK_HELPERS - {me}
         for line, module, names in benchmark_imports(path.read_text()):
             private = [n for n in names if n.startswith("_")]
-            if (module not in allowed and module != me) or private:
+            if (module not in BENCHMARK_HELPERS and module != me) or private:
                 wrong.append(f"benchmarks/{path.name}:{line} imports benchmarks.{module}"
                              + (f" (private {private})" if private else ""))
-    assert not wrong, ("a benchmark imports another's internals; move what is shared to a helper or a lower room, "
-                       "or list the composition in BENCHMARK_COMPOSITIONS:\n" + "\n".join(wrong))
-    for name, parts in BENCHMARK_COMPOSITIONS.items():  # the table names real modules only
-        assert all((ROOT / "benchmarks" / f"{m}.py").is_file() for m in parts | {name}), name
+    assert not wrong, ("a benchmark imports another benchmark or a helper's internals; move what is shared to a "
+                       "helper (BENCHMARK_HELPERS) or a lower room:\n" + "\n".join(wrong))
+
+
+def test_the_benchmark_helpers_are_modules_not_commands():
+    """A helper has no command line: no ``main`` and no ``__main__`` block (else it is a benchmark, and the rule
+    above would let benchmarks import it)."""
+    for name in BENCHMARK_HELPERS:
+        path = ROOT / "benchmarks" / f"{name}.py"
+        assert path.is_file(), f"BENCHMARK_HELPERS names benchmarks/{name}.py, which does not exist"
+        tree = ast.parse(path.read_text())
+        functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        assert "main" not in functions and "__main__" not in path.read_text(), f"benchmarks/{name}.py is a command"
 
 
 def test_the_benchmark_import_reader_sees_every_form():

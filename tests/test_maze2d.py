@@ -202,8 +202,9 @@ def test_bad_benchmark_arguments_are_named():
 
 def test_the_benchmark_overrides_reach_the_configs_they_name():
     from platonic_rl.benchmarks import maze2d as bench
+    from platonic_rl.benchmarks import presets
 
-    preset = bench.scales()["cpu"]
+    preset = presets.maze2d_scales()["cpu"]
     assert bench.scale_for(bench.Args(scale="cpu")) == preset
     assert preset.qrl.actor_distance_scale == "none"  # the paper's unscaled actor loss
     scale = bench.scale_for(bench.Args(scale="cpu", qrl_actor_distance_scale="batch_mean", qrl_bc_weight=0.2,
@@ -344,14 +345,16 @@ def test_qrl_plan_costs_sum_the_learned_q_along_the_latent_rollout():
 def _small_scale(bench, updates: int, small_networks: bool):
     """The quick scale with ``updates`` updates per method and, with ``small_networks``, 16-wide networks and 8
     MPPI samples (the quick scale's 64-wide networks make the run's compiles and episodes slow on 2 cores)."""
-    quick = bench.scales()["quick"]
+    from platonic_rl.benchmarks import presets
+
+    quick = presets.maze2d_scales()["quick"]
     short = {f"{m}_train": dataclasses.replace(getattr(quick, f"{m}_train"), steps=updates, log_every=updates // 2,
                                                checkpoint_every=updates // 2) for m in ("qrl", "crl", "gcbc")}
     if small_networks:
         from platonic_rl.agents.crl import CRLConfig
         from platonic_rl.agents.gcbc import GCBCConfig
 
-        short.update(qrl=bench.qrl_config((16,), 8, (16,), 2, 4, (16,), 1e-4), mppi_samples=8,
+        short.update(qrl=presets.maze2d_qrl_config((16,), 8, (16,), 2, 4, (16,), 1e-4), mppi_samples=8,
                      crl=CRLConfig(obs_dim=4, action_dim=2, hidden=(16,), repr_dim=4, actor_hidden=(16,), bc_weight=0.05),
                      gcbc=GCBCConfig(obs_dim=4, action_dim=2, hidden=(16,)))
     return dataclasses.replace(quick, **short)

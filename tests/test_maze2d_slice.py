@@ -13,20 +13,20 @@ from platonic_rl.training.signals import SIGNALS, convergence, describe, signal_
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
     path = tmp_path_factory.mktemp("slice") / "umaze.npz"
-    info = maze2d_slice.prepare_dataset(path, "umaze", size=2_000, seed=0)
+    info = maze2d.prepare_dataset(path, "umaze", size=2_000, seed=0)
     return path, info
 
 
 def test_prepared_dataset_is_the_generated_trajectory(prepared):
     path, info = prepared
-    data, stored = maze2d_slice.load_prepared(path, "umaze")
+    data, stored = maze2d.load_prepared(path, "umaze")
     generated = maze2d.generate("umaze", 2_000, seed=0, progress=False)
     assert stored == info and info["action_noise"] == maze2d.ACTION_NOISE and info["transitions"] == 2_000
     for key in ("observations", "next_observations", "actions"):
         np.testing.assert_allclose(data[key], generated[key], atol=1e-5)
     np.testing.assert_array_equal(data["segment_end"], generated["segment_end"])
-    with pytest.raises(ValueError, match="holds maze2d-umaze, not --layout 'medium'"):
-        maze2d_slice.load_prepared(path, "medium")
+    with pytest.raises(ValueError, match="holds maze2d-umaze, not layout 'medium'"):
+        maze2d.load_prepared(path, "medium")
 
 
 # ~35 s end to end; the dataset, convergence measure, sizes and bad arguments have fast tests here, the critic check
@@ -48,9 +48,15 @@ def test_tiny_run_trains_in_chunks_evaluates_and_resumes(prepared, tmp_path, cap
     assert set(saved["signals"]) == {*SIGNALS, "flat"}
     assert [row["step"] for row in saved["history"]] == [50, 100]
 
-    record = maze2d_slice.main(argv[:argv.index("--updates") + 1] + ["150"] + argv[argv.index("--updates") + 2:])
+    longer = argv[:argv.index("--updates") + 1] + ["150"] + argv[argv.index("--updates") + 2:]
+    record = maze2d_slice.main(longer)
     assert "continuing" in capsys.readouterr().out and record["chunks"] == [record["chunks"][0]]
     assert record["chunks"][0]["from_update"] == 100 and record["updates"] == 150
+
+    # A finished run called again trains nothing and evaluates its saved agent (not a fresh one): the same scores
+    again = maze2d_slice.main(longer)
+    assert again["chunks"] == [] and again["updates"] == 150 and len(again["history"]) == 3
+    assert again["evaluations"] == [record["evaluations"][-1]]
 
 
 def test_convergence_measures_the_tail_slope():
@@ -105,22 +111,22 @@ def test_prepared_transitions_of_several_trajectories_load_row_by_row(tmp_path):
     from platonic_rl.envs import maze2d_jax_data
     data = maze2d_jax_data.generate("umaze", 3, 40, jax.random.PRNGKey(0))
     info = dict(layout="umaze", episodes=int(data["segment_end"].sum()), action_noise=0.5)
-    maze2d_slice.save_prepared_transitions(tmp_path / "d.npz", data, info)
-    loaded, read_info = maze2d_slice.load_prepared(tmp_path / "d.npz", "umaze")
+    maze2d.save_prepared_transitions(tmp_path / "d.npz", data, info)
+    loaded, read_info = maze2d.load_prepared(tmp_path / "d.npz", "umaze")
     for key in ("observations", "next_observations", "actions", "segment_end"):
         np.testing.assert_array_equal(loaded[key], data[key].astype(loaded[key].dtype))
     assert read_info == info
-    with pytest.raises(ValueError, match="holds maze2d-umaze, not --layout 'medium'"):
-        maze2d_slice.load_prepared(tmp_path / "d.npz", "medium")
+    with pytest.raises(ValueError, match="holds maze2d-umaze, not layout 'medium'"):
+        maze2d.load_prepared(tmp_path / "d.npz", "medium")
     with pytest.raises(ValueError, match="info lacks"):
-        maze2d_slice.save_prepared_transitions(tmp_path / "e.npz", data, dict(layout="umaze"))
+        maze2d.save_prepared_transitions(tmp_path / "e.npz", data, dict(layout="umaze"))
     with pytest.raises(ValueError, match="segment_end marks"):
-        maze2d_slice.save_prepared_transitions(tmp_path / "e.npz", data, dict(info, episodes=info["episodes"] + 1))
+        maze2d.save_prepared_transitions(tmp_path / "e.npz", data, dict(info, episodes=info["episodes"] + 1))
     broken = dict(data, segment_end=np.zeros_like(data["segment_end"]))
     broken["segment_end"][-1] = True
     with pytest.raises(ValueError, match="next_observations\\[i\\] must equal"):
-        maze2d_slice.save_prepared_transitions(tmp_path / "e.npz", broken, dict(info, episodes=1))
+        maze2d.save_prepared_transitions(tmp_path / "e.npz", broken, dict(info, episodes=1))
     np.savez(tmp_path / "f.npz", states=data["observations"], next_states=data["next_observations"][:-1],
              actions=data["actions"], segment_end=data["segment_end"], info='{"layout": "umaze"}')
     with pytest.raises(ValueError, match="must have as many rows"):
-        maze2d_slice.load_prepared(tmp_path / "f.npz", "umaze")
+        maze2d.load_prepared(tmp_path / "f.npz", "umaze")

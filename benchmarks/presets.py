@@ -1,0 +1,219 @@
+"""The benchmarks' agent sizes and schedules: what each benchmark calls its scales or presets, kept here so that
+the benchmarks that run or time another's agents (the speed report, the accelerator check, the QRL slice, the
+convergence probe) read them without importing that benchmark. Each section names the benchmark it belongs to;
+nothing here runs anything.
+
+    from platonic_rl.benchmarks.presets import maze2d_scales
+    paper_qrl = maze2d_scales()["paper"].qrl          # C.3.2's QRL for maze2d: critic 3 x 1024, IQE 64 x 32
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from platonic_rl.agents.crl import CRLConfig
+from platonic_rl.agents.gcbc import GCBCConfig
+from platonic_rl.agents.qrl_continuous import QRLContinuousConfig
+from platonic_rl.envs import jax_env, maze2d
+from platonic_rl.envs.point_maze import PointMaze
+from platonic_rl.envs.reacher import Reacher
+from platonic_rl.training.device_loop import DeviceLoopConfig
+from platonic_rl.training.offline import TrainConfig
+
+# ------------------------------------------------------------------------------------ maze2d (Table 4.2)
+
+
+@dataclasses.dataclass(frozen=True)
+class Maze2dScale:
+    """Everything a scale sets (the objective is C.3.2's at every scale)."""
+    dataset_size: int | None        # None: D4RL's (umaze 1M, medium 2M, large 4M)
+    qrl: QRLContinuousConfig
+    crl: CRLConfig
+    gcbc: GCBCConfig
+    qrl_train: TrainConfig
+    crl_train: TrainConfig
+    gcbc_train: TrainConfig
+    episodes: int                   # evaluation episodes per (layout, method, seed, setting)
+    mppi_samples: int
+    mppi_episodes: int
+    note: str
+    critic_hold_steps: int = 20     # qrl_true_hold: each grid action held this many steps (0.2 s) in the lookahead
+
+
+def maze2d_qrl_config(hidden: tuple[int, ...], latent: int, projector: tuple[int, ...], components: int, dims: int,
+               actor: tuple[int, ...], actor_lr: float) -> QRLContinuousConfig:
+    """C.3.2's QRL: 2 critics, residual T, IQE-maxmean, transition weight 1, lr 0.01 (lambda) / 5e-4 (critic),
+    BC weight 0.05 on the dataset action's negative log-likelihood, phi(x) = -softplus(500 - x, beta=0.01)
+    (C.24); as the official code's offline maze2d setting, no entropy term in the actor loss."""
+    return QRLContinuousConfig(obs_dim=4, action_dim=2, encoder_hidden=hidden, latent_dim=latent,
+                               projector_hidden=projector, iqe_components=components, iqe_dim_per_component=dims,
+                               dynamics_hidden=hidden, actor_hidden=actor, num_critics=2, transition_weight=1.0,
+                               phi_offset=500.0, phi_beta=0.01, lagrange_learning_rate=0.01,
+                               critic_learning_rate=5e-4, actor_learning_rate=actor_lr, bc_weight=0.05,
+                               adaptive_entropy=False)
+
+
+def _maze2d_train(steps: int, batch: int, log_every: int) -> TrainConfig:
+    return TrainConfig(steps=steps, batch_size=batch, log_every=log_every, checkpoint_every=5 * log_every,
+                       progress=True)
+
+
+def maze2d_scales() -> dict[str, Maze2dScale]:
+    """``quick``: a smoke run in minutes (tiny networks, 20k-step datasets, 1.5k updates): NOT comparable to
+    the paper. ``cpu``: D4RL-size datasets; QRL 2x128 MLPs, latent 64, IQE-maxmean 16 x 16, batch 256, 60k
+    updates (its signals are flat from about 50k at this width: docs/results.md, the width ladder), actor lr 3e-4
+    (the paper's 3e-5 is for 2e5 updates of batch 4096); Contrastive RL and GCBC 2x256, batch 256, 30k updates;
+    100 episodes; MPPI with 64 samples (the paper: 10,000) over 50 episodes. ``paper``: C.3.2 (accelerator-sized;
+    QRL's actor 4 x 1024, its critic 3 x 1024)."""
+    d = 4 * 1024
+    train = _maze2d_train
+    return {
+        "quick": Maze2dScale(
+            20_000, maze2d_qrl_config((64, 64), 32, (64,), 8, 8, (64, 64), 1e-4),
+            CRLConfig(obs_dim=4, action_dim=2, hidden=(64, 64), repr_dim=16, actor_hidden=(64, 64), bc_weight=0.05),
+            GCBCConfig(obs_dim=4, action_dim=2, hidden=(64, 64)),
+            train(1_500, 128, 500), train(1_500, 128, 500), train(1_500, 128, 500),
+            episodes=10, mppi_samples=32, mppi_episodes=10,
+            note="quick: a smoke run, NOT comparable to the paper's numbers"),
+        "cpu": Maze2dScale(
+            None, maze2d_qrl_config((128, 128), 64, (128,), 16, 16, (128, 128), 3e-4),
+            CRLConfig(obs_dim=4, action_dim=2, hidden=(256, 256), repr_dim=16, actor_hidden=(256, 256),
+                      bc_weight=0.05),
+            GCBCConfig(obs_dim=4, action_dim=2, hidden=(256, 256)),
+            train(60_000, 256, 1_000), train(30_000, 256, 1_000), train(30_000, 256, 1_000),
+            episodes=100, mppi_samples=64, mppi_episodes=50,
+            note="cpu: small networks and ~1/50 of the paper's samples (see --help); the paper's numbers "
+                 "are at the paper scale"),
+        "paper": Maze2dScale(
+            None, maze2d_qrl_config((1024, 1024, 1024), 256, (1024, 1024), 64, 32, (1024,) * 4, 3e-5),
+            CRLConfig(obs_dim=4, action_dim=2, hidden=(1024, 1024, 1024), repr_dim=16,
+                      actor_hidden=(1024, 1024, 1024), bc_weight=0.05),
+            GCBCConfig(obs_dim=4, action_dim=2, hidden=(1024, 1024, 1024)),
+            train(200_000, d, 1_000), train(150_000, 1024, 1_000), train(150_000, 1024, 1_000),
+            episodes=100, mppi_samples=10_000, mppi_episodes=100, note="paper: C.3.2's settings"),
+    }
+
+
+
+
+def maze2d_slice_sizes() -> dict[str, tuple[QRLContinuousConfig, int]]:
+    """The QRL slice's sizes, (QRL config, batch size): ``paper`` and ``cpu`` are :func:`maze2d_scales`' QRL;
+    ``tiny`` is a smoke size for CPUs and tests (NOT comparable to anything)."""
+    scales = maze2d_scales()
+    return dict(paper=(scales["paper"].qrl, scales["paper"].qrl_train.batch_size),
+                cpu=(scales["cpu"].qrl, scales["cpu"].qrl_train.batch_size),
+                tiny=(maze2d_qrl_config((32, 32), 16, (32,), 4, 4, (32, 32), 3e-4), 64))
+
+# ------------------------------------------------------------------------------ the device loop
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceLoopScale:
+    """The device loop benchmark's sizes and loops per part."""
+    hidden: tuple[int, ...]           # every MLP's hidden layers
+    latent: int                       # QRL's latent; IQE components x dims below
+    iqe: tuple[int, int]
+    batch_size: int
+    few: DeviceLoopConfig             # the throughput regime with few updates per env step (JaxGCRL's)
+    one_envs: int                     # envs of the one-update-per-env-step regime (unroll 50)
+    seeds_config: DeviceLoopConfig
+    seed_counts: tuple[int, ...]
+    device_counts: tuple[int, ...]
+    learning: DeviceLoopConfig
+    measure_iterations: int           # iterations per timed call
+    note: str
+    qrl_entropy_init: float = 1.0     # QRL's initial entropy weight (the agent's default: 1)
+
+
+def device_loop_scales() -> dict[str, DeviceLoopScale]:
+    """``quick``: tiny networks and budgets, a smoke run NOT meant to learn. ``cpu``: the agents at the size used
+    on CPU elsewhere (2 x 256 MLPs, batch 256); learning: 128 envs x 50-step unrolls per 16 updates (400 env steps
+    per update), 500 iterations (3.2M env steps, 8,000 updates per seed after a 128-episode prefill): about 30 min per
+    (env, method) on 2 CPU cores for QRL with 5 seeds vmapped (3.2 s per iteration measured; Contrastive RL 1.0 s).
+
+    The cpu scale starts QRL's entropy weight at 0.01, not the agent's 1. The weight adapts by about one learning
+    rate (3e-4) in log space per update; the paper's schedule makes one update per env step, this one one per 400, so
+    8,000 updates cannot bring it down from 1. At 1 the entropy term outweighs the actor's distance objective on
+    the reacher, where one action changes the learned distance by well under a step, and the actor stays near its
+    maximum-entropy policy (``docs/results/device_loop_reacher_checks``)."""
+    few = dict(unroll=50, eval_every=10_000, eval_episodes=8, prefill_episodes=256)
+    return {
+        "quick": DeviceLoopScale(
+            (32,), 16, (4, 4), 64,
+            DeviceLoopConfig(num_envs=32, updates_per_iteration=2, batch_size=64, iterations=4,
+                             **{**few, "prefill_episodes": 32}),
+            4, DeviceLoopConfig(num_envs=8, unroll=50, updates_per_iteration=2, batch_size=64, iterations=4,
+                                prefill_episodes=8, eval_every=10_000, eval_episodes=8),
+            (1, 2), (1, 2),
+            DeviceLoopConfig(num_envs=16, unroll=50, updates_per_iteration=4, iterations=12, prefill_episodes=16,
+                             batch_size=64, eval_every=6, eval_episodes=16, chunk_iterations=6),
+            2, note="quick: tiny networks and budgets, a smoke run NOT meant to learn"),
+        "cpu": DeviceLoopScale(
+            (256, 256), 64, (16, 16), 256,
+            DeviceLoopConfig(num_envs=256, updates_per_iteration=8, batch_size=256, iterations=10, **few),
+            16, DeviceLoopConfig(num_envs=64, unroll=50, updates_per_iteration=8, batch_size=256, iterations=10,
+                                 prefill_episodes=64, eval_every=10_000, eval_episodes=8),
+            (1, 4, 16), (1, 2, 4, 8),
+            DeviceLoopConfig(num_envs=128, unroll=50, updates_per_iteration=16, iterations=500, prefill_episodes=128,
+                             batch_size=256, eval_every=25, eval_episodes=64, chunk_iterations=25),
+            5, note="cpu: 2 x 256 MLPs, batch 256; QRL's entropy weight starts at 0.01", qrl_entropy_init=0.01),
+    }
+
+
+def device_loop_agent_config(method: str, scale: DeviceLoopScale, obs_dim: int, action_dim: int,
+                             qrl_entropy_init: float | None = None):
+    """The agent of ``method`` at ``scale``; QRL's entropy weight starts at ``qrl_entropy_init`` (None: the
+    scale's)."""
+    h = scale.hidden
+    if method == "qrl":
+        return QRLContinuousConfig(obs_dim=obs_dim, action_dim=action_dim, encoder_hidden=h, latent_dim=scale.latent,
+                                   projector_hidden=h[:1], iqe_components=scale.iqe[0],
+                                   iqe_dim_per_component=scale.iqe[1], dynamics_hidden=h, actor_hidden=h,
+                                   entropy_init=scale.qrl_entropy_init if qrl_entropy_init is None
+                                   else qrl_entropy_init)
+    if method == "crl":
+        return CRLConfig(obs_dim=obs_dim, action_dim=action_dim, hidden=h, repr_dim=64, actor_hidden=h)
+    if method == "gcbc":
+        return GCBCConfig(obs_dim=obs_dim, action_dim=action_dim, hidden=h)
+    raise ValueError(f"method must be one of ['qrl', 'crl', 'gcbc'], got {method!r}")
+
+
+def device_loop_env(name: str, reacher_goal: str = "pose") -> jax_env.GoalEnv:
+    """The device loop's env of that name: the reacher, Brax's reacher, or a point-maze layout normalised by its
+    extent."""
+    if name == "reacher":
+        return Reacher(goal=reacher_goal)
+    if name == "brax-reacher":  # Brax's reacher through the adapter (pip install -e ".[brax]")
+        from platonic_rl.envs import brax_env
+        return brax_env.reacher(goal=reacher_goal)
+    layout = maze2d.get_layout(name)
+    return jax_env.Normalized(PointMaze(name), tuple(layout.obs_center), tuple(layout.obs_scale))
+
+
+# ------------------------------------------------------------------------------------- Fetch (C.3.3)
+
+# QRL network sizes. "paper": C.3.3 (f 512-512-128, projector 512-2048, IQE-maxmean 64 x 32, T 512-512,
+# actor 512-512): ~0.32 s per update on 2 CPU cores, i.e. ~55 min per seed for FetchReach's 10k updates.
+# "cpu": every hidden layer 256 wide and IQE-maxmean 16 x 32 (a 512-d head): ~0.075 s per update.
+# Everything else (objective, phi, learning rates, two critics, schedule) is the paper's in both.
+FETCH_QRL_PRESETS = {
+    "paper": {},
+    "cpu": dict(encoder_hidden=(256, 256), projector_hidden=(256,), iqe_components=16, dynamics_hidden=(256, 256),
+                actor_hidden=(256, 256)),
+}
+
+
+# --------------------------------------------------------------------- DeepMind Control (Table D.4)
+
+DMC_PRESETS = {
+    # Table D.4's DMC sizes: x, y = 120 + 20 each vs Dreamer's 220 + 33; MLP encoder/decoder for states.
+    "paper": dict(model={}, dreamer=dict(x_belief=220, x_state=33), agent={}, batch_size=50, chunk=50),
+    # ~1/2 the widths, Dreamer's latent enlarged in the same proportion; 16 sequences x 32 steps; imagination
+    # from 128 random posterior states of the 512 (the imagined rollouts dominate the cost on CPU).
+    "cpu": dict(model=dict(x_belief=64, x_state=16, y_belief=64, y_state=16, hidden=128, embed_dim=128,
+                           mlp_encoder_hidden=(128,), mlp_decoder_hidden=(128,)),
+                dreamer=dict(x_belief=117, x_state=26),
+                agent=dict(actor_hidden=(128, 128), critic_hidden=(128, 128), imagine_starts=128),
+                batch_size=16, chunk=32),
+}
+# Pixels (64x64 RGB): D.2.1's conv encoder/decoder, width k (paper 32); the cpu preset halves it.
+DMC_PIXEL_MODEL = {"paper": dict(conv_width=32, embed_dim=1024), "cpu": dict(conv_width=16, embed_dim=256)}
