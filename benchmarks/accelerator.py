@@ -44,9 +44,8 @@ import numpy as np
 from platonic_rl.benchmarks import report
 from platonic_rl.benchmarks.presets import (device_loop_agent_config, device_loop_env, device_loop_scales, maze2d_scales,
                                            maze2d_slice_sizes)
-from platonic_rl.benchmarks.qrl_slice import SliceSetting, train_slice
+from platonic_rl.benchmarks.qrl_slice import SliceSetting, signal_plots, train_slice
 from platonic_rl.benchmarks.qrl_slice import format_table as format_slice
-from platonic_rl.benchmarks.qrl_slice import plot as plot_slice
 from platonic_rl.benchmarks.timing import (discrete_batch, goal_batch, matmul_peak, sequence_batch, time_device_loop,
                                           time_update)
 
@@ -231,13 +230,8 @@ def run_slice(args: Args, sizes: Sizes, minutes: float, out: Path) -> dict:
                            eval_reserve=60.0 if not args.tiny else 5.0, episodes=sizes.slice_episodes,
                            episode_length=sizes.slice_episode_length)
     record = train_slice(setting, data, info, run_dir, deadline=start + 60.0 * max(minutes, 0.1))
-    try:  # where matplotlib is missing (accelerator images), maze2d_slice's --plot draws it later
-        import matplotlib  # noqa: F401
-        plots = {"signals.png": lambda p: plot_slice(p, [dict(record, jax_devices=[str(d) for d in jax.devices()])])}
-    except ImportError:
-        plots = None
     report.save_run(out / "slice", "platonic_rl.benchmarks.accelerator", args, record, format_slice(record),
-                    plots=plots, total_seconds=time.time() - start)
+                    plots=signal_plots(record), total_seconds=time.time() - start)
     keep = ("size_label", "updates", "samples", "fraction_of_paper_samples", "updates_per_second",
             "samples_per_second", "signals", "evaluations", "dataset")
     return {k: record[k] for k in keep if k in record}

@@ -29,12 +29,10 @@ import json
 import time
 from pathlib import Path
 
-import jax
-
 from platonic_rl.agents.qrl_continuous import QRLContinuousConfig
 from platonic_rl.benchmarks import report
 from platonic_rl.benchmarks.presets import maze2d_slice_sizes
-from platonic_rl.benchmarks.qrl_slice import SliceSetting, format_table, plot, train_slice
+from platonic_rl.benchmarks.qrl_slice import SliceSetting, format_table, plot, signal_plots, train_slice
 from platonic_rl.envs import maze2d
 
 
@@ -128,13 +126,8 @@ def run(args: Args) -> dict:
     record = dict(record, size=args.size)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    try:  # where matplotlib is missing (accelerator images), the picture is drawn later with --plot
-        import matplotlib  # noqa: F401
-        plots = {"signals.png": lambda p: plot(p, [dict(record, jax_devices=[str(d) for d in jax.devices()])])}
-    except ImportError:
-        plots = None
     return report.save_run(out, "platonic_rl.benchmarks.maze2d_slice", args, record, format_table(record),
-                           plots=plots, total_seconds=time.time() - start)
+                           plots=signal_plots(record), total_seconds=time.time() - start)
 
 
 def parse_args(argv=None) -> Args:

@@ -50,6 +50,16 @@ class SliceSetting:
     episode_length: int = 0         # steps per evaluation episode; 0: the layout's D4RL time limit
     seed: int = 0
 
+    def __post_init__(self):
+        for name in ("batch_size", "updates", "chunk", "episodes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"SliceSetting.{name} must be >= 1, got {getattr(self, name)}")
+        if self.episode_length < 0:
+            raise ValueError(f"SliceSetting.episode_length must be >= 0 (0: the layout's limit), "
+                             f"got {self.episode_length}")
+        if self.eval_reserve < 0:
+            raise ValueError(f"SliceSetting.eval_reserve must be >= 0 seconds, got {self.eval_reserve}")
+
 
 # ---------------------------------------------------------------------------------------- evaluation
 
@@ -155,6 +165,16 @@ def train_slice(setting: SliceSetting, data: dict, info: dict, run_dir: str | Pa
 
 
 # ---------------------------------------------------------------------------------------------- report
+
+
+def signal_plots(record: dict) -> dict | None:
+    """``report.save_run``'s ``plots`` for a slice record: ``signals.png`` (:func:`plot`), or None where matplotlib is
+    missing (accelerator images; ``maze2d_slice --plot`` draws it later from the saved ``results.json``)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return None
+    return {"signals.png": lambda path: plot(path, [dict(record, jax_devices=[str(d) for d in jax.devices()])])}
 
 
 def format_table(record: dict) -> str:

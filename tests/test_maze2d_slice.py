@@ -104,6 +104,19 @@ def test_bad_arguments_are_refused():
         maze2d_slice.parse_args(["--plot", "out.png"])
 
 
+def test_a_bad_slice_setting_is_refused():
+    from platonic_rl.benchmarks.presets import maze2d_slice_sizes
+    from platonic_rl.benchmarks.qrl_slice import SliceSetting
+
+    config, batch = maze2d_slice_sizes()["tiny"]
+    with pytest.raises(ValueError, match="SliceSetting.chunk must be >= 1, got 0"):
+        SliceSetting(config, batch, "tiny", chunk=0)
+    with pytest.raises(ValueError, match="SliceSetting.episode_length must be >= 0"):
+        SliceSetting(config, batch, "tiny", episode_length=-1)
+    with pytest.raises(ValueError, match="SliceSetting.eval_reserve must be >= 0 seconds"):
+        SliceSetting(config, batch, "tiny", eval_reserve=-1.0)
+
+
 def test_prepared_transitions_of_several_trajectories_load_row_by_row(tmp_path):
     """A file of several trajectories (the JAX generator's) keeps each row's own next state; a bad file is refused."""
     import jax
