@@ -119,7 +119,7 @@ def test_table_evaluation_equals_stepping_the_environment():
                               mc.neighbourhood_mask(80 * 160 + 80))):
         policy = act(agent, obs, goal_obs)
         fast = np.asarray(mc.greedy_returns(policy, jnp.asarray(target), table))
-        starts = np.arange(0, mc.NUM_STATES, 53)
+        starts = np.arange(0, mc.NUM_STATES, 211)  # 122 starts (the rollout's cost grows with them); 57 distinct returns
         slow = mc.rollout_returns(lambda o, g: act(agent, o, g), mc.state_from_index(starts),
                                   jnp.asarray(goal_obs), jnp.asarray(target))
         np.testing.assert_array_equal(fast[starts], np.asarray(slow))
