@@ -133,6 +133,18 @@ def test_relative_links_resolve(page):
     assert not broken, f"{name(page)}: " + "; ".join(broken)
 
 
+def test_every_result_folder_is_read_by_a_page():
+    # A record no page links to is either superseded (removed; git keeps it) or a measurement nobody can find.
+    linked = set()
+    for page in PAGES:
+        for target in links(page):
+            file = (page.parent / target.partition("#")[0]).resolve()
+            if file.is_relative_to(ROOT / "docs" / "results") and file != ROOT / "docs" / "results":
+                linked.add(file.relative_to(ROOT / "docs" / "results").parts[0])
+    folders = {p.name for p in (ROOT / "docs" / "results").iterdir() if p.is_dir()}
+    assert not folders - linked, f"docs/results folders no page links to: {sorted(folders - linked)}"
+
+
 def test_the_link_checker_sees_links_and_anchors():
     assert slug("Online loop on host-stepped envs: `training/goal_online.py`") == \
         "online-loop-on-host-stepped-envs-traininggoal_onlinepy"
