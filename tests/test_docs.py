@@ -62,6 +62,12 @@ def anchors(page: Path) -> set[str]:
     return result
 
 
+def link_file(page: Path, target: str) -> Path:
+    """The file a relative link of ``page`` points to (``page`` itself for a bare ``#anchor``)."""
+    path = target.partition("#")[0]
+    return (page.parent / path).resolve() if path else page
+
+
 def links(page: Path) -> list[str]:
     """Targets of the markdown links and pictures of ``page`` that are not web addresses."""
     targets = re.findall(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)", prose(TEXT[page]))
@@ -124,8 +130,8 @@ def test_command_parses(page, argv):
 def test_relative_links_resolve(page):
     broken = []
     for target in links(page):
-        path, _, anchor = target.partition("#")
-        file = (page.parent / path).resolve() if path else page
+        anchor = target.partition("#")[2]
+        file = link_file(page, target)
         if not file.exists():
             broken.append(f"{target}: no {file.relative_to(ROOT) if file.is_relative_to(ROOT) else file}")
         elif anchor and (file.suffix != ".md" or anchor not in anchors(file)):
@@ -138,7 +144,7 @@ def test_every_result_folder_is_read_by_a_page():
     linked = set()
     for page in PAGES:
         for target in links(page):
-            file = (page.parent / target.partition("#")[0]).resolve()
+            file = link_file(page, target)
             if file.is_relative_to(ROOT / "docs" / "results") and file != ROOT / "docs" / "results":
                 linked.add(file.relative_to(ROOT / "docs" / "results").parts[0])
     folders = {p.name for p in (ROOT / "docs" / "results").iterdir() if p.is_dir()}

@@ -1,7 +1,7 @@
 """The suite on a machine with only JAX, Flax, Optax, Orbax and NumPy (an accelerator image without the network): with
-every other third-party package made unimportable (but SciPy, which JAX itself needs), the offline loop trains on JAX-made maze2d data into a run
-directory (plain progress lines; the lock still refuses a second writer), and the accelerator check's tiny mode runs
-end to end (slow)."""
+every other third-party package made unimportable (but SciPy, which JAX itself needs), the offline loop trains on
+JAX-made maze2d data into a run directory (plain progress lines; the lock still refuses a second writer), and the
+accelerator check's tiny mode runs end to end (slow)."""
 import subprocess
 import sys
 import textwrap
