@@ -53,7 +53,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import tempfile
 import time
 import warnings
 from collections import deque
@@ -62,6 +61,8 @@ from typing import Callable
 
 import jax.numpy as jnp
 import numpy as np
+
+from platonic_rl.envs.goal_env import private_temporary_directory
 
 # D4RL's maze strings ('#' wall, 'O' free, 'G' the goal cell), rows separated by '\'.
 U_MAZE = "#####\\#GOO#\\###O#\\#OOO#\\#####"
@@ -295,19 +296,14 @@ class WaypointController:
 def make_pointmaze(gym_id: str, **kwargs):
     """``gym.make(gym_id, **kwargs)`` for gymnasium-robotics' PointMaze without the file it leaves behind: its maze
     builder writes the model's XML into the system's temporary directory (``ant_maze<time>.xml``) and never deletes
-    it, one file per env made. Made with a private temporary directory as ``tempfile``'s, removed once the model is
-    loaded."""
+    it, one file per env made. Made in a :func:`~platonic_rl.envs.goal_env.private_temporary_directory`, removed
+    once the model is loaded."""
     import gymnasium as gym
     import gymnasium_robotics
 
     gym.register_envs(gymnasium_robotics)
-    previous = tempfile.tempdir
-    with tempfile.TemporaryDirectory(prefix="platonic_rl_pointmaze_") as scratch:
-        tempfile.tempdir = scratch
-        try:
-            return gym.make(gym_id, **kwargs)
-        finally:
-            tempfile.tempdir = previous
+    with private_temporary_directory(prefix="platonic_rl_pointmaze_"):
+        return gym.make(gym_id, **kwargs)
 
 
 class Maze2D:
@@ -514,7 +510,8 @@ def write_minari(data: dict, layout: str | Layout, root: str | os.PathLike, data
             terminations=[False] * steps, truncations=[False] * (steps - 1) + [True]))
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    with _minari_root(root), warnings.catch_warnings():
+    # Minari makes the env once more from its spec (for the dataset's metadata): in a private temporary directory too.
+    with _minari_root(root), warnings.catch_warnings(), private_temporary_directory(prefix="platonic_rl_pointmaze_"):
         warnings.filterwarnings("ignore", message=".*(code_permalink|author|author_email|eval_env)` is set to None")
         env = make_pointmaze(layout.gym_id, continuing_task=True, reset_target=True)
         minari.create_dataset_from_buffers(

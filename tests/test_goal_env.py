@@ -6,7 +6,8 @@ import pytest
 pytest.importorskip("gymnasium_robotics")
 import gymnasium_robotics  # noqa: E402
 
-from platonic_rl.envs.goal_env import GoalEnvAdapter, find_goal_dims, success_of  # noqa: E402
+from platonic_rl.envs.goal_env import (GoalEnvAdapter, find_goal_dims, make_vector_env,  # noqa: E402
+                                       private_temporary_directory, success_of)
 
 gym.register_envs(gymnasium_robotics)
 
@@ -19,6 +20,26 @@ def test_pointmaze_goal_dims_goal_states_and_success_key():
     assert out["observations"].shape == (2, 21, 4) and out["actions"].shape == (2, 20, 2)
     assert np.all(out["goals"][:, 2:] == 0) and out["success"].dtype == bool  # PointMaze reports info["success"]
     env.close()
+
+
+def test_a_maze_env_made_here_leaves_no_file_in_the_temporary_directory(tmp_path, monkeypatch):
+    """gymnasium-robotics writes each maze's XML into the temporary directory and never deletes it; envs made with
+    make_vector_env (the online loop's and the own-dataset benchmark's) leave nothing there."""
+    import os
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gym.make_vec("PointMaze_UMaze-v3", num_envs=2, vectorization_mode="sync").close()
+    assert [p.suffix for p in tmp_path.iterdir()].count(".xml") == 2  # what it writes without the private directory
+    for p in list(tmp_path.iterdir()):
+        p.unlink()
+    env = make_vector_env("PointMaze_UMaze-v3", 2, max_episode_steps=30)
+    assert env.num_envs == 2 and list(tmp_path.iterdir()) == [] and tempfile.tempdir == str(tmp_path)
+    assert env.reset(seed=0)[0]["observation"].shape == (2, 4)  # the model was loaded before its file went
+    env.close()
+    with pytest.raises(KeyError), private_temporary_directory() as scratch:  # an error inside: restored, removed
+        raise KeyError("inside")
+    assert tempfile.tempdir == str(tmp_path) and not os.path.exists(scratch)
 
 
 def test_episode_length_beyond_the_time_limit_and_missing_success_are_refused():

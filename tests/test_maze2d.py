@@ -467,13 +467,19 @@ def test_true_dynamics_plan_costs_count_the_steps_at_the_goal():
 
 def test_making_the_env_leaves_no_file_in_the_temporary_directory(tmp_path, monkeypatch):
     """gymnasium-robotics writes each PointMaze's XML next to the system's temporary directories and never deletes
-    it; maze2d makes its envs with a private one, removed afterwards."""
+    it; maze2d makes its envs, and writes its Minari datasets (Minari makes the env once more), with a private one,
+    removed afterwards."""
     import tempfile
 
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    temporary = tmp_path / "temporary"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     env = maze2d.Maze2D("umaze", 1)
     env.reset(seed=0)
-    assert list(tmp_path.iterdir()) == [] and tempfile.tempdir == str(tmp_path)
+    assert list(temporary.iterdir()) == [] and tempfile.tempdir == str(temporary)
+    path = maze2d.write_minari(maze2d.generate("umaze", 400, seed=0, progress=False), "umaze", tmp_path / "data",
+                               "test/umaze-v0")
+    assert path.is_dir() and list(temporary.iterdir()) == [] and tempfile.tempdir == str(temporary)
 
 
 def test_a_held_check_record_of_another_hold_length_is_evaluated_again(tmp_path, monkeypatch):
