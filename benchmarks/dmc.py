@@ -10,9 +10,11 @@ features and from the y features ([belief, state] of each factor; Dreamer has on
 state (MuJoCo qpos, qvel) and to the distractor state are fitted on ``probe_train`` episodes (the ridge
 strength chosen by leave-one-episode-out cross-validation) and scored (R^2 pooled over standardised
 target dimensions) on ``probe_test`` held-out episodes. A model that denoises keeps the agent state in x and the
-distractors out of it. Denoised MDP uses Table D.5's beta for backprop-via-dynamics per task and variant, and the
-thesis' alpha for the observation's size (:func:`observation_alpha`). State variants draw their distractors from
-``--distractor`` (default ``twin``: a copy of the body driven by random actions; ``envs/dmc.py``).
+distractors out of it. A finished run asked for with other probe settings is probed again from its final checkpoint
+(where that is on the machine), without training. Denoised MDP uses Table D.5's beta for backprop-via-dynamics per
+task and variant, and the thesis' alpha for the observation's size (:func:`observation_alpha`). State variants draw
+their distractors from ``--distractor`` (default ``twin``: a copy of the body driven by random actions;
+``envs/dmc.py``).
 
 Saves ``results.json`` (command, configs, curves, probe scores), ``returns.png`` (episode return vs env
 steps per task and variant) and ``probe.png`` (R^2 bars), and prints a table with Table 5.1's pixel-based
@@ -36,7 +38,8 @@ import tyro
 from platonic_rl.agents.denoised_mdp import ActorKind, DenoisedMDPAgent, DenoisedMDPConfig
 from platonic_rl.benchmarks import report
 from platonic_rl.benchmarks.presets import DMC_PIXEL_MODEL, DMC_PRESETS
-from platonic_rl.training.run import as_json, describe_differences, read_json, settings_differences, write_json
+from platonic_rl.training.run import (RunDirectory, as_json, describe_differences, read_json, settings_differences,
+                                      write_json)
 from platonic_rl.training.world_model import DMCOnlineConfig, latent_probe_data, run_episode, train_dmc_online
 from platonic_rl.denoised.model import WorldModelConfig, all_features
 from platonic_rl.envs.dmc import TASKS, VARIANTS, DMCEnv
@@ -89,7 +92,10 @@ class Args:
     """Pixels: frames of an evaluation episode shown in reconstructions.png (observation, decoded from x alone,
     from y alone)."""
     probe_train: int = 4
+    """Episodes the probe's ridge regressions are fitted on (a finished run whose final checkpoint is here is probed
+    again, without training, when this or ``probe_test`` changes)."""
     probe_test: int = 2
+    """Held-out episodes the probe is scored on."""
     batch_size: int | None = None
     """Sequences per world-model batch (default: the preset's; cpu 16, paper 50)."""
     chunk: int | None = None
@@ -235,7 +241,9 @@ def run(args: Args) -> dict:
                                          alpha=args.alpha)
                     run_dir = out / f"{task}_{variant}_{method}_seed{seed}"
                     saved = None if args.overwrite else finished_record(run_dir, config, loop, args)
-                    if saved is not None:  # finished earlier (perhaps on another machine): nothing to train or probe
+                    if saved is not None and saved.get("probe_settings") != probe_settings(args):
+                        saved = probe_again(saved, run_dir, config, loop, args, seed)
+                    if saved is not None:  # finished earlier (perhaps on another machine): nothing to train
                         runs.append(saved)
                         print(f"{task} {variant} {method} seed {seed}: finished in {run_dir}, its record reused", flush=True)
                         continue
@@ -300,7 +308,9 @@ def finished_record(run_dir: Path, config: DenoisedMDPConfig, loop: DMCOnlineCon
     """The saved record of a run in ``run_dir`` that finished with these settings (the agent's ``config``, the
     loop's and the probe's), else None (nothing saved, or a run whose budget ``loop.env_steps`` grows: it trains on
     from its checkpoint). Checkpoints stay on the machine that made them; a record lets a fresh clone rebuild the
-    tables and plots without training again, and without making (compiling) an agent."""
+    tables and plots without training again, and without making (compiling) an agent. A record that differs only in
+    the probe's settings is returned where the run's final checkpoint is in ``run_dir`` (to be probed again), and
+    refused where it is not."""
     path = Path(run_dir) / RECORD
     if not path.exists():
         return None
@@ -311,10 +321,32 @@ def finished_record(run_dir: Path, config: DenoisedMDPConfig, loop: DMCOnlineCon
                                   ignore=tuple(f"loop.{k}" for k in HOST_ONLY + distractor_free(loop)))
     if set(differ) == {"loop.env_steps"} and differ["loop.env_steps"][1] > differ["loop.env_steps"][0]:
         return None
+    probe_only = bool(differ) and all(name.startswith("probe_settings.") for name in differ)
+    if probe_only and RunDirectory.saved_step(run_dir) == loop.env_steps:
+        return record  # the caller probes it again from its final checkpoint (probe_again)
     if differ:
+        absent = (f"\nits final checkpoint (env steps {loop.env_steps}) is not in {Path(run_dir) / 'checkpoints'}, "
+                  "so it cannot be probed again without training" if probe_only else "")
         raise ValueError(f"{path} holds a finished run with other settings than this call's:\n"
-                         f"{describe_differences(differ)}\npass --overwrite to train it again, or choose another "
-                         "--out-dir")
+                         f"{describe_differences(differ)}{absent}\npass --overwrite to train it again, or choose "
+                         "another --out-dir")
+    return record
+
+
+def probe_again(record: dict, run_dir: Path, config: DenoisedMDPConfig, loop: DMCOnlineConfig, args: Args,
+                seed: int) -> dict:
+    """``record`` (a finished run's, probed with other settings) with its probe redone under ``args``' settings from
+    the run's final checkpoint in ``run_dir``, which trains nothing; the curves are kept. Saved over the old record."""
+    start = time.time()
+    agent, history = train_dmc_online(DenoisedMDPAgent.create(config, seed), loop, run_dir,  # restores, trains nothing
+                                      desc=f"{run_dir.name} (restored)")
+    if not history or history[-1]["env_steps"] != loop.env_steps:
+        raise RuntimeError(f"{run_dir}'s checkpoint did not restore the finished run at {loop.env_steps} env steps")
+    print(f"{run_dir.name}: probed again ({record.get('probe_settings')} -> {probe_settings(args)}, from the "
+          f"checkpoint at {loop.env_steps} env steps)", flush=True)
+    record = dict(record, probe=probe(agent, loop, args, seed), probe_settings=probe_settings(args),
+                  probe_seconds=time.time() - start)
+    write_json(run_dir / RECORD, record)
     return record
 
 

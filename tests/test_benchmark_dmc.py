@@ -150,6 +150,46 @@ def test_a_finished_run_is_reused_from_its_record_without_a_checkpoint(tmp_path)
         bd.run(args)
 
 
+def test_a_finished_run_with_its_checkpoint_is_probed_again_under_new_probe_settings(tmp_path, monkeypatch):
+    """Other probe settings on a finished run: restored from its final checkpoint (nothing trains) and probed again,
+    its curves kept and its record rewritten; without that checkpoint the call is refused."""
+    import json
+
+    args = bd.Args(tasks=("reacher-easy",), variants=("noiseless",), methods=("dreamer",), env_steps=10_000,
+                   out_dir=str(tmp_path))
+    config = bd.make_config("dreamer", "reacher-easy", "noiseless", (6,), 2, args.preset, args.policy)
+    loop = bd.loop_config(args, "reacher-easy", "noiseless", 0)
+    history = [dict(env_steps=5000, train_return=3.0), dict(env_steps=10_000, train_return=4.0, eval_return=7.5)]
+    record = dict(bd.run_record("reacher-easy", "noiseless", "dreamer", 0, config, loop, history,
+                                {"x->agent_state": 0.5}, 1.0), probe_settings=bd.probe_settings(args))
+    run_dir = tmp_path / "reacher-easy_noiseless_dreamer_seed0"
+    (run_dir / "checkpoints" / "5000").mkdir(parents=True)  # stopped short of the budget: cannot be probed again
+    (run_dir / bd.RECORD).write_text(json.dumps(record))
+    more = bd.Args(**{**vars(args), "probe_train": 20, "probe_test": 10})
+    with pytest.raises(ValueError, match="probe_settings.train_episodes: saved 4, now 20[\\s\\S]*final checkpoint "
+                                         "\\(env steps 10000\\) is not in"):
+        bd.finished_record(run_dir, config, loop, more)
+
+    (run_dir / "checkpoints" / "10000").mkdir()
+    restored = []
+    monkeypatch.setattr(bd.DenoisedMDPAgent, "create", staticmethod(lambda c, seed: ("untrained", seed)))
+    monkeypatch.setattr(bd, "train_dmc_online", lambda agent, lp, directory, desc: (
+        restored.append((agent, lp.env_steps, Path(directory))) or "trained", history))
+    monkeypatch.setattr(bd, "probe", lambda agent, lp, a, seed: {"x->agent_state": 0.9 if agent == "trained" else -1.0,
+                                                                 "y->agent_state": float(a.probe_train)})
+    monkeypatch.setattr(bd.report, "save_run", lambda out, module, a, result, **kw: result)
+    result = bd.run(more)
+    assert restored == [(("untrained", 0), 10_000, run_dir)]
+    saved = json.loads((run_dir / bd.RECORD).read_text())
+    assert saved["probe"] == {"x->agent_state": 0.9, "y->agent_state": 20.0}  # the restored agent's, 20 episodes
+    assert saved["probe_settings"] == {"train_episodes": 20, "test_episodes": 10}
+    assert saved["eval_return"] == [7.5] and saved["train_return"] == [3.0, 4.0] and saved["seconds"] == 1.0
+    assert result["runs"][0]["probe"] == saved["probe"]
+    bd.run(more)  # now probed with these settings: reused as it is
+    assert len(restored) == 1
+    assert bd.finished_record(run_dir, config, loop, args)["probe_settings"] != bd.probe_settings(args)  # to probe
+
+
 def test_batch_and_imagination_flags_reach_the_configs_and_bad_values_are_rejected(tmp_path):
     args = bd.Args(tasks=("reacher-easy",), batch_size=50, chunk=50, imagine_starts=2500, out_dir=str(tmp_path))
     loop = bd.loop_config(args, "reacher-easy", "noiseless", 0)
