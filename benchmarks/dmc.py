@@ -497,7 +497,8 @@ def plot_probe(path: Path, args: Args, summary: dict):
     ax.set(xlabel="noise variant", ylabel="held-out R$^2$ of the ridge probe\n(1: perfect, 0: predicts the mean)",
            ylim=(bottom, 1.0))
     ax.set_title("Denoising probe: what each latent linearly encodes (mean over tasks and seeds)\n"
-                 f"{_budget(args)}; probe: {args.probe_train} train / {args.probe_test} test episodes", fontsize=9)
+                 + textwrap.fill(f"{_budget(args)}; probe: {args.probe_train} train / {args.probe_test} test episodes",
+                                 110), fontsize=9)
     ax.axhline(0, color="k", lw=0.5)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="latent -> target", title_fontsize=7)
     fig.tight_layout()

@@ -50,6 +50,12 @@ def test_summary_table_and_plots(tmp_path):
     assert row.split()[3:5] == ["40.0", "10.0"] and "0: 30.0, 1: 50.0" in row  # mean, std over seeds; each seed
     bd.plot(tmp_path, args, runs, summary)
     assert (tmp_path / "returns.png").stat().st_size > 0 and (tmp_path / "probe.png").stat().st_size > 0
+    longest = bd.Args(**{**vars(args), "beta": 0.125, "alpha": 0.3, "imagine_starts": 512, "probe_train": 20})
+    fig = bd.plot_probe(tmp_path / "probe_long.png", longest, summary)  # the settings' line wraps inside the picture
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    box = fig.axes[0].title.get_window_extent(FigureCanvasAgg(fig).get_renderer())
+    assert "alpha 0.3" in fig.axes[0].get_title() and 0 <= box.x0 and box.x1 <= fig.bbox.width
     assert np.isnan(bd.summarise([fake_run("reacher-easy", "noiseless", "dreamer", [1.0, 1.0],
                                            {"x->distractor_state": float("nan")})])
                     ["noiseless"]["dreamer"]["mean_probe"]["x->distractor_state"])
