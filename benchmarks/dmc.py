@@ -478,6 +478,7 @@ def plot_probe(path: Path, args: Args, summary: dict):
     readouts = [("denoised", "x->agent_state"), ("denoised", "x->distractor_state"), ("denoised", "y->agent_state"),
                 ("denoised", "y->distractor_state"), ("dreamer", "x->agent_state"), ("dreamer", "x->distractor_state")]
     variants = list(summary)
+    readouts = [(method, key) for method, key in readouts if any(method in summary[v] for v in variants)]  # those run
     fig, ax = plt.subplots(figsize=(10.5, 4.2))
     width = 0.8 / len(readouts)
     table = np.array([[summary[v].get(method, {}).get("mean_probe", {}).get(key, np.nan) for v in variants]
@@ -494,6 +495,7 @@ def plot_probe(path: Path, args: Args, summary: dict):
                 ax.text(x, bottom + 0.02, f"{v:.2g}", ha="center", va="bottom", fontsize=6,
                         bbox=dict(fc="white", ec="none", pad=0.5))
     ax.set_xticks(np.arange(len(variants)) + 0.4 - width / 2, variants)
+    ax.set_xlim(-width, len(variants) - 0.2)  # every group's slots, those without a bar (n/a) included
     ax.set(xlabel="noise variant", ylabel="held-out R$^2$ of the ridge probe\n(1: perfect, 0: predicts the mean)",
            ylim=(bottom, 1.0))
     ax.set_title("Denoising probe: what each latent linearly encodes (mean over tasks and seeds)\n"

@@ -56,6 +56,14 @@ def test_summary_table_and_plots(tmp_path):
 
     box = fig.axes[0].title.get_window_extent(FigureCanvasAgg(fig).get_renderer())
     assert "alpha 0.3" in fig.axes[0].get_title() and 0 <= box.x0 and box.x1 <= fig.bbox.width
+    noiseless = fake_run("cheetah-run", "noiseless", "dreamer", [9.0, 9.0], {"x->agent_state": 0.9,
+                                                                            "x->distractor_state": float("nan")})
+    only_dreamer = bd.summarise([noiseless] + runs[2:])  # bars and n/a marks for the methods run, inside the axes
+    ax = bd.plot_probe(tmp_path / "probe_dreamer.png", args, only_dreamer).axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["dreamer x->agent", "dreamer x->distractor"]
+    low, high = ax.get_xlim()
+    assert all(low < patch.get_x() and patch.get_x() + patch.get_width() < high for patch in ax.patches)
+    assert [t.get_text() for t in ax.texts] == ["n/a"] and low < ax.texts[0].get_position()[0] < high
     assert np.isnan(bd.summarise([fake_run("reacher-easy", "noiseless", "dreamer", [1.0, 1.0],
                                            {"x->distractor_state": float("nan")})])
                     ["noiseless"]["dreamer"]["mean_probe"]["x->distractor_state"])
