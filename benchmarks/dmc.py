@@ -190,13 +190,6 @@ def loop_config(args: Args, task: str, variant: str, seed: int) -> DMCOnlineConf
                            updates_per_call=args.updates_per_call, **distractor_settings(args))
 
 
-def distractor_free(loop: DMCOnlineConfig) -> tuple[str, ...]:
-    """Loop fields that change nothing for this run: the distractor source of a noiseless or pixel run."""
-    if loop.variant == "noiseless" or loop.observation == "pixels":
-        return ("distractor", "num_twins", "num_distractors")
-    return ("num_distractors",) if loop.distractor == "twin" else ("num_twins",)
-
-
 def distractor_settings(args: Args) -> dict:
     """The env's distractor arguments under ``args`` (pixels ignore them: their background is the video)."""
     return dict(distractor=args.distractor, num_twins=args.num_twins)
@@ -243,9 +236,11 @@ def run(args: Args) -> dict:
                     saved = None if args.overwrite else finished_record(run_dir, config, loop, args)
                     if saved is not None and saved.get("probe_settings") != probe_settings(args):
                         saved = probe_again(saved, run_dir, config, loop, args, seed)
+                    elif saved is not None:
+                        print(f"{task} {variant} {method} seed {seed}: finished in {run_dir}, its record reused",
+                              flush=True)
                     if saved is not None:  # finished earlier (perhaps on another machine): nothing to train
                         runs.append(saved)
-                        print(f"{task} {variant} {method} seed {seed}: finished in {run_dir}, its record reused", flush=True)
                         continue
                     start = time.time()
                     agent = DenoisedMDPAgent.create(config, seed)  # made only to train: a reused record needs none
@@ -307,7 +302,7 @@ def _loop_settings(loop: DMCOnlineConfig) -> dict:
 def finished_record(run_dir: Path, config: DenoisedMDPConfig, loop: DMCOnlineConfig, args: Args) -> dict | None:
     """The saved record of a run in ``run_dir`` that finished with these settings (the agent's ``config``, the
     loop's and the probe's), else None (nothing saved, or a run whose budget ``loop.env_steps`` grows: it trains on
-    from its checkpoint). Checkpoints stay on the machine that made them; a record lets a fresh clone rebuild the
+    from its checkpoint, whatever the probe's settings). Checkpoints stay on the machine that made them; a record lets a fresh clone rebuild the
     tables and plots without training again, and without making (compiling) an agent. A record that differs only in
     the probe's settings is returned where the run's final checkpoint is in ``run_dir`` (to be probed again), and
     refused where it is not."""
@@ -318,10 +313,11 @@ def finished_record(run_dir: Path, config: DenoisedMDPConfig, loop: DMCOnlineCon
     keys = ("agent_config", "loop", "probe_settings")
     differ = settings_differences({k: record[k] for k in keys if k in record},
                                   dict(agent_config=config, loop=loop, probe_settings=probe_settings(args)),
-                                  ignore=tuple(f"loop.{k}" for k in HOST_ONLY + distractor_free(loop)))
-    if set(differ) == {"loop.env_steps"} and differ["loop.env_steps"][1] > differ["loop.env_steps"][0]:
-        return None
+                                  ignore=tuple(f"loop.{k}" for k in HOST_ONLY + loop.unused_fields()))
     probe_only = bool(differ) and all(name.startswith("probe_settings.") for name in differ)
+    grows = "loop.env_steps" in differ and differ["loop.env_steps"][1] > differ["loop.env_steps"][0]
+    if grows and all(name == "loop.env_steps" or name.startswith("probe_settings.") for name in differ):
+        return None  # trains on from its checkpoint, then is probed with this call's settings
     if probe_only and RunDirectory.saved_step(run_dir) == loop.env_steps:
         return record  # the caller probes it again from its final checkpoint (probe_again)
     if differ:

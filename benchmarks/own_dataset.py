@@ -29,7 +29,7 @@ import tyro
 from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
 from platonic_rl.benchmarks import report
-from platonic_rl.envs.goal_env import GoalEnvAdapter, make_vector_env
+from platonic_rl.envs.goal_env import GoalEnvAdapter, make_gymnasium_vector_env
 from platonic_rl.envs.replay import SegmentGoalSampler
 from platonic_rl.training.goal_online import evaluate
 from platonic_rl.training.offline import TrainConfig, train_offline
@@ -72,7 +72,7 @@ class Args:
 
 
 def make_env(num_envs: int, steps: int) -> GoalEnvAdapter:
-    return GoalEnvAdapter(make_vector_env(TASK, num_envs, max_episode_steps=steps), episode_length=steps)
+    return GoalEnvAdapter(make_gymnasium_vector_env(TASK, num_envs, max_episode_steps=steps), episode_length=steps)
 
 
 def controller(noise: float, rng: np.random.Generator, gain: float = 1.0, damping: float = 0.3):

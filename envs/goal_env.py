@@ -8,34 +8,19 @@ read states and goal states of one shape: the goal state of a goal ``dg`` is an 
 against ``observation`` over a few random steps) or takes them given, and runs batched, seeded episodes
 of the env's fixed length.
 
-    adapter = GoalEnvAdapter(make_vector_env("PointMaze_UMaze-v3", num_envs=4))
+    adapter = GoalEnvAdapter(make_gymnasium_vector_env("PointMaze_UMaze-v3", num_envs=4))
     out = adapter.rollout(policy, seed=0)     # policy(states [N, D], goal states [N, D]) -> actions [N, A]
 """
 from __future__ import annotations
 
-import contextlib
-import tempfile
 from typing import Callable, Sequence
 
 import numpy as np
 
-
-@contextlib.contextmanager
-def private_temporary_directory(prefix: str = "platonic_rl_"):
-    """Within the block, ``tempfile``'s directory is a fresh private one, removed afterwards with all written there.
-    gymnasium-robotics' maze envs (PointMaze, AntMaze) write their model's XML (``ant_maze<time>.xml``) into the
-    temporary directory when made and never delete it: one file per env made. Not thread-safe (``tempfile.tempdir``
-    is global)."""
-    previous = tempfile.tempdir
-    with tempfile.TemporaryDirectory(prefix=prefix) as scratch:
-        tempfile.tempdir = scratch
-        try:
-            yield scratch
-        finally:
-            tempfile.tempdir = previous
+from platonic_rl.envs.temporary_files import private_temporary_directory
 
 
-def make_vector_env(task: str, num_envs: int, **kwargs):
+def make_gymnasium_vector_env(task: str, num_envs: int, **kwargs):
     """``gymnasium.make_vec(task, num_envs=num_envs, vectorization_mode="sync", **kwargs)`` with gymnasium-robotics'
     envs registered, made in a :func:`private_temporary_directory`, so that nothing is left behind in the system's."""
     import gymnasium as gym

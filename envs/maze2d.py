@@ -62,7 +62,7 @@ from typing import Callable
 import jax.numpy as jnp
 import numpy as np
 
-from platonic_rl.envs.goal_env import private_temporary_directory
+from platonic_rl.envs.temporary_files import private_temporary_directory
 
 # D4RL's maze strings ('#' wall, 'O' free, 'G' the goal cell), rows separated by '\'.
 U_MAZE = "#####\\#GOO#\\###O#\\#OOO#\\#####"
@@ -296,7 +296,7 @@ class WaypointController:
 def make_pointmaze(gym_id: str, **kwargs):
     """``gym.make(gym_id, **kwargs)`` for gymnasium-robotics' PointMaze without the file it leaves behind: its maze
     builder writes the model's XML into the system's temporary directory (``ant_maze<time>.xml``) and never deletes
-    it, one file per env made. Made in a :func:`~platonic_rl.envs.goal_env.private_temporary_directory`, removed
+    it, one file per env made. Made in a :func:`~platonic_rl.envs.temporary_files.private_temporary_directory`, removed
     once the model is loaded."""
     import gymnasium as gym
     import gymnasium_robotics

@@ -41,6 +41,7 @@ from typing import Callable
 import numpy as np
 
 from platonic_rl.envs.maze2d import grid_distances
+from platonic_rl.envs.temporary_files import private_temporary_directory
 
 ACTION_NOISE = 0.5
 EVAL_STEPS = 1_000
@@ -77,7 +78,8 @@ def make_env(env_name: str, **kwargs):
         raise ImportError("OGBench's point mazes need the ogbench package: pip install -e \".[ogbench]\"") from None
     import gymnasium
 
-    return gymnasium.make(env_name, **kwargs)
+    with private_temporary_directory(prefix="platonic_rl_ogbench_"):  # its maze XML goes with the directory
+        return gymnasium.make(env_name, **kwargs)
 
 
 @contextlib.contextmanager

@@ -58,7 +58,7 @@ def test_summary_table_and_plots(tmp_path):
     assert "alpha 0.3" in fig.axes[0].get_title() and 0 <= box.x0 and box.x1 <= fig.bbox.width
     noiseless = fake_run("cheetah-run", "noiseless", "dreamer", [9.0, 9.0], {"x->agent_state": 0.9,
                                                                             "x->distractor_state": float("nan")})
-    only_dreamer = bd.summarise([noiseless] + runs[2:])  # bars and n/a marks for the methods run, inside the axes
+    only_dreamer = bd.summarise(runs[2:] + [noiseless])  # bars and n/a marks for the methods run, inside the axes
     ax = bd.plot_probe(tmp_path / "probe_dreamer.png", args, only_dreamer).axes[0]
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["dreamer x->agent", "dreamer x->distractor"]
     low, high = ax.get_xlim()
@@ -201,6 +201,8 @@ def test_a_finished_run_with_its_checkpoint_is_probed_again_under_new_probe_sett
     assert result["runs"][0]["probe"] == saved["probe"]
     bd.run(more)  # now probed with these settings: reused as it is
     assert len(restored) == 1
+    larger = bd.loop_config(bd.Args(**{**vars(more), "env_steps": 20_000}), "reacher-easy", "noiseless", 0)
+    assert bd.finished_record(run_dir, config, larger, args) is None  # a larger budget trains on, whatever the probe
     assert bd.finished_record(run_dir, config, loop, args)["probe_settings"] != bd.probe_settings(args)  # to probe
 
 

@@ -10,8 +10,9 @@ import pytest
 
 pytest.importorskip("dm_control")
 from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig  # noqa: E402
-from platonic_rl.training.world_model import (DMCOnlineConfig, latent_probe_data, train_dmc_online,  # noqa: E402
-                                              xla_convolutions)
+from platonic_rl.training.run import RunDirectoryError  # noqa: E402
+from platonic_rl.training.world_model import (DMCOnlineConfig, latent_probe_data, open_run_directory,  # noqa: E402
+                                              train_dmc_online, xla_convolutions)
 from platonic_rl.denoised.model import WorldModelConfig  # noqa: E402
 from platonic_rl.envs.replay import SequenceBuffer  # noqa: E402
 
@@ -45,6 +46,28 @@ def test_runs_logs_and_resumes_exactly(tmp_path):
     assert resumed_history[-1]["train_return"] == history[-1]["train_return"]
     logged = [json.loads(line)["env_steps"] for line in (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()]
     assert logged == [1000, 2000, 3000, 4000]
+
+
+def test_a_run_resumes_whatever_the_fields_it_does_not_use_hold(tmp_path):
+    """A noiseless run has no distractor: it resumes under any distractor setting, also where its directory was
+    saved before the field existed; a run with distractors resumes only with its own source."""
+    agent = toy_agent()
+    noiseless = dataclasses.replace(TOY, variant="noiseless")  # TOY's distractor: "signals"
+    for variant, resumes in (("noiseless", True), ("distractors", False)):
+        run_dir = tmp_path / variant
+        open_run_directory(run_dir, agent, dataclasses.replace(noiseless, variant=variant)).close()
+        config = json.loads((run_dir / "config.json").read_text())
+        del config["settings"]["loop"]["distractor"]  # as runs saved before the field were
+        (run_dir / "config.json").write_text(json.dumps(config))
+        twins = dataclasses.replace(noiseless, variant=variant, distractor="twin", num_twins=3)
+        assert twins.unused_fields() == (("distractor", "num_twins", "num_distractors") if resumes
+                                         else ("num_distractors",))
+        if resumes:
+            open_run_directory(run_dir, agent, twins).close()
+        else:
+            with pytest.raises(RunDirectoryError, match="loop.distractor: saved None, now 'twin'"):  # i.e. signals
+                open_run_directory(run_dir, agent, twins)
+            open_run_directory(run_dir, agent, dataclasses.replace(twins, distractor="signals")).close()
 
 
 @pytest.mark.slow  # ~15 s

@@ -6,8 +6,9 @@ import pytest
 pytest.importorskip("gymnasium_robotics")
 import gymnasium_robotics  # noqa: E402
 
-from platonic_rl.envs.goal_env import (GoalEnvAdapter, find_goal_dims, make_vector_env,  # noqa: E402
-                                       private_temporary_directory, success_of)
+from platonic_rl.envs.goal_env import (GoalEnvAdapter, find_goal_dims, make_gymnasium_vector_env,  # noqa: E402
+                                       success_of)
+from platonic_rl.envs.temporary_files import private_temporary_directory  # noqa: E402
 
 gym.register_envs(gymnasium_robotics)
 
@@ -24,7 +25,7 @@ def test_pointmaze_goal_dims_goal_states_and_success_key():
 
 def test_a_maze_env_made_here_leaves_no_file_in_the_temporary_directory(tmp_path, monkeypatch):
     """gymnasium-robotics writes each maze's XML into the temporary directory and never deletes it; envs made with
-    make_vector_env (the online loop's and the own-dataset benchmark's) leave nothing there."""
+    make_gymnasium_vector_env (the online loop's and the own-dataset benchmark's) leave nothing there."""
     import os
     import tempfile
 
@@ -33,7 +34,7 @@ def test_a_maze_env_made_here_leaves_no_file_in_the_temporary_directory(tmp_path
     assert [p.suffix for p in tmp_path.iterdir()].count(".xml") == 2  # what it writes without the private directory
     for p in list(tmp_path.iterdir()):
         p.unlink()
-    env = make_vector_env("PointMaze_UMaze-v3", 2, max_episode_steps=30)
+    env = make_gymnasium_vector_env("PointMaze_UMaze-v3", 2, max_episode_steps=30)
     assert env.num_envs == 2 and list(tmp_path.iterdir()) == [] and tempfile.tempdir == str(tmp_path)
     assert env.reset(seed=0)[0]["observation"].shape == (2, 4)  # the model was loaded before its file went
     env.close()

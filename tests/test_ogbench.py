@@ -79,6 +79,17 @@ def navigate():
     return ogbench_maze.generate("pointmaze-medium-navigate-v0", seed=3, episodes=10, progress=False)
 
 
+def test_making_the_env_leaves_no_file_in_the_temporary_directory(tmp_path, monkeypatch):
+    """OGBench writes each maze's XML into the temporary directory and never deletes it; make_env leaves nothing."""
+    pytest.importorskip("ogbench")
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    env = ogbench_maze.make_env("pointmaze-medium-v0")
+    assert env.reset(seed=0)[0].shape == (2,)  # made and loaded, its file gone
+    assert list(tmp_path.iterdir()) == [] and tempfile.tempdir == str(tmp_path)
+
+
 def test_oracle_subgoal_is_the_envs_own(navigate):
     env = ogbench_maze.make_env("pointmaze-large-v0").unwrapped
     rng, cache = np.random.default_rng(0), {}

@@ -33,7 +33,7 @@ import numpy as np
 from platonic_rl.common.progress import progress_bar
 from platonic_rl.agents.contract import check_agent
 from platonic_rl.envs import fetch
-from platonic_rl.envs.goal_env import GoalEnvAdapter, make_vector_env
+from platonic_rl.envs.goal_env import GoalEnvAdapter, make_gymnasium_vector_env
 from platonic_rl.envs.replay import EpisodeBuffer, GoalSampler
 from platonic_rl.training.run import RunDirectory, agent_settings, finish_row
 from platonic_rl.training.schedule import (EXPLORATION_STREAM, EvaluationSchedule, checkpoint_due, episode_seed,
@@ -177,7 +177,7 @@ def make_goal_env(task: str, num_envs: int) -> GoalEnvAdapter:
     ``num_envs`` seen through goal states."""
     if task in fetch.TASKS:
         return fetch.adapter(fetch.make_vector_env(task, num_envs), task)
-    return GoalEnvAdapter(make_vector_env(task, num_envs))
+    return GoalEnvAdapter(make_gymnasium_vector_env(task, num_envs))
 
 
 # How episodes are seeded, saved with every run: a run directory saved when one int seeded all sub-envs of a batch

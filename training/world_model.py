@@ -84,6 +84,13 @@ class DMCOnlineConfig:
     def episode_length(self) -> int:
         return EPISODE_STEPS // self.action_repeat
 
+    def unused_fields(self) -> tuple[str, ...]:
+        """Fields that change nothing for this run: the distractor source of a noiseless or pixel run (whose
+        observation has none), else the other source's count. A run directory resumes whatever they hold."""
+        if self.variant == "noiseless" or self.observation == "pixels":
+            return ("distractor", "num_twins", "num_distractors")
+        return ("num_distractors",) if self.distractor == "twin" else ("num_twins",)
+
     def make_env(self) -> DMCEnv:
         return DMCEnv(self.task, self.variant, self.seed, self.action_repeat,
                       self.num_distractors if self.distractor == "signals" else None,
@@ -153,6 +160,21 @@ def run_episode(env: DMCEnv, agent=None, key=None, noise: float = 0.0, seed: int
                 distractor_states=np.stack(distractor_states), episode_return=float(np.sum(rewards)))
 
 
+_HOST_ONLY = ("resume", "overwrite", "checkpoint_every", "buffer_episodes", "updates_per_call")  # change no result
+
+
+def open_run_directory(run_dir: str | Path, agent, config: DMCOnlineConfig) -> RunDirectory:
+    """``run_dir`` opened for ``agent`` trained under ``config`` (:meth:`RunDirectory.open`). A run saved there
+    resumes if only the budget, host-only fields (``_HOST_ONLY``) or fields unused by this run
+    (:meth:`DMCOnlineConfig.unused_fields`) differ; other differences are refused."""
+    # The loop's config itself (not a dict of it), so that fields added later with their old behaviour as the
+    # default, or named in SAVED_WITHOUT_FIELD, match runs saved before them.
+    return RunDirectory.open(run_dir, dict(**agent_settings(agent), loop=config), resume=config.resume,
+                             overwrite=config.overwrite, step_key="env_steps",
+                             resumable=("loop.env_steps",) + tuple(f"loop.{k}" for k in
+                                                                   _HOST_ONLY + config.unused_fields()))
+
+
 def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None = None, desc: str = "dmc"):
     """Algorithm 1 with ``agent`` (a :class:`~platonic_rl.agents.denoised_mdp.DenoisedMDPAgent`). Returns ``(agent,
     history)``; ``history`` rows: env_steps, episode, train_return, mean update metrics, eval_return."""
@@ -165,12 +187,7 @@ def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None 
                  episode=jnp.int32(0))
     run = None
     if run_dir is not None:
-        # The loop's config itself (not a dict of it), so that fields added later with their old behaviour as the
-        # default, or named in SAVED_WITHOUT_FIELD, match runs saved before them; host-only fields may differ.
-        host_only = ("resume", "overwrite", "checkpoint_every", "buffer_episodes", "updates_per_call")
-        run = RunDirectory.open(run_dir, dict(**agent_settings(agent), loop=config), resume=config.resume,
-                                overwrite=config.overwrite, step_key="env_steps",
-                                resumable=("loop.env_steps",) + tuple(f"loop.{k}" for k in host_only))
+        run = open_run_directory(run_dir, agent, config)
         state = run.restore(state, budget=config.env_steps, resize_buffer=True)
     try:
         history = run.rows if run else []
