@@ -51,7 +51,9 @@ def test_runs_logs_and_resumes_exactly(tmp_path):
 def test_a_run_resumes_whatever_the_fields_it_does_not_use_hold(tmp_path):
     """A noiseless run has no distractor: it resumes under any distractor setting, also where its directory was
     saved before the field existed; a run with distractors resumes only with its own source."""
-    agent = toy_agent()
+    from types import SimpleNamespace
+
+    agent = SimpleNamespace(config=dict(model="toy"))  # the run's agent settings: the same throughout
     noiseless = dataclasses.replace(TOY, variant="noiseless")  # TOY's distractor: "signals"
     for variant, resumes in (("noiseless", True), ("distractors", False)):
         run_dir = tmp_path / variant
