@@ -196,6 +196,10 @@ def distractor_settings(args: Args) -> dict:
 
 
 def probe(agent, loop: DMCOnlineConfig, args: Args, seed: int) -> dict:
+    """The denoising probe's held-out R^2 of each ridge read-out (``x->agent_state``, ...), and how much of the
+    received reward each reward head predicts on all the probe's episodes (no fitting: R^2 of the head's own output):
+    ``r_x->reward`` (the head the policy learns from in imagination) and, with y, ``r_x+r_y->reward`` (the model's
+    reward). A gap between the two is reward the model explains with y, out of the policy's reach."""
     data = latent_probe_data(agent, loop, args.probe_train + args.probe_test, seed=20_000_000 + seed)
     train = data["episode"] < args.probe_train
     scores = {}
@@ -206,7 +210,17 @@ def probe(agent, loop: DMCOnlineConfig, args: Args, seed: int) -> dict:
             scores[f"{factor}->{target}"] = ridge_probe_r2(data[factor][train], data[target][train],
                                                            data[factor][~train], data[target][~train], alpha=None,
                                                            groups=data["episode"][train])
+    scores["r_x->reward"] = explained(data["reward"], data["reward_x"])
+    if "reward_y" in data:
+        scores["r_x+r_y->reward"] = explained(data["reward"], data["reward_x"] + data["reward_y"])
     return scores
+
+
+def explained(target: np.ndarray, prediction: np.ndarray) -> float:
+    """R^2 of ``prediction`` as it is (no fitting): 1 - (squared error) / (variance of ``target``) summed over
+    steps; 1 is exact, 0 no better than the mean, negative worse."""
+    target, prediction = np.asarray(target, np.float64), np.asarray(prediction, np.float64)
+    return float(1.0 - np.sum((target - prediction) ** 2) / np.sum((target - target.mean()) ** 2))
 
 
 def run(args: Args) -> dict:
@@ -356,7 +370,8 @@ def final_return(run: dict) -> float:
 
 
 def summarise(runs: list[dict]) -> dict:
-    """Per (variant, method): mean final return over tasks and seeds, and mean probe R^2 per read-out."""
+    """Per (variant, method): mean final return over tasks and seeds, and mean probe R^2 per read-out (NaN for a
+    read-out some of the runs lack, e.g. the reward heads' of records probed before they were measured)."""
     summary = {}
     for run in runs:
         entry = summary.setdefault(run["variant"], {}).setdefault(run["method"], dict(returns=[], probe={}))
@@ -366,16 +381,18 @@ def summarise(runs: list[dict]) -> dict:
     for variant in summary.values():
         for entry in variant.values():
             entry["mean_return"] = float(np.mean(entry["returns"]))
-            entry["mean_probe"] = {k: float(np.nanmean(v)) if np.isfinite(v).any() else float("nan")
-                                   for k, v in entry["probe"].items()}
+            entry["mean_probe"] = {k: float(np.nanmean(v)) if np.isfinite(v).any() and len(v) == len(entry["returns"])
+                                   else float("nan") for k, v in entry["probe"].items()}
     return summary
 
 
 def format_table(args: Args, summary: dict, runs: list[dict] = ()) -> str:
     lines = [f"DMC ({args.observation} observations), {len(args.tasks)} task(s), {len(args.seeds)} seed(s), {args.env_steps} env "
              f"steps, preset {args.preset!r}, policy {args.policy!r}, actor {args.actor!r}; returns averaged over tasks",
+             "probe: held-out R^2 of ridge read-outs of the agent's and the distractors' state from x and y; r_x, "
+             "r_x+r_y: R^2 of the reward heads' own predictions of the received reward",
              f"{'variant':14s}{'method':10s}{'return':>9s}{'x->agent':>10s}{'x->distr':>10s}{'y->agent':>10s}"
-             f"{'y->distr':>10s}   Table 5.1 (pixels, 1M steps)"]
+             f"{'y->distr':>10s}{'r_x':>8s}{'r_x+r_y':>9s}   Table 5.1 (pixels, 1M steps)"]
     fmt = lambda v: f"{v:10.3f}" if v is not None and np.isfinite(v) else f"{'-':>10s}"  # noqa: E731
     for variant, methods in summary.items():
         for method, entry in methods.items():
@@ -383,7 +400,8 @@ def format_table(args: Args, summary: dict, runs: list[dict] = ()) -> str:
             paper = TABLE_5_1[variant][0 if method == "denoised" else 1]
             lines.append(f"{variant:14s}{method:10s}{entry['mean_return']:9.1f}{fmt(p.get('x->agent_state'))}"
                          f"{fmt(p.get('x->distractor_state'))}{fmt(p.get('y->agent_state'))}"
-                         f"{fmt(p.get('y->distractor_state'))}   {paper:.1f}")
+                         f"{fmt(p.get('y->distractor_state'))}{fmt(p.get('r_x->reward'))[2:]}"
+                         f"{fmt(p.get('r_x+r_y->reward'))[1:]}   {paper:.1f}")
     if runs:
         lines += ["", "Return at the budget per task (deterministic evaluation), each seed, mean +- std over seeds",
                   f"{'task':14s}{'variant':14s}{'method':10s}{'mean':>8s}{'std':>7s}   seeds"]

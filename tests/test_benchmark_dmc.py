@@ -29,12 +29,12 @@ def test_betas_cover_every_setting_and_noiseless_is_unregularised():
 def test_summary_table_and_plots(tmp_path):
     runs = [fake_run("cheetah-run", "distractors", "denoised", [10.0, 30.0],
                      {"x->agent_state": 0.8, "x->distractor_state": 0.1, "y->agent_state": 0.0,
-                      "y->distractor_state": 0.9}),
+                      "y->distractor_state": 0.9, "r_x->reward": 0.2, "r_x+r_y->reward": 0.9}),
             fake_run("reacher-easy", "distractors", "denoised", [50.0, 70.0],
                      {"x->agent_state": 0.6, "x->distractor_state": 0.3, "y->agent_state": 0.2,
-                      "y->distractor_state": 0.7}),
+                      "y->distractor_state": 0.7, "r_x->reward": 0.4, "r_x+r_y->reward": 0.8}),
             fake_run("cheetah-run", "distractors", "dreamer", [5.0, 5.0],
-                     {"x->agent_state": 0.9, "x->distractor_state": 0.95})]
+                     {"x->agent_state": 0.9, "x->distractor_state": 0.95, "r_x->reward": 0.7})]
     summary = bd.summarise(runs)
     entry = summary["distractors"]["denoised"]
     assert entry["mean_return"] == pytest.approx((30.0 + 70.0) / 2)  # the evaluation at the budget, over tasks
@@ -43,6 +43,10 @@ def test_summary_table_and_plots(tmp_path):
     table = bd.format_table(args, summary)
     assert "597.7" in table and "227.8" in table  # Table 5.1's video-background row, for orientation
     assert "dreamer" in table and table.splitlines()[-1].split()[5] == "-"  # Dreamer has no y
+    rows = {line.split()[1]: line.split() for line in table.splitlines() if line.startswith("distractors")}
+    assert rows["denoised"][7:9] == ["0.300", "0.850"] and rows["dreamer"][7:9] == ["0.700", "-"]  # reward heads
+    older = dict(runs[0], seed=1, probe={k: v for k, v in runs[0]["probe"].items() if not k.startswith("r_")})
+    assert np.isnan(bd.summarise(runs + [older])["distractors"]["denoised"]["mean_probe"]["r_x->reward"])  # not all
     second_seed = dict(runs[0], seed=1, eval_return=[0.0, 50.0])
     assert bd.per_task_returns(runs + [second_seed])[("cheetah-run", "distractors", "denoised")] == {0: 30.0, 1: 50.0}
     per_task = bd.format_table(args, summary, runs + [second_seed]).splitlines()
@@ -67,6 +71,12 @@ def test_summary_table_and_plots(tmp_path):
     assert np.isnan(bd.summarise([fake_run("reacher-easy", "noiseless", "dreamer", [1.0, 1.0],
                                            {"x->distractor_state": float("nan")})])
                     ["noiseless"]["dreamer"]["mean_probe"]["x->distractor_state"])
+
+
+def test_explained_is_the_r2_of_a_prediction_as_it_is():
+    target = np.array([0.0, 1.0, 2.0, 3.0])  # variance sum 5
+    assert bd.explained(target, target) == 1.0 and bd.explained(target, np.full(4, 1.5)) == 0.0
+    assert bd.explained(target, np.ones(4)) == pytest.approx(1 - 6 / 5)  # errors 1, 0, 1, 4
 
 
 def test_unknown_settings_are_rejected(tmp_path):

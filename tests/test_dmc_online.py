@@ -77,6 +77,10 @@ def test_probe_data_has_x_and_y_features_per_step():
     data = latent_probe_data(toy_agent(), TOY, episodes=2, seed=0)
     assert data["x"].shape == (2 * 101, 10) and data["y"].shape == (2 * 101, 6)
     assert data["distractor_state"].shape == (2 * 101, 2) and set(np.unique(data["episode"])) == {0, 1}
+    first = np.r_[True, np.diff(data["episode"]) != 0]
+    assert data["reward"].shape == data["reward_x"].shape == data["reward_y"].shape == (2 * 101,)
+    assert np.all(data["reward"][first] == 0) and np.any(data["reward"][~first] != 0)  # as the model is trained
+    assert np.all(np.isfinite(data["reward_x"] + data["reward_y"]))
 
 
 def test_sequence_buffer_samples_contiguous_chunks_of_one_episode():

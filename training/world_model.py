@@ -240,17 +240,22 @@ def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None 
 def latent_probe_data(agent, config: DMCOnlineConfig, episodes: int, seed: int, noise: float = 0.3) -> dict:
     """Roll ``episodes`` episodes with the agent (+ exploration noise for state coverage), filter each with
     the posterior, and return per-step x features, y features (if any), true agent states, distractor
-    states and the episode index of every step."""
+    states, the reward received on arriving at each step (0 at an episode's first, as the model is trained), each
+    reward head's prediction on the posterior states (``reward_x``, ``reward_y`` if y; the model's reward is their
+    sum) and the episode index of every step."""
     env = config.make_env()
     m = agent.config.model
-    out = {k: [] for k in ("x", "y", "agent_state", "distractor_state", "episode")}
+    out = {k: [] for k in ("x", "y", "agent_state", "distractor_state", "reward", "reward_x", "reward_y", "episode")}
     for i in range(episodes):
         act_key, filter_key = jax.random.split(jax.random.PRNGKey(seed + i))  # the policy's and the filter's draws
         ep = run_episode(env, agent, act_key, noise, seed=seed + i)
         states, _ = _posterior(agent, ep["observations"][None], ep["prev_actions"][None], filter_key)
-        out["x"].append(np.asarray(features(states, "x"))[0])
-        if "y" in m.factors:
-            out["y"].append(np.asarray(features(states, "y"))[0])
+        predicted = _reward_heads(agent, states)
+        out["reward"].append(ep["rewards"])
+        for factor in ("x", "y"):
+            if factor in m.factors:
+                out[factor].append(np.asarray(features(states, factor))[0])
+                out[f"reward_{factor}"].append(np.asarray(predicted[factor])[0])
         out["agent_state"].append(ep["agent_states"])
         out["distractor_state"].append(ep["distractor_states"])
         out["episode"].append(np.full(len(ep["rewards"]), i))
@@ -258,3 +263,4 @@ def latent_probe_data(agent, config: DMCOnlineConfig, episodes: int, seed: int, 
 
 
 _posterior = jax.jit(lambda agent, observations, prev_actions, key: agent.posterior(observations, prev_actions, key))
+_reward_heads = jax.jit(lambda agent, states: agent.model.apply(agent.model_params, states, method="reward"))
