@@ -96,6 +96,9 @@ class Args:
     again, without training, when this or ``probe_test`` changes)."""
     probe_test: int = 2
     """Held-out episodes the probe is scored on."""
+    probe_again: bool = False
+    """Probe every finished run again from its final checkpoint (e.g. after the probe's code changed), training
+    nothing; refused for a run whose final checkpoint is not on this machine."""
     batch_size: int | None = None
     """Sequences per world-model batch (default: the preset's; cpu 16, paper 50)."""
     chunk: int | None = None
@@ -248,7 +251,7 @@ def run(args: Args) -> dict:
                                          alpha=args.alpha)
                     run_dir = out / f"{task}_{variant}_{method}_seed{seed}"
                     saved = None if args.overwrite else finished_record(run_dir, config, loop, args)
-                    if saved is not None and saved.get("probe_settings") != probe_settings(args):
+                    if saved is not None and (args.probe_again or saved.get("probe_settings") != probe_settings(args)):
                         saved = probe_again(saved, run_dir, config, loop, args, seed)
                     elif saved is not None:
                         print(f"{task} {variant} {method} seed {seed}: finished in {run_dir}, its record reused",
@@ -347,6 +350,9 @@ def probe_again(record: dict, run_dir: Path, config: DenoisedMDPConfig, loop: DM
                 seed: int) -> dict:
     """``record`` (a finished run's, probed with other settings) with its probe redone under ``args``' settings from
     the run's final checkpoint in ``run_dir``, which trains nothing; the curves are kept. Saved over the old record."""
+    if RunDirectory.saved_step(run_dir) != loop.env_steps:
+        raise ValueError(f"cannot probe {run_dir} again: its final checkpoint (env steps {loop.env_steps}) is not in "
+                         f"{Path(run_dir) / 'checkpoints'} (checkpoints stay on the machine that trained the run)")
     start = time.time()
     agent, history = train_dmc_online(DenoisedMDPAgent.create(config, seed), loop, run_dir,  # restores, trains nothing
                                       desc=f"{run_dir.name} (restored)")

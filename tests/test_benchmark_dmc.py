@@ -214,6 +214,11 @@ def test_a_finished_run_with_its_checkpoint_is_probed_again_under_new_probe_sett
     larger = bd.loop_config(bd.Args(**{**vars(more), "env_steps": 20_000}), "reacher-easy", "noiseless", 0)
     assert bd.finished_record(run_dir, config, larger, args) is None  # a larger budget trains on, whatever the probe
     assert bd.finished_record(run_dir, config, loop, args)["probe_settings"] != bd.probe_settings(args)  # to probe
+    bd.run(bd.Args(**{**vars(more), "probe_again": True}))  # asked for: probed again all the same
+    assert len(restored) == 2
+    (run_dir / "checkpoints" / "10000").rmdir()
+    with pytest.raises(ValueError, match="cannot probe .*seed0 again: its final checkpoint"):
+        bd.run(bd.Args(**{**vars(more), "probe_again": True}))
 
 
 def test_batch_and_imagination_flags_reach_the_configs_and_bad_values_are_rejected(tmp_path):
