@@ -319,10 +319,10 @@ def _loop_settings(loop: DMCOnlineConfig) -> dict:
 def finished_record(run_dir: Path, config: DenoisedMDPConfig, loop: DMCOnlineConfig, args: Args) -> dict | None:
     """The saved record of a run in ``run_dir`` that finished with these settings (the agent's ``config``, the
     loop's and the probe's), else None (nothing saved, or a run whose budget ``loop.env_steps`` grows: it trains on
-    from its checkpoint, whatever the probe's settings). Checkpoints stay on the machine that made them; a record lets a fresh clone rebuild the
-    tables and plots without training again, and without making (compiling) an agent. A record that differs only in
-    the probe's settings is returned where the run's final checkpoint is in ``run_dir`` (to be probed again), and
-    refused where it is not."""
+    from its checkpoint, whatever the probe's settings). Checkpoints stay on the machine that made them; a record
+    lets a fresh clone rebuild the tables and plots without training again, and without making (compiling) an agent.
+    A record that differs only in the probe's settings is returned where the run's final checkpoint is in
+    ``run_dir`` (to be probed again), and refused where it is not."""
     path = Path(run_dir) / RECORD
     if not path.exists():
         return None
@@ -395,8 +395,8 @@ def summarise(runs: list[dict]) -> dict:
 def format_table(args: Args, summary: dict, runs: list[dict] = ()) -> str:
     lines = [f"DMC ({args.observation} observations), {len(args.tasks)} task(s), {len(args.seeds)} seed(s), {args.env_steps} env "
              f"steps, preset {args.preset!r}, policy {args.policy!r}, actor {args.actor!r}; returns averaged over tasks",
-             "probe: held-out R^2 of ridge read-outs of the agent's and the distractors' state from x and y; r_x, "
-             "r_x+r_y: R^2 of the reward heads' own predictions of the received reward",
+             "probe: held-out R^2 of ridge read-outs of the agent's and the distractors' state from x and y; "
+             "r_x, r_x+r_y: R^2 of the reward heads' own predictions of the received reward",
              f"{'variant':14s}{'method':10s}{'return':>9s}{'x->agent':>10s}{'x->distr':>10s}{'y->agent':>10s}"
              f"{'y->distr':>10s}{'r_x':>8s}{'r_x+r_y':>9s}   Table 5.1 (pixels, 1M steps)"]
     fmt = lambda v: f"{v:10.3f}" if v is not None and np.isfinite(v) else f"{'-':>10s}"  # noqa: E731
