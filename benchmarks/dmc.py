@@ -280,7 +280,6 @@ def run(args: Args) -> dict:
 
 
 RECORD = "record.json"  # a finished run's curves, probe and configs, beside its metrics
-HOST_ONLY = ("overwrite", "resume", "updates_per_call")  # loop fields that change no result: not compared
 
 
 def run_record(task: str, variant: str, method: str, seed: int, config: DenoisedMDPConfig, loop: DMCOnlineConfig,
@@ -313,7 +312,7 @@ def seconds_per_10k(history: list[dict], prefill_steps: int) -> float | None:
 
 
 def _loop_settings(loop: DMCOnlineConfig) -> dict:
-    return {k: v for k, v in dataclasses.asdict(loop).items() if k not in HOST_ONLY}
+    return {k: v for k, v in dataclasses.asdict(loop).items() if k not in loop.HOST_ONLY}
 
 
 def finished_record(run_dir: Path, config: DenoisedMDPConfig, loop: DMCOnlineConfig, args: Args) -> dict | None:
@@ -330,7 +329,7 @@ def finished_record(run_dir: Path, config: DenoisedMDPConfig, loop: DMCOnlineCon
     keys = ("agent_config", "loop", "probe_settings")
     differ = settings_differences({k: record[k] for k in keys if k in record},
                                   dict(agent_config=config, loop=loop, probe_settings=probe_settings(args)),
-                                  ignore=tuple(f"loop.{k}" for k in HOST_ONLY + loop.unused_fields()))
+                                  ignore=tuple(f"loop.{k}" for k in loop.HOST_ONLY + loop.unused_fields()))
     probe_only = bool(differ) and all(name.startswith("probe_settings.") for name in differ)
     grows = "loop.env_steps" in differ and differ["loop.env_steps"][1] > differ["loop.env_steps"][0]
     if grows and all(name == "loop.env_steps" or name.startswith("probe_settings.") for name in differ):

@@ -1,4 +1,5 @@
 """benchmarks/dmc.py: Table D.5 betas, summaries, the printed table and the plots (synthetic runs)."""
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -169,6 +170,12 @@ def test_a_finished_run_is_reused_from_its_record_without_a_checkpoint(tmp_path)
     assert bd.finished_record(run_dir, config, loop, args) is not None
     assert bd.finished_record(run_dir, config, bd.loop_config(bd.Args(**{**vars(args), "env_steps": 20_000}),
                                                               "reacher-easy", "noiseless", 0), args) is None
+    # Host-only loop fields change no result: the record is reused whatever they hold; the replay capacity is
+    # another experiment.
+    host = dataclasses.replace(loop, checkpoint_every=loop.checkpoint_every + 1, updates_per_call=1, resume=False)
+    assert bd.finished_record(run_dir, config, host, args) is not None
+    with pytest.raises(ValueError, match="loop.buffer_episodes: saved None, now 7"):
+        bd.finished_record(run_dir, config, dataclasses.replace(loop, buffer_episodes=7), args)
     (run_dir / bd.RECORD).write_text("{")
     with pytest.raises(ValueError, match="record.json is not valid JSON"):
         bd.run(args)

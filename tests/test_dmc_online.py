@@ -72,6 +72,21 @@ def test_a_run_resumes_whatever_the_fields_it_does_not_use_hold(tmp_path):
             open_run_directory(run_dir, agent, dataclasses.replace(twins, distractor="signals")).close()
 
 
+def test_a_run_resumes_with_new_host_settings_budget_and_capacity_but_not_new_learning_settings(tmp_path):
+    from types import SimpleNamespace
+
+    agent = SimpleNamespace(config=dict(model="toy"))
+    open_run_directory(tmp_path, agent, TOY).close()
+    host = dict(resume=True, overwrite=False, checkpoint_every=TOY.checkpoint_every + 3, updates_per_call=1)
+    assert set(host) == set(DMCOnlineConfig.HOST_ONLY)
+    grown = dict(env_steps=TOY.env_steps * 2, buffer_episodes=40)
+    assert set(grown) == set(DMCOnlineConfig.GROWABLE)
+    open_run_directory(tmp_path, agent, dataclasses.replace(TOY, **host, **grown)).close()
+    for name, value in (("batch_size", TOY.batch_size + 1), ("updates_per_collect", TOY.updates_per_collect * 2)):
+        with pytest.raises(RunDirectoryError, match=f"loop.{name}: saved"):
+            open_run_directory(tmp_path, agent, dataclasses.replace(TOY, **{name: value}))
+
+
 @pytest.mark.slow  # ~15 s
 def test_probe_data_has_x_and_y_features_per_step():
     data = latent_probe_data(toy_agent(), TOY, episodes=2, seed=0)

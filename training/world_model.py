@@ -84,6 +84,13 @@ class DMCOnlineConfig:
     def episode_length(self) -> int:
         return EPISODE_STEPS // self.action_repeat
 
+    # Fields that change no result (updates_per_call: the same updates, summed in another order within float32
+    # rounding): a run directory resumes, and a benchmark's record matches, whatever they hold.
+    HOST_ONLY: ClassVar[tuple[str, ...]] = ("resume", "overwrite", "checkpoint_every", "updates_per_call")
+    # Fields a run directory resumes with a new value: the budget, and the replay capacity (the saved buffer is
+    # resized, keeping every episode, or the resume is refused).
+    GROWABLE: ClassVar[tuple[str, ...]] = ("env_steps", "buffer_episodes")
+
     def unused_fields(self) -> tuple[str, ...]:
         """Fields that change nothing for this run: the distractor source of a noiseless or pixel run (whose
         observation has none), else the other source's count. A run directory resumes whatever they hold."""
@@ -160,19 +167,17 @@ def run_episode(env: DMCEnv, agent=None, key=None, noise: float = 0.0, seed: int
                 distractor_states=np.stack(distractor_states), episode_return=float(np.sum(rewards)))
 
 
-_HOST_ONLY = ("resume", "overwrite", "checkpoint_every", "buffer_episodes", "updates_per_call")  # change no result
-
-
 def open_run_directory(run_dir: str | Path, agent, config: DMCOnlineConfig) -> RunDirectory:
     """``run_dir`` opened for ``agent`` trained under ``config`` (:meth:`RunDirectory.open`). A run saved there
-    resumes if only the budget, host-only fields (``_HOST_ONLY``) or fields unused by this run
-    (:meth:`DMCOnlineConfig.unused_fields`) differ; other differences are refused."""
+    resumes if only the budget or replay capacity (``DMCOnlineConfig.GROWABLE``), host-only fields
+    (``DMCOnlineConfig.HOST_ONLY``) or fields unused by this run (:meth:`DMCOnlineConfig.unused_fields`) differ; other
+    differences are refused."""
     # The loop's config itself (not a dict of it), so that fields added later with their old behaviour as the
     # default, or named in SAVED_WITHOUT_FIELD, match runs saved before them.
     return RunDirectory.open(run_dir, dict(**agent_settings(agent), loop=config), resume=config.resume,
                              overwrite=config.overwrite, step_key="env_steps",
-                             resumable=("loop.env_steps",) + tuple(f"loop.{k}" for k in
-                                                                   _HOST_ONLY + config.unused_fields()))
+                             resumable=tuple(f"loop.{k}" for k in config.GROWABLE + config.HOST_ONLY
+                                             + config.unused_fields()))
 
 
 def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None = None, desc: str = "dmc"):
