@@ -57,6 +57,21 @@ def test_rows_agree_across_jsonl_csv_and_tensorboard_and_csv_grows_with_the_log(
     assert json.loads((tmp_path / "run" / "config.json").read_text())["settings"] == {"lr": 0.1}
 
 
+def test_config_keeps_the_command_that_started_the_run_and_lists_those_that_continued_it(tmp_path, monkeypatch):
+    commands = (["train.py", "--steps", "10"], ["train.py", "--steps", "20"], ["train.py", "--steps", "30"])
+    for steps, argv in zip((10, 20, 30), commands):
+        monkeypatch.setattr("sys.argv", argv)
+        RunDirectory.open(tmp_path, {"lr": 0.1, "steps": steps}, resumable=("steps",)).close()
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["command"] == "train.py --steps 10"
+    assert saved["continued_by"] == ["train.py --steps 20", "train.py --steps 30"]
+    assert saved["settings"] == {"lr": 0.1, "steps": 30}  # the latest budget
+    monkeypatch.setattr("sys.argv", ["train.py", "--lr", "0.2"])
+    with pytest.raises(RunDirectoryError, match="lr"):
+        RunDirectory.open(tmp_path, {"lr": 0.2, "steps": 30}, resumable=("steps",))
+    assert json.loads((tmp_path / "config.json").read_text()) == saved  # a refused command is not recorded
+
+
 def test_other_settings_are_refused_listing_them_and_nothing_changes(tmp_path):
     RunDirectory.open(tmp_path, dict(agent=dict(lr=0.1, width=8), steps=10), resumable=("steps",)).close()
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}

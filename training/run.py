@@ -6,10 +6,10 @@
     run.save(step, state)                           # an orbax checkpoint
     run.close()
 
-Layout: ``config.json`` (the exact command, the run's settings), ``metrics.jsonl`` and ``metrics.csv`` (one
-row per logged step, both appended as rows are logged), ``tensorboard/`` (event files, with
-``tensorboard=True``; needs the ``tensorboard`` extra: ``pip install "platonic-rl[tensorboard]"``) and
-``checkpoints/<step>/`` (orbax, synchronous, the ``keep`` latest).
+Layout: ``config.json`` (the exact command that started the run, each command that continued it, the run's latest
+settings), ``metrics.jsonl`` and ``metrics.csv`` (one row per logged step, both appended as rows are logged),
+``tensorboard/`` (event files, with ``tensorboard=True``; needs the ``tensorboard`` extra:
+``pip install "platonic-rl[tensorboard]"``) and ``checkpoints/<step>/`` (orbax, synchronous, the ``keep`` latest).
 
 A directory refuses to be misused:
 
@@ -357,12 +357,17 @@ class RunDirectory:
                 raise RunDirectoryError(f"{path} already holds a run; pass overwrite=True (command lines: --overwrite) "
                                         "to clear it first, resume=True to continue it, or choose another directory")
             config_file = path / "config.json"
+            command = " ".join(sys.argv)
+            record = dict(command=command, settings=settings)
             if config_file.exists():
-                cls._check_settings(path, json.loads(config_file.read_text()).get("settings", {}), settings,
-                                    set(resumable), defaults)
-            record = dict(command=" ".join(sys.argv), settings=settings)
-            if not config_file.exists() or resumable:  # keep the file current with a changed budget
-                config_file.write_text(json.dumps(record, indent=1))
+                saved = json.loads(config_file.read_text())
+                cls._check_settings(path, saved.get("settings", {}), settings, set(resumable), defaults)
+                # The command that started the run stays; each one that continues it is added after it. The settings
+                # are kept current where some may change (a budget that grew).
+                record = dict(command=saved.get("command", command),
+                              continued_by=[*saved.get("continued_by", []), command],
+                              settings=settings if resumable else saved.get("settings", {}))
+            config_file.write_text(json.dumps(record, indent=1))
             return cls(path, keep, step_key, tensorboard, lock)
         except BaseException:
             _release(path, lock)
