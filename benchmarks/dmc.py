@@ -11,7 +11,9 @@ state (MuJoCo qpos, qvel) and to the distractor state are fitted on ``probe_trai
 strength chosen by leave-one-episode-out cross-validation) and scored (R^2 pooled over standardised
 target dimensions) on ``probe_test`` held-out episodes. A model that denoises keeps the agent state in x and the
 distractors out of it. A finished run asked for with other probe settings is probed again from its final checkpoint
-(where that is on the machine), without training. Denoised MDP uses Table D.5's beta for backprop-via-dynamics per
+(where that is on the machine), without training; so is one asked for with a final evaluation of another size
+(``--final-eval-episodes``: many deterministic episodes at the budget, for tasks whose returns vary a lot from
+episode to episode, such as reacher's). Denoised MDP uses Table D.5's beta for backprop-via-dynamics per
 task and variant, and the thesis' alpha for the observation's size (:func:`observation_alpha`). State variants draw
 their distractors from ``--distractor`` (default ``twin``: a copy of the body driven by random actions;
 ``envs/dmc.py``).
@@ -40,7 +42,8 @@ from platonic_rl.benchmarks import report
 from platonic_rl.benchmarks.presets import DMC_PIXEL_MODEL, DMC_PRESETS
 from platonic_rl.training.run import (RunDirectory, as_json, describe_differences, read_json, settings_differences,
                                       write_json)
-from platonic_rl.training.world_model import DMCOnlineConfig, latent_probe_data, run_episode, train_dmc_online
+from platonic_rl.training.world_model import (DMCOnlineConfig, evaluate, latent_probe_data, run_episode,
+                                               train_dmc_online)
 from platonic_rl.denoised.model import WorldModelConfig, all_features
 from platonic_rl.envs.dmc import TASKS, VARIANTS, DMCEnv
 from platonic_rl.replearn.probes import ridge_probe_r2
@@ -75,6 +78,11 @@ class Args:
     """Denoised MDP with D.2.1's KL-x split: free nats only on beta KL_x, (1 - beta) KL_x always paid."""
     eval_episodes: int = 10
     """Deterministic episodes per evaluation (every 10k env steps and at the budget)."""
+    final_eval_episodes: int = 0
+    """Deterministic episodes of a final evaluation of the trained agent, on env seeds shared by every run
+    (``FINAL_EVAL_SEED`` on); the tables then report its mean instead of the last periodic evaluation's. 0: none. A
+    finished run without one of this size is evaluated from its final checkpoint, training nothing (refused where
+    that checkpoint is not on this machine)."""
     distractor: Literal["twin", "signals"] = "twin"
     """State variants: the uncontrollable, reward-irrelevant source (``envs.dmc``): ``twin`` copies of the body driven
     by random actions, or the smooth ``signals`` that results recorded before 2026-11-26 used."""
@@ -132,6 +140,9 @@ class Args:
                                  + ", got none")
         if self.distractor == "signals" and self.num_twins != 1:
             raise ValueError(f"--num-twins is for --distractor twin, got {self.num_twins} with 'signals'")
+        if self.final_eval_episodes < 0:
+            raise ValueError("--final-eval-episodes must be >= 0 (0: no final evaluation), "
+                             f"got {self.final_eval_episodes}")
         for name in ("env_steps", "probe_train", "probe_test", "num_twins"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
@@ -187,7 +198,8 @@ def loop_config(args: Args, task: str, variant: str, seed: int) -> DMCOnlineConf
     """The training loop of one (task, variant, seed) run under ``args``."""
     p = DMC_PRESETS[args.preset]
     return DMCOnlineConfig(task=task, variant=variant, env_steps=args.env_steps, seed=seed,
-                           batch_size=args.batch_size or p["batch_size"], chunk=args.chunk or p["chunk"], eval_every=min(10_000, args.env_steps), eval_episodes=args.eval_episodes,
+                           batch_size=args.batch_size or p["batch_size"], chunk=args.chunk or p["chunk"],
+                           eval_every=min(10_000, args.env_steps), eval_episodes=args.eval_episodes,
                            normalise_observations=args.normalise_observations, observation=args.observation,
                            video_dir=args.video_dir, cheap_visuals=args.cheap_visuals, overwrite=args.overwrite,
                            updates_per_call=args.updates_per_call, **distractor_settings(args))
@@ -251,11 +263,14 @@ def run(args: Args) -> dict:
                                          alpha=args.alpha)
                     run_dir = out / f"{task}_{variant}_{method}_seed{seed}"
                     saved = None if args.overwrite else finished_record(run_dir, config, loop, args)
-                    if saved is not None and (args.probe_again or saved.get("probe_settings") != probe_settings(args)):
-                        saved = probe_again(saved, run_dir, config, loop, args, seed)
-                    elif saved is not None:
-                        print(f"{task} {variant} {method} seed {seed}: finished in {run_dir}, its record reused",
-                              flush=True)
+                    if saved is not None:
+                        again = dict(redo_probe=args.probe_again or saved.get("probe_settings") != probe_settings(args),
+                                     final=final_episodes(saved) != args.final_eval_episodes > 0)
+                        if any(again.values()):
+                            saved = measure_again(saved, run_dir, config, loop, args, seed, **again)
+                        else:
+                            print(f"{task} {variant} {method} seed {seed}: finished in {run_dir}, its record reused",
+                                  flush=True)
                     if saved is not None:  # finished earlier (perhaps on another machine): nothing to train
                         runs.append(saved)
                         continue
@@ -265,14 +280,18 @@ def run(args: Args) -> dict:
                     runs.append(dict(run_record(task, variant, method, seed, config, loop, history,
                                                 probe(agent, loop, args, seed), time.time() - start),
                                      probe_settings=probe_settings(args)))
+                    if args.final_eval_episodes:
+                        runs[-1]["final_evaluation"] = final_evaluation(agent, loop, args.final_eval_episodes)
                     write_json(run_dir / RECORD, runs[-1])
                     if args.observation == "pixels" and args.reconstructions and method == "denoised":
                         pictures[f"reconstructions_{task}_{variant}_seed{seed}.png"] = (
                             lambda path, a=agent, lp=loop, t=f"{task} / {variant}, seed {seed}":
                             plot_reconstructions(path, a, lp, args.reconstructions, t, _budget(args)))
-                    print(f"{task} {variant} {method} seed {seed}: final eval return {runs[-1]['eval_return'][-1]:.1f}"
-                          f", probe {json.dumps({k: round(v, 3) for k, v in runs[-1]['probe'].items()})}", flush=True)
-    summary = summarise(runs)
+                    scores = {k: round(v, 3) for k, v in runs[-1]["probe"].items()}
+                    print(f"{task} {variant} {method} seed {seed}: return at the budget "
+                          f"{final_return(runs[-1], bool(args.final_eval_episodes)):.1f}, probe {json.dumps(scores)}",
+                          flush=True)
+    summary = summarise(runs, final=bool(args.final_eval_episodes))
     plots = {"returns.png": lambda path: plot_returns(path, args, runs),
              "probe.png": lambda path: plot_probe(path, args, summary), **pictures}
     return report.save_run(out, "platonic_rl.benchmarks.dmc", args, dict(runs=runs, summary=summary),
@@ -345,22 +364,30 @@ def finished_record(run_dir: Path, config: DenoisedMDPConfig, loop: DMCOnlineCon
     return record
 
 
-def probe_again(record: dict, run_dir: Path, config: DenoisedMDPConfig, loop: DMCOnlineConfig, args: Args,
-                seed: int) -> dict:
-    """``record`` (a finished run's, probed with other settings) with its probe redone under ``args``' settings from
-    the run's final checkpoint in ``run_dir``, which trains nothing; the curves are kept. Saved over the old record."""
+def measure_again(record: dict, run_dir: Path, config: DenoisedMDPConfig, loop: DMCOnlineConfig, args: Args,
+                  seed: int, redo_probe: bool, final: bool) -> dict:
+    """``record`` (a finished run's) with its probe redone (``redo_probe``) and/or its ``final`` evaluation made under
+    ``args``' settings from the run's final checkpoint in ``run_dir``, which trains nothing; the curves are kept.
+    Saved over the old record."""
+    what = " and ".join(name for name, due in (("probe", redo_probe), ("evaluate", final)) if due)
     if RunDirectory.saved_step(run_dir) != loop.env_steps:
-        raise ValueError(f"cannot probe {run_dir} again: its final checkpoint (env steps {loop.env_steps}) is not in "
-                         f"{Path(run_dir) / 'checkpoints'} (checkpoints stay on the machine that trained the run)")
+        raise ValueError(f"cannot {what} {run_dir} without training: its final checkpoint (env steps "
+                         f"{loop.env_steps}) is not in {Path(run_dir) / 'checkpoints'} (checkpoints stay on the "
+                         "machine that trained the run)")
     start = time.time()
     agent, history = train_dmc_online(DenoisedMDPAgent.create(config, seed), loop, run_dir,  # restores, trains nothing
                                       desc=f"{run_dir.name} (restored)")
     if not history or history[-1]["env_steps"] != loop.env_steps:
         raise RuntimeError(f"{run_dir}'s checkpoint did not restore the finished run at {loop.env_steps} env steps")
-    print(f"{run_dir.name}: probed again ({record.get('probe_settings')} -> {probe_settings(args)}, from the "
-          f"checkpoint at {loop.env_steps} env steps)", flush=True)
-    record = dict(record, probe=probe(agent, loop, args, seed), probe_settings=probe_settings(args),
-                  probe_seconds=time.time() - start)
+    if redo_probe:
+        print(f"{run_dir.name}: probed again ({record.get('probe_settings')} -> {probe_settings(args)}, from the "
+              f"checkpoint at {loop.env_steps} env steps)", flush=True)
+        record = dict(record, probe=probe(agent, loop, args, seed), probe_settings=probe_settings(args),
+                      probe_seconds=time.time() - start)
+    if final:
+        record = dict(record, final_evaluation=final_evaluation(agent, loop, args.final_eval_episodes))
+        print(f"{run_dir.name}: evaluated at the budget over {args.final_eval_episodes} episodes: "
+              f"{record['final_evaluation']['mean']:.1f}", flush=True)
     write_json(run_dir / RECORD, record)
     return record
 
@@ -369,18 +396,43 @@ def probe_settings(args: Args) -> dict:
     return dict(train_episodes=args.probe_train, test_episodes=args.probe_test)
 
 
-def final_return(run: dict) -> float:
-    """The evaluation at the budget (the mean return of ``eval_episodes`` deterministic episodes)."""
+FINAL_EVAL_SEED = 30_000_000
+"""The env seed of a final evaluation's first episode (the i-th: this + i): the same episodes for every run, so
+that methods and seeds are compared on the same targets and starts."""
+
+
+def final_evaluation(agent, loop: DMCOnlineConfig, episodes: int) -> dict:
+    """The trained ``agent``'s returns on ``episodes`` deterministic episodes of ``loop``'s env (seeded from
+    ``FINAL_EVAL_SEED``), their mean and standard deviation."""
+    returns = evaluate(loop.make_env(), agent, range(FINAL_EVAL_SEED, FINAL_EVAL_SEED + episodes))
+    return dict(episodes=episodes, first_seed=FINAL_EVAL_SEED, returns=returns, mean=float(np.mean(returns)),
+                std=float(np.std(returns)))
+
+
+def final_episodes(record: dict) -> int:
+    """Episodes of the record's final evaluation (0: none)."""
+    return int(record.get("final_evaluation", {}).get("episodes", 0))
+
+
+def final_return(run: dict, final: bool = False) -> float:
+    """The return at the budget: the final evaluation's mean (``final``), else the last periodic evaluation's (the
+    mean return of ``eval_episodes`` deterministic episodes)."""
+    if final:
+        if not final_episodes(run):
+            raise ValueError(f"{run['task']} {run['variant']} {run['method']} seed {run['seed']}: the record has no "
+                             "final evaluation (run with --final-eval-episodes to make one)")
+        return float(run["final_evaluation"]["mean"])
     return float(run["eval_return"][-1])
 
 
-def summarise(runs: list[dict]) -> dict:
-    """Per (variant, method): mean final return over tasks and seeds, and mean probe R^2 per read-out (NaN for a
-    read-out some of the runs lack, e.g. the reward heads' of records probed before they were measured)."""
+def summarise(runs: list[dict], final: bool = False) -> dict:
+    """Per (variant, method): mean return at the budget over tasks and seeds (:func:`final_return`), and mean probe
+    R^2 per read-out (NaN for a read-out some of the runs lack, e.g. the reward heads' of records probed before they
+    were measured)."""
     summary = {}
     for run in runs:
         entry = summary.setdefault(run["variant"], {}).setdefault(run["method"], dict(returns=[], probe={}))
-        entry["returns"].append(final_return(run))
+        entry["returns"].append(final_return(run, final))
         for k, v in run["probe"].items():
             entry["probe"].setdefault(k, []).append(v)
     for variant in summary.values():
@@ -392,8 +444,8 @@ def summarise(runs: list[dict]) -> dict:
 
 
 def format_table(args: Args, summary: dict, runs: list[dict] = ()) -> str:
-    lines = [f"DMC ({args.observation} observations), {len(args.tasks)} task(s), {len(args.seeds)} seed(s), {args.env_steps} env "
-             f"steps, preset {args.preset!r}, policy {args.policy!r}, actor {args.actor!r}; returns averaged over tasks",
+    lines = [f"DMC ({args.observation} observations), {len(args.tasks)} task(s), {len(args.seeds)} seed(s), "
+             f"{args.env_steps} env steps, preset {args.preset!r}, policy {args.policy!r}, actor {args.actor!r}; returns averaged over tasks",
              "probe: held-out R^2 of ridge read-outs of the agent's and the distractors' state from x and y; "
              "r_x, r_x+r_y: R^2 of the reward heads' own predictions of the received reward",
              f"{'variant':14s}{'method':10s}{'return':>9s}{'x->agent':>10s}{'x->distr':>10s}{'y->agent':>10s}"
@@ -408,26 +460,30 @@ def format_table(args: Args, summary: dict, runs: list[dict] = ()) -> str:
                          f"{fmt(p.get('y->distractor_state'))}{fmt(p.get('r_x->reward'))[2:]}"
                          f"{fmt(p.get('r_x+r_y->reward'))[1:]}   {paper:.1f}")
     if runs:
-        lines += ["", "Return at the budget per task (deterministic evaluation), each seed, mean +- std over seeds",
+        final = bool(args.final_eval_episodes)
+        evaluation = (f"final evaluation, {args.final_eval_episodes} episodes" if final
+                      else f"last periodic evaluation, {args.eval_episodes} episodes")
+        lines += ["", f"Return at the budget per task (deterministic {evaluation}), each seed, mean +- std over seeds",
                   f"{'task':14s}{'variant':14s}{'method':10s}{'mean':>8s}{'std':>7s}   seeds"]
-        for (task, variant, method), finals in per_task_returns(runs).items():
+        for (task, variant, method), finals in per_task_returns(runs, final).items():
             values = np.array(list(finals.values()))
             lines.append(f"{task:14s}{variant:14s}{method:10s}{values.mean():8.1f}{values.std():7.1f}   "
                          + ", ".join(f"{seed}: {v:.1f}" for seed, v in finals.items()))
         timed = [r for r in runs if r.get("seconds_per_10k")]
         if timed:
-            lines += ["", "Wall-clock per 10k env steps of training after the prefill, evaluations excluded (s; only meaningful "
-                      "where nothing else ran)"]
+            lines += ["", "Wall-clock per 10k env steps of training after the prefill, evaluations excluded (s; only "
+                      "meaningful where nothing else ran)"]
             lines += [f"  {r['task']} {r['variant']} {r['method']} seed {r['seed']}: {r['seconds_per_10k']:.0f}"
                       for r in timed]
     return "\n".join(lines)
 
 
-def per_task_returns(runs: list[dict]) -> dict[tuple[str, str, str], dict[int, float]]:
-    """(task, variant, method) -> {seed: the evaluation return at the budget}, in the order the runs came."""
+def per_task_returns(runs: list[dict], final: bool = False) -> dict[tuple[str, str, str], dict[int, float]]:
+    """(task, variant, method) -> {seed: the return at the budget (:func:`final_return`)}, in the order the runs
+    came."""
     out = {}
     for run in runs:
-        out.setdefault((run["task"], run["variant"], run["method"]), {})[run["seed"]] = final_return(run)
+        out.setdefault((run["task"], run["variant"], run["method"]), {})[run["seed"]] = final_return(run, final)
     return out
 
 
@@ -450,7 +506,8 @@ def plot(out: Path, args: Args, runs: list[dict], summary: dict) -> dict:
 
 
 def plot_returns(path: Path, args: Args, runs: list[dict]):
-    """Episode return vs env steps, one panel per (task, variant); returns the (closed) Figure."""
+    """Episode return vs env steps, one panel per (task, variant), with each run's final evaluation (mean +- its
+    standard error) at the budget where ``args`` asks for one; returns the (closed) Figure."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -470,6 +527,11 @@ def plot_returns(path: Path, args: Args, runs: list[dict]):
                             marker="." if sparse else None, ms=4)
                     ax.plot(r["eval_steps"], r["eval_return"], "o-", color=color, ms=3,
                             label=method if k == 0 else None)
+                    if args.final_eval_episodes:
+                        e = r["final_evaluation"]
+                        ax.errorbar(r["eval_steps"][-1] * 1.03, e["mean"], e["std"] / np.sqrt(e["episodes"]),
+                                    color=color, marker="D", ms=4, capsize=2, lw=1,
+                                    label=f"{method}: final, {e['episodes']} episodes (+- s.e.)" if k == 0 else None)
             if variant == "noiseless" and args.observation == "state" and task in ANCHORS_100K:
                 ax.axhline(ANCHORS_100K[task], color="0.4", ls="--", lw=1, label="pixel Dreamer at 100k (CURL)")
             ax.set_title(f"{task} / {variant}", fontsize=8)
@@ -479,7 +541,8 @@ def plot_returns(path: Path, args: Args, runs: list[dict]):
             if j == 0:
                 ax.set_ylabel(f"episode return\n(sum of rewards, {EPISODE_STEPS} steps)", fontsize=8)
     axes[0, 0].legend(fontsize=7)
-    fig.suptitle("Episode return (faint lines: exploration episodes; dots: deterministic evaluation)\n"
+    fig.suptitle("Episode return (faint lines: exploration episodes; dots: deterministic evaluation"
+                 + ("; diamonds: final evaluation" if args.final_eval_episodes else "") + ")\n"
                  + textwrap.fill(_budget(args), 90), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

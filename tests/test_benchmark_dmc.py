@@ -224,8 +224,64 @@ def test_a_finished_run_with_its_checkpoint_is_probed_again_under_new_probe_sett
     bd.run(bd.Args(**{**vars(more), "probe_again": True}))  # asked for: probed again all the same
     assert len(restored) == 2
     (run_dir / "checkpoints" / "10000").rmdir()
-    with pytest.raises(ValueError, match="cannot probe .*seed0 again: its final checkpoint"):
+    with pytest.raises(ValueError, match="cannot probe .*seed0 without training: its final checkpoint"):
         bd.run(bd.Args(**{**vars(more), "probe_again": True}))
+
+
+def test_a_final_evaluation_is_made_from_the_final_checkpoint_and_reported_instead_of_the_last_periodic_one(
+        tmp_path, monkeypatch):
+    """--final-eval-episodes on a finished run without that evaluation: restored once from its final checkpoint
+    (nothing trains, the probe is not redone), evaluated on the shared seeds, its record rewritten; the table, the
+    summary and the plot then report the final evaluation; without the checkpoint the call is refused."""
+    import json
+
+    args = bd.Args(tasks=("reacher-easy",), variants=("noiseless",), methods=("dreamer",), env_steps=10_000,
+                   out_dir=str(tmp_path))
+    config = bd.make_config("dreamer", "reacher-easy", "noiseless", (6,), 2, args.preset, args.policy)
+    loop = bd.loop_config(args, "reacher-easy", "noiseless", 0)
+    history = [dict(env_steps=5000, train_return=3.0), dict(env_steps=10_000, train_return=4.0, eval_return=7.5)]
+    record = dict(bd.run_record("reacher-easy", "noiseless", "dreamer", 0, config, loop, history,
+                                {"x->agent_state": 0.5}, 1.0), probe_settings=bd.probe_settings(args))
+    run_dir = tmp_path / "reacher-easy_noiseless_dreamer_seed0"
+    (run_dir / "checkpoints" / "10000").mkdir(parents=True)
+    (run_dir / bd.RECORD).write_text(json.dumps(record))
+    restored, evaluated = [], []
+    monkeypatch.setattr(bd.DenoisedMDPAgent, "create", staticmethod(lambda c, seed: ("untrained", seed)))
+    monkeypatch.setattr(bd, "train_dmc_online", lambda agent, lp, directory, desc: (
+        restored.append(lp.env_steps) or "trained", history))
+    monkeypatch.setattr(bd, "probe", lambda *a: pytest.fail("the probe's settings did not change"))
+    monkeypatch.setattr(bd, "evaluate", lambda env, agent, seeds: (
+        evaluated.append((agent, list(seeds))) or [0.0, 100.0, 500.0][:len(evaluated[-1][1])]))
+    monkeypatch.setattr(bd.report, "save_run", lambda out, module, a, result, **kw: result)
+    final = bd.Args(**{**vars(args), "final_eval_episodes": 3})
+    result = bd.run(final)
+    first = bd.FINAL_EVAL_SEED
+    assert restored == [10_000] and evaluated == [("trained", [first, first + 1, first + 2])]
+    saved = json.loads((run_dir / bd.RECORD).read_text())
+    assert saved["final_evaluation"] == dict(episodes=3, first_seed=first, returns=[0.0, 100.0, 500.0],
+                                             mean=200.0, std=pytest.approx(np.std([0.0, 100.0, 500.0])))
+    assert saved["probe"] == {"x->agent_state": 0.5} and saved["eval_return"] == [7.5]  # the rest kept
+    assert result["summary"]["noiseless"]["dreamer"]["mean_return"] == 200.0  # the final evaluation's mean
+    assert bd.run(args)["summary"]["noiseless"]["dreamer"]["mean_return"] == 7.5  # without: the periodic one
+    bd.run(final)  # evaluated with this size already: reused
+    assert len(restored) == 1
+    table = bd.format_table(final, bd.summarise([saved], final=True), [saved])
+    assert "final evaluation, 3 episodes" in table and "0: 200.0" in table
+    ax = bd.plot_returns(tmp_path / "returns.png", final, [saved]).axes[0]
+    assert "dreamer: final, 3 episodes (+- s.e.)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    with pytest.raises(ValueError, match="seed 0: the record has no final evaluation"):
+        bd.final_return(record, final=True)
+    both = bd.Args(**{**vars(final), "final_eval_episodes": 2, "probe_train": 5})
+    monkeypatch.setattr(bd, "probe", lambda agent, lp, a, seed: {"x->agent_state": float(a.probe_train)})
+    bd.run(both)  # the probe and the evaluation redone from one restore
+    saved = json.loads((run_dir / bd.RECORD).read_text())
+    assert len(restored) == 2 and saved["probe"] == {"x->agent_state": 5.0}
+    assert saved["final_evaluation"]["returns"] == [0.0, 100.0]
+    (run_dir / "checkpoints" / "10000").rmdir()
+    with pytest.raises(ValueError, match="cannot evaluate .*seed0 without training: its final checkpoint"):
+        bd.run(bd.Args(**{**vars(both), "final_eval_episodes": 4}))
+    with pytest.raises(ValueError, match="--final-eval-episodes must be >= 0"):
+        bd.Args(final_eval_episodes=-1)
 
 
 def test_batch_and_imagination_flags_reach_the_configs_and_bad_values_are_rejected(tmp_path):

@@ -167,6 +167,12 @@ def run_episode(env: DMCEnv, agent=None, key=None, noise: float = 0.0, seed: int
                 distractor_states=np.stack(distractor_states), episode_return=float(np.sum(rewards)))
 
 
+def evaluate(env: DMCEnv, agent, seeds) -> list[float]:
+    """Returns of deterministic episodes of ``agent`` on ``env`` (``act`` without a key: tanh of the actor's pre-tanh
+    mean, from the posterior mean), one episode per env seed in ``seeds``."""
+    return [run_episode(env, agent, seed=int(seed), greedy=True)["episode_return"] for seed in seeds]
+
+
 def open_run_directory(run_dir: str | Path, agent, config: DMCOnlineConfig) -> RunDirectory:
     """``run_dir`` opened for ``agent`` trained under ``config`` (:meth:`RunDirectory.open`). A run saved there
     resumes if only the budget or replay capacity (``DMCOnlineConfig.GROWABLE``), host-only fields
@@ -228,8 +234,8 @@ def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None 
             row = {"env_steps": int(state["env_steps"]), "episode": index + 1, "train_return": episode["episode_return"],
                    **row}
             if evaluations.due(int(state["env_steps"]), final=int(state["env_steps"]) >= config.env_steps):
-                returns = [run_episode(env, state["agent"], seed=eval_seed(index) + 1_000_000 * i, greedy=True)["episode_return"]
-                           for i in range(config.eval_episodes)]
+                returns = evaluate(env, state["agent"], [eval_seed(index) + 1_000_000 * i
+                                                         for i in range(config.eval_episodes)])
                 row["eval_return"] = float(np.mean(returns))
                 row["eval_return_std"] = float(np.std(returns))
                 bar.set_postfix(eval_return=f"{row['eval_return']:.0f}")
