@@ -73,7 +73,10 @@ class Args:
     overwrite: bool = False
     """Clear each run directory first (rerunning otherwise resumes, or refuses other settings)."""
     free_nats: float = 3.0
-    """Free nats on Denoised MDP's KL_x (Dreamer keeps its own 3)."""
+    """Free nats on Denoised MDP's KL_x (Dreamer's are ``dreamer_free_nats``)."""
+    dreamer_free_nats: float = 3.0
+    """Free nats on Dreamer's KL (DreamerV1's 3; on small state vectors the KL can sit below them on most steps,
+    where the prior then gets no gradient)."""
     kl_split: bool = False
     """Denoised MDP with D.2.1's KL-x split: free nats only on beta KL_x, (1 - beta) KL_x always paid."""
     eval_episodes: int = 10
@@ -149,6 +152,9 @@ class Args:
         longest = DMCOnlineConfig().episode_length + 1  # observations per stored episode
         if self.chunk is not None and self.chunk > longest:
             raise ValueError(f"--chunk must be <= {longest} (the steps of a stored episode), got {self.chunk}")
+        for name in ("free_nats", "dreamer_free_nats"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
         if self.alpha is not None and not self.alpha > 0:
             raise ValueError(f"--alpha must be > 0, got {self.alpha}")
         if self.beta is not None and not self.beta > 0:
@@ -161,10 +167,11 @@ class Args:
 def make_config(method: str, task: str, variant: str, obs_shape: tuple[int, ...], action_dim: int, preset: str,
                 policy: str, free_nats: float = 3.0, kl_split: bool = False, imagine_starts: int | None = None,
                 beta: float | None = None, actor: ActorKind | None = None,
-                alpha: float | None = None) -> DenoisedMDPConfig:
+                alpha: float | None = None, dreamer_free_nats: float = 3.0) -> DenoisedMDPConfig:
     """The config of ``method`` at ``preset``; ``imagine_starts`` replaces the preset's and ``beta`` Table D.5's
     if given; ``actor`` (:attr:`DenoisedMDPConfig.actor`) the config's default if None; Denoised MDP's ``alpha``
-    :func:`observation_alpha` of the observation if None (Dreamer keeps its own 1)."""
+    :func:`observation_alpha` of the observation if None (Dreamer keeps its own 1). ``free_nats`` are Denoised MDP's,
+    ``dreamer_free_nats`` Dreamer's."""
     p = DMC_PRESETS[preset]
     pixels = len(obs_shape) == 3
     model = WorldModelConfig(obs_shape=tuple(obs_shape), action_dim=action_dim,
@@ -177,7 +184,8 @@ def make_config(method: str, task: str, variant: str, obs_shape: tuple[int, ...]
                                    policy=policy, free_nats=free_nats,
                                    kl_split=kl_split, **heads)
     elif method == "dreamer":
-        config = DenoisedMDPConfig.dreamer(dataclasses.replace(model, **p["dreamer"]), policy=policy, **heads)
+        config = DenoisedMDPConfig.dreamer(dataclasses.replace(model, **p["dreamer"]), policy=policy,
+                                           free_nats=dreamer_free_nats, **heads)
     else:
         raise ValueError(f"unknown method {method!r}; expected 'denoised' or 'dreamer'")
     return config
@@ -260,7 +268,7 @@ def run(args: Args) -> dict:
                     config = make_config(method, task, variant, obs_shape, action_dim, args.preset, args.policy,
                                          free_nats=args.free_nats, kl_split=args.kl_split,
                                          imagine_starts=args.imagine_starts, beta=args.beta, actor=args.actor,
-                                         alpha=args.alpha)
+                                         alpha=args.alpha, dreamer_free_nats=args.dreamer_free_nats)
                     run_dir = out / f"{task}_{variant}_{method}_seed{seed}"
                     saved = None if args.overwrite else finished_record(run_dir, config, loop, args)
                     if saved is not None:
@@ -495,6 +503,8 @@ def _budget(args: Args) -> str:
             f"{args.batch_size or p['batch_size']} x {args.chunk or p['chunk']}, imagining from {starts}), "
             f"policy {args.policy!r}, actor {args.actor!r}" + ("" if args.beta is None else f", Denoised MDP beta {args.beta}")
             + ("" if args.alpha is None else f", Denoised MDP alpha {args.alpha}")
+            + ("" if args.free_nats == 3.0 else f", Denoised MDP free nats {args.free_nats}")
+            + ("" if args.dreamer_free_nats == 3.0 else f", Dreamer free nats {args.dreamer_free_nats}")
             + ("" if args.observation == "pixels" else f", distractors {args.distractor}"
                + (f" x{args.num_twins}" if args.distractor == "twin" else "")))
 

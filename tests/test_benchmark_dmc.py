@@ -307,6 +307,16 @@ def test_batch_and_imagination_flags_reach_the_configs_and_bad_values_are_reject
     assert "beta 1.0" in bd._budget(bd.Args(beta=1.0)) and "beta" not in bd._budget(bd.Args())
     with pytest.raises(ValueError, match="--beta must be > 0"):
         bd.Args(beta=0.0)
+    # Free nats: --free-nats is Denoised MDP's, --dreamer-free-nats Dreamer's; each reaches its method only
+    kw = dict(free_nats=2.0, dreamer_free_nats=0.5)
+    assert bd.make_config("dreamer", "reacher-easy", "noiseless", (6,), 2, "cpu", "imagine", **kw).free_nats == 0.5
+    assert bd.make_config("denoised", "reacher-easy", "noiseless", (6,), 2, "cpu", "imagine", **kw).free_nats == 2.0
+    assert bd.make_config("dreamer", "reacher-easy", "noiseless", (6,), 2, "cpu", "imagine").free_nats == 3.0
+    assert "Dreamer free nats 0.5" in bd._budget(bd.Args(dreamer_free_nats=0.5)) and "free nats" not in bd._budget(
+        bd.Args())
+    for name in ("free_nats", "dreamer_free_nats"):
+        with pytest.raises(ValueError, match=f"--{name.replace('_', '-')} must be >= 0"):
+            bd.Args(**{name: -1.0})
 
 
 def test_seconds_per_10k_counts_the_training_rows_after_the_prefill():
