@@ -300,10 +300,17 @@ def run(args: Args) -> dict:
                           f"{final_return(runs[-1], bool(args.final_eval_episodes)):.1f}, probe {json.dumps(scores)}",
                           flush=True)
     summary = summarise(runs, final=bool(args.final_eval_episodes))
-    plots = {"returns.png": lambda path: plot_returns(path, args, runs),
+    # What no learning scores on the final evaluation's episodes: uniformly random actions, per task and variant.
+    random_returns = {f"{task} {variant}": random_actions(loop_config(args, task, variant, 0),
+                                                          args.final_eval_episodes)
+                      for task in args.tasks for variant in args.variants} if args.final_eval_episodes else {}
+    plots = {"returns.png": lambda path: plot_returns(path, args, runs, random_returns),
              "probe.png": lambda path: plot_probe(path, args, summary), **pictures}
-    return report.save_run(out, "platonic_rl.benchmarks.dmc", args, dict(runs=runs, summary=summary),
-                           table=format_table(args, summary, runs), plots=plots, total_seconds=time.time() - t0)
+    return report.save_run(out, "platonic_rl.benchmarks.dmc", args,
+                           dict(runs=runs, summary=summary,
+                                **(dict(random_actions=random_returns) if random_returns else {})),
+                           table=format_table(args, summary, runs, random_returns), plots=plots,
+                           total_seconds=time.time() - t0)
 
 
 RECORD = "record.json"  # a finished run's curves, probe and configs, beside its metrics
@@ -417,6 +424,15 @@ def final_evaluation(agent, loop: DMCOnlineConfig, episodes: int) -> dict:
                 std=float(np.std(returns)))
 
 
+def random_actions(loop: DMCOnlineConfig, episodes: int) -> dict:
+    """Uniformly random actions on the final evaluation's ``episodes`` (the same env seeds, from
+    ``FINAL_EVAL_SEED``): the return that no learning gets, their mean and standard deviation."""
+    env = loop.make_env()
+    returns = [run_episode(env, seed=FINAL_EVAL_SEED + i)["episode_return"] for i in range(episodes)]
+    return dict(episodes=episodes, first_seed=FINAL_EVAL_SEED, mean=float(np.mean(returns)),
+                std=float(np.std(returns)))
+
+
 def final_episodes(record: dict) -> int:
     """Episodes of the record's final evaluation (0: none)."""
     return int(record.get("final_evaluation", {}).get("episodes", 0))
@@ -451,7 +467,10 @@ def summarise(runs: list[dict], final: bool = False) -> dict:
     return summary
 
 
-def format_table(args: Args, summary: dict, runs: list[dict] = ()) -> str:
+def format_table(args: Args, summary: dict, runs: list[dict] = (), random_returns: dict | None = None) -> str:
+    """The printed table: per variant and method the mean return and probe; with ``runs``, each task's return per
+    seed; with ``random_returns`` (``"task variant"`` -> :func:`random_actions`), what random actions score on the
+    final evaluation's episodes."""
     lines = [f"DMC ({args.observation} observations), {len(args.tasks)} task(s), {len(args.seeds)} seed(s), "
              f"{args.env_steps} env steps, preset {args.preset!r}, policy {args.policy!r}, actor {args.actor!r}; returns averaged over tasks",
              "probe: held-out R^2 of ridge read-outs of the agent's and the distractors' state from x and y; "
@@ -477,6 +496,10 @@ def format_table(args: Args, summary: dict, runs: list[dict] = ()) -> str:
             values = np.array(list(finals.values()))
             lines.append(f"{task:14s}{variant:14s}{method:10s}{values.mean():8.1f}{values.std():7.1f}   "
                          + ", ".join(f"{seed}: {v:.1f}" for seed, v in finals.items()))
+        for name, reference in (random_returns or {}).items():
+            task, variant = name.split()
+            lines.append(f"{task:14s}{variant:14s}{'random':10s}{reference['mean']:8.1f}{reference['std']:7.1f}   "
+                         f"uniformly random actions, the same {reference['episodes']} episodes (std over episodes)")
         timed = [r for r in runs if r.get("seconds_per_10k")]
         if timed:
             lines += ["", "Wall-clock per 10k env steps of training after the prefill, evaluations excluded (s; only "
@@ -515,9 +538,10 @@ def plot(out: Path, args: Args, runs: list[dict], summary: dict) -> dict:
             "probe": plot_probe(Path(out) / "probe.png", args, summary)}
 
 
-def plot_returns(path: Path, args: Args, runs: list[dict]):
+def plot_returns(path: Path, args: Args, runs: list[dict], random_returns: dict | None = None):
     """Episode return vs env steps, one panel per (task, variant), with each run's final evaluation (mean +- its
-    standard error) at the budget where ``args`` asks for one; returns the (closed) Figure."""
+    standard error) at the budget where ``args`` asks for one, and random actions' mean return on its episodes
+    (``random_returns``: :func:`random_actions`) dotted; returns the (closed) Figure."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -544,6 +568,9 @@ def plot_returns(path: Path, args: Args, runs: list[dict]):
                                     label=f"{method}: final, {e['episodes']} episodes (+- s.e.)" if k == 0 else None)
             if variant == "noiseless" and args.observation == "state" and task in ANCHORS_100K:
                 ax.axhline(ANCHORS_100K[task], color="0.4", ls="--", lw=1, label="pixel Dreamer at 100k (CURL)")
+            if random_returns and f"{task} {variant}" in random_returns:
+                ax.axhline(random_returns[f"{task} {variant}"]["mean"], color="0.4", ls=":", lw=1.2,
+                           label="uniformly random actions")
             ax.set_title(f"{task} / {variant}", fontsize=8)
             ax.tick_params(labelsize=7)
             if i == len(args.tasks) - 1:

@@ -252,7 +252,8 @@ def test_a_final_evaluation_is_made_from_the_final_checkpoint_and_reported_inste
     monkeypatch.setattr(bd, "probe", lambda *a: pytest.fail("the probe's settings did not change"))
     monkeypatch.setattr(bd, "evaluate", lambda env, agent, seeds: (
         evaluated.append((agent, list(seeds))) or [0.0, 100.0, 500.0][:len(evaluated[-1][1])]))
-    monkeypatch.setattr(bd.report, "save_run", lambda out, module, a, result, **kw: result)
+    monkeypatch.setattr(bd.report, "save_run", lambda out, module, a, result, **kw: dict(result, **kw))
+    monkeypatch.setattr(bd, "random_actions", lambda lp, episodes: dict(episodes=episodes, mean=1.5, std=0.5))
     final = bd.Args(**{**vars(args), "final_eval_episodes": 3})
     result = bd.run(final)
     first = bd.FINAL_EVAL_SEED
@@ -262,13 +263,18 @@ def test_a_final_evaluation_is_made_from_the_final_checkpoint_and_reported_inste
                                              mean=200.0, std=pytest.approx(np.std([0.0, 100.0, 500.0])))
     assert saved["probe"] == {"x->agent_state": 0.5} and saved["eval_return"] == [7.5]  # the rest kept
     assert result["summary"]["noiseless"]["dreamer"]["mean_return"] == 200.0  # the final evaluation's mean
-    assert bd.run(args)["summary"]["noiseless"]["dreamer"]["mean_return"] == 7.5  # without: the periodic one
+    assert result["random_actions"] == {"reacher-easy noiseless": dict(episodes=3, mean=1.5, std=0.5)}
+    assert "reacher-easy  noiseless     random         1.5    0.5   uniformly random actions" in result["table"]
+    without = bd.run(args)
+    assert without["summary"]["noiseless"]["dreamer"]["mean_return"] == 7.5  # the periodic one
+    assert "random_actions" not in without and "random" not in without["table"].split("seeds\n")[-1]
     bd.run(final)  # evaluated with this size already: reused
     assert len(restored) == 1
     table = bd.format_table(final, bd.summarise([saved], final=True), [saved])
     assert "final evaluation, 3 episodes" in table and "0: 200.0" in table
-    ax = bd.plot_returns(tmp_path / "returns.png", final, [saved]).axes[0]
-    assert "dreamer: final, 3 episodes (+- s.e.)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    ax = bd.plot_returns(tmp_path / "returns.png", final, [saved], result["random_actions"]).axes[0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "dreamer: final, 3 episodes (+- s.e.)" in legend and "uniformly random actions" in legend
     with pytest.raises(ValueError, match="seed 0: the record has no final evaluation"):
         bd.final_return(record, final=True)
     both = bd.Args(**{**vars(final), "final_eval_episodes": 2, "probe_train": 5})
@@ -282,6 +288,16 @@ def test_a_final_evaluation_is_made_from_the_final_checkpoint_and_reported_inste
         bd.run(bd.Args(**{**vars(both), "final_eval_episodes": 4}))
     with pytest.raises(ValueError, match="--final-eval-episodes must be >= 0"):
         bd.Args(final_eval_episodes=-1)
+
+
+def test_random_actions_score_the_final_evaluations_episodes_with_the_random_prefills_actions():
+    from platonic_rl.training.world_model import run_episode
+
+    loop = bd.loop_config(bd.Args(), "reacher-easy", "noiseless", 0)
+    reference = bd.random_actions(loop, 2)
+    returns = [run_episode(loop.make_env(), seed=bd.FINAL_EVAL_SEED + i)["episode_return"] for i in range(2)]
+    assert reference == dict(episodes=2, first_seed=bd.FINAL_EVAL_SEED, mean=pytest.approx(np.mean(returns)),
+                             std=pytest.approx(np.std(returns)))
 
 
 def test_batch_and_imagination_flags_reach_the_configs_and_bad_values_are_rejected(tmp_path):
