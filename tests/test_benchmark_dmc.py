@@ -181,9 +181,10 @@ def test_a_finished_run_is_reused_from_its_record_without_a_checkpoint(tmp_path)
         bd.run(args)
 
 
-def test_a_finished_run_with_its_checkpoint_is_probed_again_under_new_probe_settings(tmp_path, monkeypatch):
-    """Other probe settings on a finished run: restored from its final checkpoint (nothing trains) and probed again,
-    its curves kept and its record rewritten; without that checkpoint the call is refused."""
+def finished_reacher_run(tmp_path, checkpoint: int):
+    """A finished 10k-env-step Dreamer run on noiseless reacher (record saved, probed at the default settings) with a
+    checkpoint directory at ``checkpoint`` env steps; returns (args, the agent's config, the loop's, its history, the
+    record, the run directory)."""
     import json
 
     args = bd.Args(tasks=("reacher-easy",), variants=("noiseless",), methods=("dreamer",), env_steps=10_000,
@@ -194,8 +195,18 @@ def test_a_finished_run_with_its_checkpoint_is_probed_again_under_new_probe_sett
     record = dict(bd.run_record("reacher-easy", "noiseless", "dreamer", 0, config, loop, history,
                                 {"x->agent_state": 0.5}, 1.0), probe_settings=bd.probe_settings(args))
     run_dir = tmp_path / "reacher-easy_noiseless_dreamer_seed0"
-    (run_dir / "checkpoints" / "5000").mkdir(parents=True)  # stopped short of the budget: cannot be probed again
+    (run_dir / "checkpoints" / str(checkpoint)).mkdir(parents=True)
     (run_dir / bd.RECORD).write_text(json.dumps(record))
+    return args, config, loop, history, record, run_dir
+
+
+def test_a_finished_run_with_its_checkpoint_is_probed_again_under_new_probe_settings(tmp_path, monkeypatch):
+    """Other probe settings on a finished run: restored from its final checkpoint (nothing trains) and probed again,
+    its curves kept and its record rewritten; without that checkpoint the call is refused."""
+    import json
+
+    # Stopped short of the budget (its last checkpoint at 5000): cannot be probed again
+    args, config, loop, history, record, run_dir = finished_reacher_run(tmp_path, checkpoint=5000)
     more = bd.Args(**{**vars(args), "probe_train": 20, "probe_test": 10})
     with pytest.raises(ValueError, match="probe_settings.train_episodes: saved 4, now 20[\\s\\S]*final checkpoint "
                                          "\\(env steps 10000\\) is not in"):
@@ -235,16 +246,7 @@ def test_a_final_evaluation_is_made_from_the_final_checkpoint_and_reported_inste
     summary and the plot then report the final evaluation; without the checkpoint the call is refused."""
     import json
 
-    args = bd.Args(tasks=("reacher-easy",), variants=("noiseless",), methods=("dreamer",), env_steps=10_000,
-                   out_dir=str(tmp_path))
-    config = bd.make_config("dreamer", "reacher-easy", "noiseless", (6,), 2, args.preset, args.policy)
-    loop = bd.loop_config(args, "reacher-easy", "noiseless", 0)
-    history = [dict(env_steps=5000, train_return=3.0), dict(env_steps=10_000, train_return=4.0, eval_return=7.5)]
-    record = dict(bd.run_record("reacher-easy", "noiseless", "dreamer", 0, config, loop, history,
-                                {"x->agent_state": 0.5}, 1.0), probe_settings=bd.probe_settings(args))
-    run_dir = tmp_path / "reacher-easy_noiseless_dreamer_seed0"
-    (run_dir / "checkpoints" / "10000").mkdir(parents=True)
-    (run_dir / bd.RECORD).write_text(json.dumps(record))
+    args, _, _, history, record, run_dir = finished_reacher_run(tmp_path, checkpoint=10_000)
     restored, evaluated = [], []
     monkeypatch.setattr(bd.DenoisedMDPAgent, "create", staticmethod(lambda c, seed: ("untrained", seed)))
     monkeypatch.setattr(bd, "train_dmc_online", lambda agent, lp, directory, desc: (
