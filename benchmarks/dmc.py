@@ -273,7 +273,8 @@ def run(args: Args) -> dict:
                     saved = None if args.overwrite else finished_record(run_dir, config, loop, args)
                     if saved is not None:
                         again = dict(redo_probe=args.probe_again or saved.get("probe_settings") != probe_settings(args),
-                                     final=final_episodes(saved) != args.final_eval_episodes > 0)
+                                     final=args.final_eval_episodes > 0
+                                     and final_episodes(saved) != args.final_eval_episodes)
                         if any(again.values()):
                             saved = measure_again(saved, run_dir, config, loop, args, seed, **again)
                         else:
