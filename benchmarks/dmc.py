@@ -370,7 +370,7 @@ def finished_record(run_dir: Path, config: DenoisedMDPConfig, loop: DMCOnlineCon
     if grows and all(name == "loop.env_steps" or name.startswith("probe_settings.") for name in differ):
         return None  # trains on from its checkpoint, then is probed with this call's settings
     if probe_only and RunDirectory.saved_step(run_dir) == loop.env_steps:
-        return record  # the caller probes it again from its final checkpoint (probe_again)
+        return record  # the caller probes it again from its final checkpoint (measure_again)
     if differ:
         absent = (f"\nits final checkpoint (env steps {loop.env_steps}) is not in {Path(run_dir) / 'checkpoints'}, "
                   "so it cannot be probed again without training" if probe_only else "")
