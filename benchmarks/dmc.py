@@ -419,19 +419,17 @@ that methods and seeds are compared on the same targets and starts."""
 
 def final_evaluation(agent, loop: DMCOnlineConfig, episodes: int) -> dict:
     """The trained ``agent``'s returns on ``episodes`` deterministic episodes of ``loop``'s env (seeded from
-    ``FINAL_EVAL_SEED``), their mean and standard deviation."""
+    ``FINAL_EVAL_SEED``; None: uniformly random actions), their mean and standard deviation."""
     returns = evaluate(loop.make_env(), agent, range(FINAL_EVAL_SEED, FINAL_EVAL_SEED + episodes))
     return dict(episodes=episodes, first_seed=FINAL_EVAL_SEED, returns=returns, mean=float(np.mean(returns)),
                 std=float(np.std(returns)))
 
 
 def random_actions(loop: DMCOnlineConfig, episodes: int) -> dict:
-    """Uniformly random actions on the final evaluation's ``episodes`` (the same env seeds, from
-    ``FINAL_EVAL_SEED``): the return that no learning gets, their mean and standard deviation."""
-    env = loop.make_env()
-    returns = [run_episode(env, seed=FINAL_EVAL_SEED + i)["episode_return"] for i in range(episodes)]
-    return dict(episodes=episodes, first_seed=FINAL_EVAL_SEED, mean=float(np.mean(returns)),
-                std=float(np.std(returns)))
+    """Uniformly random actions on the final evaluation's ``episodes`` (the same env seeds): the return that no
+    learning gets, their mean and standard deviation (:func:`final_evaluation` without an agent, its returns left
+    out)."""
+    return {k: v for k, v in final_evaluation(None, loop, episodes).items() if k != "returns"}
 
 
 def final_episodes(record: dict) -> int:
@@ -527,8 +525,9 @@ def _budget(args: Args) -> str:
             f"{args.batch_size or p['batch_size']} x {args.chunk or p['chunk']}, imagining from {starts}), "
             f"policy {args.policy!r}, actor {args.actor!r}" + ("" if args.beta is None else f", Denoised MDP beta {args.beta}")
             + ("" if args.alpha is None else f", Denoised MDP alpha {args.alpha}")
-            + ("" if args.free_nats == 3.0 else f", Denoised MDP free nats {args.free_nats}")
-            + ("" if args.dreamer_free_nats == 3.0 else f", Dreamer free nats {args.dreamer_free_nats}")
+            + ("" if args.free_nats == Args.free_nats else f", Denoised MDP free nats {args.free_nats}")
+            + ("" if args.dreamer_free_nats == Args.dreamer_free_nats
+               else f", Dreamer free nats {args.dreamer_free_nats}")
             + ("" if args.observation == "pixels" else f", distractors {args.distractor}"
                + (f" x{args.num_twins}" if args.distractor == "twin" else "")))
 

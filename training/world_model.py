@@ -169,7 +169,8 @@ def run_episode(env: DMCEnv, agent=None, key=None, noise: float = 0.0, seed: int
 
 def evaluate(env: DMCEnv, agent, seeds) -> list[float]:
     """Returns of deterministic episodes of ``agent`` on ``env`` (``act`` without a key: tanh of the actor's pre-tanh
-    mean, from the posterior mean), one episode per env seed in ``seeds``."""
+    mean, from the posterior mean; None: :func:`run_episode`'s uniformly random actions), one episode per env seed in
+    ``seeds``."""
     return [run_episode(env, agent, seed=int(seed), greedy=True)["episode_return"] for seed in seeds]
 
 
