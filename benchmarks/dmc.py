@@ -42,8 +42,8 @@ from platonic_rl.benchmarks import report
 from platonic_rl.benchmarks.presets import DMC_PIXEL_MODEL, DMC_PRESETS
 from platonic_rl.training.run import (RunDirectory, as_json, describe_differences, read_json, settings_differences,
                                       write_json)
-from platonic_rl.training.world_model import (DMCOnlineConfig, evaluate, latent_probe_data, run_episode,
-                                               train_dmc_online)
+from platonic_rl.training.world_model import (SATURATION_MARGIN, DMCOnlineConfig, evaluation_summaries,
+                                               latent_probe_data, run_episode, train_dmc_online)
 from platonic_rl.denoised.model import WorldModelConfig, all_features
 from platonic_rl.envs.dmc import TASKS, VARIANTS, DMCEnv
 from platonic_rl.replearn.probes import ridge_probe_r2
@@ -83,9 +83,13 @@ class Args:
     """Deterministic episodes per evaluation (every 10k env steps and at the budget)."""
     final_eval_episodes: int = 0
     """Deterministic episodes of a final evaluation of the trained agent, on env seeds shared by every run
-    (``FINAL_EVAL_SEED`` on); the tables then report its mean instead of the last periodic evaluation's. 0: none. A
-    finished run without one of this size is evaluated from its final checkpoint, training nothing (refused where
-    that checkpoint is not on this machine)."""
+    (``FINAL_EVAL_SEED`` on); the tables then report its mean instead of the last periodic evaluation's, and the
+    share of saturated actions (``training.world_model.saturated_fraction``). 0: none. A finished run without one of
+    this size is evaluated from its final checkpoint, training nothing (refused where that checkpoint is not on this
+    machine)."""
+    evaluate_again: bool = False
+    """With ``final_eval_episodes``: evaluate every finished run again from its final checkpoint (e.g. after the
+    evaluation's code changed), training nothing; refused for a run whose final checkpoint is not on this machine."""
     distractor: Literal["twin", "signals"] = "twin"
     """State variants: the uncontrollable, reward-irrelevant source (``envs.dmc``): ``twin`` copies of the body driven
     by random actions, or the smooth ``signals`` that results recorded before 2026-11-26 used."""
@@ -146,6 +150,8 @@ class Args:
         if self.final_eval_episodes < 0:
             raise ValueError("--final-eval-episodes must be >= 0 (0: no final evaluation), "
                              f"got {self.final_eval_episodes}")
+        if self.evaluate_again and not self.final_eval_episodes:
+            raise ValueError("--evaluate-again re-makes the final evaluation: it needs --final-eval-episodes >= 1")
         for name in ("env_steps", "probe_train", "probe_test", "num_twins"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
@@ -274,7 +280,7 @@ def run(args: Args) -> dict:
                     if saved is not None:
                         again = dict(redo_probe=args.probe_again or saved.get("probe_settings") != probe_settings(args),
                                      final=args.final_eval_episodes > 0
-                                     and final_episodes(saved) != args.final_eval_episodes)
+                                     and (args.evaluate_again or final_episodes(saved) != args.final_eval_episodes))
                         if any(again.values()):
                             saved = measure_again(saved, run_dir, config, loop, args, seed, **again)
                         else:
@@ -419,10 +425,13 @@ that methods and seeds are compared on the same targets and starts."""
 
 def final_evaluation(agent, loop: DMCOnlineConfig, episodes: int) -> dict:
     """The trained ``agent``'s returns on ``episodes`` deterministic episodes of ``loop``'s env (seeded from
-    ``FINAL_EVAL_SEED``; None: uniformly random actions), their mean and standard deviation."""
-    returns = evaluate(loop.make_env(), agent, range(FINAL_EVAL_SEED, FINAL_EVAL_SEED + episodes))
+    ``FINAL_EVAL_SEED``; None: uniformly random actions), their mean and standard deviation, and the share of
+    saturated action components over all the episodes (each is as long as the others)."""
+    summaries = evaluation_summaries(loop.make_env(), agent, range(FINAL_EVAL_SEED, FINAL_EVAL_SEED + episodes))
+    returns = [s["episode_return"] for s in summaries]
     return dict(episodes=episodes, first_seed=FINAL_EVAL_SEED, returns=returns, mean=float(np.mean(returns)),
-                std=float(np.std(returns)))
+                std=float(np.std(returns)),
+                saturated_actions=float(np.mean([s["saturated_actions"] for s in summaries])))
 
 
 def random_actions(loop: DMCOnlineConfig, episodes: int) -> dict:
@@ -491,14 +500,23 @@ def format_table(args: Args, summary: dict, runs: list[dict] = (), random_return
                       else f"last periodic evaluation, {args.eval_episodes} episodes")
         lines += ["", f"Return at the budget per task (deterministic {evaluation}), each seed, mean +- std over seeds",
                   f"{'task':14s}{'variant':14s}{'method':10s}{'mean':>8s}{'std':>7s}   seeds"]
+        saturation = saturated_actions(runs) if final else {}
         for (task, variant, method), finals in per_task_returns(runs, final).items():
             values = np.array(list(finals.values()))
+            shares = saturation.get((task, variant, method))
             lines.append(f"{task:14s}{variant:14s}{method:10s}{values.mean():8.1f}{values.std():7.1f}   "
-                         + ", ".join(f"{seed}: {v:.1f}" for seed, v in finals.items()))
+                         + ", ".join(f"{seed}: {v:.1f}" for seed, v in finals.items())
+                         + (f"; saturated actions {' / '.join(f'{v:.2f}' for v in shares)}" if shares else ""))
         for name, reference in (random_returns or {}).items():
             task, variant = name.split()
             lines.append(f"{task:14s}{variant:14s}{'random':10s}{reference['mean']:8.1f}{reference['std']:7.1f}   "
-                         f"uniformly random actions, the same {reference['episodes']} episodes (std over episodes)")
+                         f"uniformly random actions, the same {reference['episodes']} episodes (std over episodes)"
+                         + (f"; saturated actions {reference['saturated_actions']:.2f}"
+                            if "saturated_actions" in reference else ""))
+        if saturation:
+            lines.append(f"saturated actions: the share of action components within {SATURATION_MARGIN} of +-1 in the "
+                         "final evaluation, per seed (uniformly random actions: about that margin; a bang-bang "
+                         "policy: 1)")
         timed = [r for r in runs if r.get("seconds_per_10k")]
         if timed:
             lines += ["", "Wall-clock per 10k env steps of training after the prefill, evaluations excluded (s; only "
@@ -506,6 +524,16 @@ def format_table(args: Args, summary: dict, runs: list[dict] = (), random_return
             lines += [f"  {r['task']} {r['variant']} {r['method']} seed {r['seed']}: {r['seconds_per_10k']:.0f}"
                       for r in timed]
     return "\n".join(lines)
+
+
+def saturated_actions(runs: list[dict]) -> dict[tuple[str, str, str], list[float]]:
+    """(task, variant, method) -> the final evaluations' shares of saturated actions, per seed in the runs' order;
+    only where every seed's record has one (final evaluations recorded before the share have not)."""
+    out = {}
+    for run in runs:
+        out.setdefault((run["task"], run["variant"], run["method"]), []).append(
+            run.get("final_evaluation", {}).get("saturated_actions"))
+    return {key: shares for key, shares in out.items() if None not in shares}
 
 
 def per_task_returns(runs: list[dict], final: bool = False) -> dict[tuple[str, str, str], dict[int, float]]:

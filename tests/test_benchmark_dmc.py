@@ -252,8 +252,9 @@ def test_a_final_evaluation_is_made_from_the_final_checkpoint_and_reported_inste
     monkeypatch.setattr(bd, "train_dmc_online", lambda agent, lp, directory, desc: (
         restored.append(lp.env_steps) or "trained", history))
     monkeypatch.setattr(bd, "probe", lambda *a: pytest.fail("the probe's settings did not change"))
-    monkeypatch.setattr(bd, "evaluate", lambda env, agent, seeds: (
-        evaluated.append((agent, list(seeds))) or [0.0, 100.0, 500.0][:len(evaluated[-1][1])]))
+    monkeypatch.setattr(bd, "evaluation_summaries", lambda env, agent, seeds: (
+        evaluated.append((agent, list(seeds))) or [dict(episode_return=r, saturated_actions=s) for r, s in zip(
+            [0.0, 100.0, 500.0], [0.1, 0.2, 0.6])][:len(evaluated[-1][1])]))
     monkeypatch.setattr(bd.report, "save_run", lambda out, module, a, result, **kw: dict(result, **kw))
     monkeypatch.setattr(bd, "random_actions", lambda lp, episodes: dict(episodes=episodes, mean=1.5, std=0.5))
     final = bd.Args(**{**vars(args), "final_eval_episodes": 3})
@@ -262,7 +263,8 @@ def test_a_final_evaluation_is_made_from_the_final_checkpoint_and_reported_inste
     assert restored == [10_000] and evaluated == [("trained", [first, first + 1, first + 2])]
     saved = json.loads((run_dir / bd.RECORD).read_text())
     assert saved["final_evaluation"] == dict(episodes=3, first_seed=first, returns=[0.0, 100.0, 500.0],
-                                             mean=200.0, std=pytest.approx(np.std([0.0, 100.0, 500.0])))
+                                             mean=200.0, std=pytest.approx(np.std([0.0, 100.0, 500.0])),
+                                             saturated_actions=pytest.approx(0.3))
     assert saved["probe"] == {"x->agent_state": 0.5} and saved["eval_return"] == [7.5]  # the rest kept
     assert result["summary"]["noiseless"]["dreamer"]["mean_return"] == 200.0  # the final evaluation's mean
     assert result["random_actions"] == {"reacher-easy noiseless": dict(episodes=3, mean=1.5, std=0.5)}
@@ -273,7 +275,11 @@ def test_a_final_evaluation_is_made_from_the_final_checkpoint_and_reported_inste
     bd.run(final)  # evaluated with this size already: reused
     assert len(restored) == 1
     table = bd.format_table(final, bd.summarise([saved], final=True), [saved])
-    assert "final evaluation, 3 episodes" in table and "0: 200.0" in table
+    assert "final evaluation, 3 episodes" in table and "0: 200.0; saturated actions 0.30" in table
+    assert "saturated actions: the share of action components within 0.05 of +-1" in table
+    older = dict(saved, final_evaluation={k: v for k, v in saved["final_evaluation"].items()
+                                          if k != "saturated_actions"})  # recorded before the share was
+    assert "saturated" not in bd.format_table(final, bd.summarise([older], final=True), [older])
     ax = bd.plot_returns(tmp_path / "returns.png", final, [saved], result["random_actions"]).axes[0]
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "dreamer: final, 3 episodes (+- s.e.)" in legend and "uniformly random actions" in legend
@@ -285,11 +291,17 @@ def test_a_final_evaluation_is_made_from_the_final_checkpoint_and_reported_inste
     saved = json.loads((run_dir / bd.RECORD).read_text())
     assert len(restored) == 2 and saved["probe"] == {"x->agent_state": 5.0}
     assert saved["final_evaluation"]["returns"] == [0.0, 100.0]
+    bd.run(both)  # the same sizes: reused ...
+    assert len(restored) == 2
+    bd.run(bd.Args(**{**vars(both), "evaluate_again": True}))  # ... unless asked to evaluate again
+    assert len(restored) == 3 and len(evaluated) == 3
     (run_dir / "checkpoints" / "10000").rmdir()
     with pytest.raises(ValueError, match="cannot evaluate .*seed0 without training: its final checkpoint"):
         bd.run(bd.Args(**{**vars(both), "final_eval_episodes": 4}))
     with pytest.raises(ValueError, match="--final-eval-episodes must be >= 0"):
         bd.Args(final_eval_episodes=-1)
+    with pytest.raises(ValueError, match="--evaluate-again .* needs --final-eval-episodes >= 1"):
+        bd.Args(evaluate_again=True)
 
 
 def test_random_actions_score_the_final_evaluations_episodes_with_the_random_prefills_actions():
@@ -299,7 +311,7 @@ def test_random_actions_score_the_final_evaluations_episodes_with_the_random_pre
     reference = bd.random_actions(loop, 2)
     returns = [run_episode(loop.make_env(), seed=bd.FINAL_EVAL_SEED + i)["episode_return"] for i in range(2)]
     assert reference == dict(episodes=2, first_seed=bd.FINAL_EVAL_SEED, mean=pytest.approx(np.mean(returns)),
-                             std=pytest.approx(np.std(returns)))
+                             std=pytest.approx(np.std(returns)), saturated_actions=pytest.approx(0.05, abs=0.02))
 
 
 def test_batch_and_imagination_flags_reach_the_configs_and_bad_values_are_rejected(tmp_path):

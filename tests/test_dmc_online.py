@@ -174,3 +174,27 @@ def test_exploration_draws_from_its_own_stream_not_the_distractors():
     np.testing.assert_allclose(episode["prev_actions"][1:], expected, rtol=1e-6)
     shared = np.random.default_rng(3).uniform(-1, 1, 2)
     assert not np.allclose(episode["prev_actions"][1], shared)
+
+
+def test_saturated_fraction_counts_action_components_at_the_bounds():
+    from platonic_rl.training.world_model import saturated_fraction
+    actions = np.array([[1.0, -0.96], [0.94, 0.0], [-1.0, 0.95]])  # 0.95 is within 0.05 of 1; 0.94 is not
+    assert saturated_fraction(actions) == pytest.approx(4 / 6)
+    assert saturated_fraction(actions, margin=0.0) == pytest.approx(2 / 6)
+    with pytest.raises(ValueError, match="actions is empty"):
+        saturated_fraction(np.zeros((0, 2)))
+
+
+def test_evaluation_summaries_give_each_episodes_return_and_saturation():
+    """Without an agent: the random prefill's episodes, whose uniform actions sit within 0.05 of +-1 5% of the
+    time; the returns are run_episode's for the same seeds, and evaluate returns just those."""
+    from platonic_rl.envs.dmc import DMCEnv
+    from platonic_rl.training.world_model import evaluate, evaluation_summaries, run_episode, saturated_fraction
+    env = DMCEnv("reacher-easy", "noiseless", seed=0, action_repeat=10)
+    summaries = evaluation_summaries(env, None, [5, 6])
+    episodes = [run_episode(env, seed=s) for s in (5, 6)]
+    assert [s["episode_return"] for s in summaries] == [e["episode_return"] for e in episodes]
+    assert [s["saturated_actions"] for s in summaries] == [saturated_fraction(e["prev_actions"][1:]) for e in episodes]
+    assert evaluate(env, None, [5, 6]) == [e["episode_return"] for e in episodes]
+    shares = np.mean([s["saturated_actions"] for s in summaries])
+    assert 0.0 < shares < 0.15  # 200 components, expected 0.05

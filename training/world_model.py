@@ -167,11 +167,34 @@ def run_episode(env: DMCEnv, agent=None, key=None, noise: float = 0.0, seed: int
                 distractor_states=np.stack(distractor_states), episode_return=float(np.sum(rewards)))
 
 
+SATURATION_MARGIN = 0.05
+"""An action component within this of the action bounds (+-1) counts as saturated (:func:`saturated_fraction`)."""
+
+
+def saturated_fraction(actions, margin: float = SATURATION_MARGIN) -> float:
+    """The fraction of the components of ``actions`` (in [-1, 1]) within ``margin`` of +-1: ``margin`` for uniformly
+    random actions, 1 for a bang-bang policy (e.g. an arm spun at full torque)."""
+    actions = np.asarray(actions)
+    if actions.size == 0:
+        raise ValueError("saturated_fraction: actions is empty")
+    return float(np.mean(np.abs(actions) >= 1.0 - margin))
+
+
+def evaluation_summaries(env: DMCEnv, agent, seeds) -> list[dict[str, float]]:
+    """Deterministic episodes of ``agent`` on ``env`` (``act`` without a key: tanh of the actor's pre-tanh mean, from
+    the posterior mean; None: :func:`run_episode`'s uniformly random actions), one per env seed in ``seeds``: each
+    one's ``episode_return`` and ``saturated_actions`` (:func:`saturated_fraction` of the actions it took)."""
+    summaries = []
+    for seed in seeds:  # one episode at a time: a pixel episode's frames are dropped once summarised
+        episode = run_episode(env, agent, seed=int(seed), greedy=True)
+        summaries.append(dict(episode_return=episode["episode_return"],
+                              saturated_actions=saturated_fraction(episode["prev_actions"][1:])))
+    return summaries
+
+
 def evaluate(env: DMCEnv, agent, seeds) -> list[float]:
-    """Returns of deterministic episodes of ``agent`` on ``env`` (``act`` without a key: tanh of the actor's pre-tanh
-    mean, from the posterior mean; None: :func:`run_episode`'s uniformly random actions), one episode per env seed in
-    ``seeds``."""
-    return [run_episode(env, agent, seed=int(seed), greedy=True)["episode_return"] for seed in seeds]
+    """The returns of :func:`evaluation_summaries`' episodes."""
+    return [summary["episode_return"] for summary in evaluation_summaries(env, agent, seeds)]
 
 
 def open_run_directory(run_dir: str | Path, agent, config: DMCOnlineConfig) -> RunDirectory:
