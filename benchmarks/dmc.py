@@ -500,7 +500,10 @@ def format_table(args: Args, summary: dict, runs: list[dict] = (), random_return
                       else f"last periodic evaluation, {args.eval_episodes} episodes")
         lines += ["", f"Return at the budget per task (deterministic {evaluation}), each seed, mean +- std over seeds",
                   f"{'task':14s}{'variant':14s}{'method':10s}{'mean':>8s}{'std':>7s}   seeds"]
-        saturation = saturated_actions(runs) if final else {}
+        # the final evaluations' shares of saturated actions, where every seed's record has one (not those before it)
+        saturation = {key: list(shares.values()) for key, shares in per_task(
+            runs, lambda run: run.get("final_evaluation", {}).get("saturated_actions")).items()
+            if final and None not in shares.values()}
         for (task, variant, method), finals in per_task_returns(runs, final).items():
             values = np.array(list(finals.values()))
             shares = saturation.get((task, variant, method))
@@ -526,23 +529,18 @@ def format_table(args: Args, summary: dict, runs: list[dict] = (), random_return
     return "\n".join(lines)
 
 
-def saturated_actions(runs: list[dict]) -> dict[tuple[str, str, str], list[float]]:
-    """(task, variant, method) -> the final evaluations' shares of saturated actions, per seed in the runs' order;
-    only where every seed's record has one (final evaluations recorded before the share have not)."""
+def per_task(runs: list[dict], value) -> dict[tuple[str, str, str], dict[int, object]]:
+    """(task, variant, method) -> {seed: ``value(run)``}, in the order the runs came."""
     out = {}
     for run in runs:
-        out.setdefault((run["task"], run["variant"], run["method"]), []).append(
-            run.get("final_evaluation", {}).get("saturated_actions"))
-    return {key: shares for key, shares in out.items() if None not in shares}
+        out.setdefault((run["task"], run["variant"], run["method"]), {})[run["seed"]] = value(run)
+    return out
 
 
 def per_task_returns(runs: list[dict], final: bool = False) -> dict[tuple[str, str, str], dict[int, float]]:
     """(task, variant, method) -> {seed: the return at the budget (:func:`final_return`)}, in the order the runs
     came."""
-    out = {}
-    for run in runs:
-        out.setdefault((run["task"], run["variant"], run["method"]), {})[run["seed"]] = final_return(run, final)
-    return out
+    return per_task(runs, lambda run: final_return(run, final))
 
 
 def _budget(args: Args) -> str:
