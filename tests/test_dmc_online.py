@@ -183,6 +183,9 @@ def test_saturated_fraction_counts_action_components_at_the_bounds():
     assert saturated_fraction(actions, margin=0.0) == pytest.approx(2 / 6)
     with pytest.raises(ValueError, match="actions is empty"):
         saturated_fraction(np.zeros((0, 2)))
+    for margin in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="margin must be in \\[0, 1\\)"):
+            saturated_fraction(actions, margin=margin)
 
 
 def test_evaluation_summaries_give_each_episodes_return_and_saturation():

@@ -174,6 +174,8 @@ SATURATION_MARGIN = 0.05
 def saturated_fraction(actions, margin: float = SATURATION_MARGIN) -> float:
     """The fraction of the components of ``actions`` (in [-1, 1]) within ``margin`` of +-1: ``margin`` for uniformly
     random actions, 1 for a bang-bang policy (e.g. an arm spun at full torque)."""
+    if not 0.0 <= margin < 1.0:
+        raise ValueError(f"saturated_fraction: margin must be in [0, 1) (a distance from +-1), got {margin}")
     actions = np.asarray(actions)
     if actions.size == 0:
         raise ValueError("saturated_fraction: actions is empty")
