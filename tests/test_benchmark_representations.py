@@ -29,6 +29,7 @@ def test_augmentation_shifts_by_at_most_one_pixel():
     np.testing.assert_array_equal(br.augment(jax.random.PRNGKey(1), image), br.augment(jax.random.PRNGKey(1), image))
 
 
+@pytest.mark.slow  # ~10 s (two vmapped trainings); the objectives' values are tests/test_replearn.py's
 def test_training_reduces_both_losses():
     x_train = br.load_data(0)[0]
     scale = dataclasses.replace(br.PRESETS["quick"], steps=60, seeds=1, batch=64)

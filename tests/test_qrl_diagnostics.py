@@ -71,8 +71,11 @@ def test_the_critic_check_steps_the_true_dynamics_towards_the_smallest_learned_d
                          [start[0], start[1], 0, 0]], jnp.float32)
     actions = np.asarray(true_dynamics_greedy_actions(Euclidean(), env, observations, goals))
     np.testing.assert_array_equal(actions, [[1.0, 0.0], [0.0, -1.0], [-1.0, 0.0]])
+    with pytest.raises(ValueError, match="hold_steps must be >= 1"):
+        true_dynamics_greedy_actions(Euclidean(), env, observations, goals, hold_steps=0)
 
 
+@pytest.mark.slow  # ~11 s (four compiled rollouts); hold_steps=1, the default, is the critic check's fast test above
 def test_the_held_check_reads_the_distance_after_holding_each_action():
     """With ``hold_steps`` k the check picks the grid action whose state after k true steps with it held has the
     smallest distance: checked against the states rolled out by hand, with a stand-in distance that weighs
