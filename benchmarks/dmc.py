@@ -501,9 +501,9 @@ def format_table(args: Args, summary: dict, runs: list[dict] = (), random_return
         lines += ["", f"Return at the budget per task (deterministic {evaluation}), each seed, mean +- std over seeds",
                   f"{'task':14s}{'variant':14s}{'method':10s}{'mean':>8s}{'std':>7s}   seeds"]
         # the final evaluations' shares of saturated actions, where every seed's record has one (not those before it)
-        saturation = {key: list(shares.values()) for key, shares in per_task(
+        saturation = {} if not final else {key: list(shares.values()) for key, shares in per_task(
             runs, lambda run: run.get("final_evaluation", {}).get("saturated_actions")).items()
-            if final and None not in shares.values()}
+            if None not in shares.values()}
         for (task, variant, method), finals in per_task_returns(runs, final).items():
             values = np.array(list(finals.values()))
             shares = saturation.get((task, variant, method))
