@@ -337,7 +337,34 @@ def run_record(task: str, variant: str, method: str, seed: int, config: Denoised
                 eval_return_std=[r.get("eval_return_std", 0.0) for r in evals], probe=probe_scores, seconds=seconds,
                 loop_seconds=float(sum(r.get("row_seconds", 0.0) for r in history)),
                 seconds_per_10k=seconds_per_10k(history, loop.prefill_steps),
+                signals=learning_signals(history, loop.eval_every),
                 agent_config=as_json(config), loop=as_json(_loop_settings(loop)))
+
+
+NOT_SIGNALS = ("env_steps", "episode", "train_return", "eval_return", "eval_return_std", "row_seconds")
+
+
+def learning_signals(history: list[dict], every: int = 10_000) -> dict[str, list]:
+    """The update metrics of ``history`` (KL_x, KL_y, reward and reconstruction NLLs, imagined reward, ...) as means
+    over consecutive windows of ``every`` env steps: ``{"env_steps": [window ends], metric: [means]}``. A row counts
+    in the window that holds its ``env_steps`` (a row at 10k ends the first window of 10k); windows without updates
+    (the random prefill) are left out, and a metric absent from a window's rows is None there."""
+    if every < 1:
+        raise ValueError(f"every must be >= 1 env step, got {every}")
+    windows: dict[int, list[dict]] = {}
+    for row in history:
+        metrics = {k: v for k, v in row.items() if k not in NOT_SIGNALS}
+        if metrics:
+            windows.setdefault(-(-int(row["env_steps"]) // every) * every, []).append(metrics)
+    names = sorted({k for rows in windows.values() for row in rows for k in row})
+    ends = sorted(windows)
+    signals = {"env_steps": ends}
+    for name in names:
+        signals[name] = []
+        for end in ends:
+            values = [row[name] for row in windows[end] if name in row]
+            signals[name].append(float(np.mean(values)) if values else None)
+    return signals
 
 
 def seconds_per_10k(history: list[dict], prefill_steps: int) -> float | None:

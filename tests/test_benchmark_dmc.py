@@ -357,6 +357,20 @@ def test_seconds_per_10k_counts_the_training_rows_after_the_prefill():
     assert bd.seconds_per_10k(history[:1] + history[3:], prefill_steps=1000) is None
 
 
+def test_learning_signals_are_the_update_metrics_averaged_per_window_of_env_steps():
+    history = [dict(env_steps=5000, episode=5, train_return=1.0),  # prefill: no updates
+               dict(env_steps=6000, train_return=2.0, kl_x=3.0, reward_nll=0.5, row_seconds=9.0),
+               dict(env_steps=10_000, train_return=2.0, kl_x=4.0, reward_nll=0.1, eval_return=7.0),
+               dict(env_steps=11_000, train_return=2.0, kl_x=2.0, kl_y=1.0),
+               dict(env_steps=30_000, train_return=2.0, kl_x=6.0, kl_y=3.0)]
+    signals = bd.learning_signals(history, every=10_000)
+    assert signals == {"env_steps": [10_000, 20_000, 30_000], "kl_x": [3.5, 2.0, 6.0], "kl_y": [None, 1.0, 3.0],
+                       "reward_nll": [pytest.approx(0.3), None, None]}
+    assert bd.learning_signals(history[:1]) == {"env_steps": []}
+    with pytest.raises(ValueError, match="every must be >= 1"):
+        bd.learning_signals(history, every=0)
+
+
 def test_alpha_follows_the_observation_size_for_denoised_mdp_only():
     """The thesis' rule (Section 5.3): alpha proportional to the observation's size, 1 at DMC's 64x64x3 pixels."""
     states = bd.make_config("denoised", "cheetah-run", "distractors", (34,), 6, "cpu", "imagine")
