@@ -225,7 +225,8 @@ def distractor_settings(args: Args) -> dict:
 
 
 def probe(agent, loop: DMCOnlineConfig, args: Args, seed: int) -> dict:
-    """The denoising probe's held-out R^2 of each ridge read-out (``x->agent_state``, ...), and how much of the
+    """The denoising probe's held-out R^2 of each ridge read-out (``x->agent_state``, ...; ``x->task_state`` and
+    ``y->task_state`` where the task has uncontrolled reward variables: reacher's target), and how much of the
     received reward each reward head predicts on all the probe's episodes (no fitting: R^2 of the head's own output):
     ``r_x->reward`` (the head the policy learns from in imagination) and, with y, ``r_x+r_y->reward`` (the model's
     reward). A gap between the two is reward the model explains with y, out of the policy's reach."""
@@ -235,7 +236,9 @@ def probe(agent, loop: DMCOnlineConfig, args: Args, seed: int) -> dict:
     for factor in ("x", "y"):
         if factor not in data:
             continue
-        for target in ("agent_state", "distractor_state"):
+        for target in ("agent_state", "distractor_state", "task_state"):
+            if target == "task_state" and data[target].shape[1] == 0:
+                continue  # the task has none (cheetah, walker)
             scores[f"{factor}->{target}"] = ridge_probe_r2(data[factor][train], data[target][train],
                                                            data[factor][~train], data[target][~train], alpha=None,
                                                            groups=data["episode"][train])

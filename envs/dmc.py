@@ -56,7 +56,8 @@ repeat). ``info`` holds, for evaluation only: ``agent_state`` (the MuJoCo state,
 the horizontal root position of cheetah and walker, which their observations and rewards deliberately
 ignore) and ``distractor_state`` (every distractor variable of the variant: the twins' observations or the signals,
 the sensor's noise signal, point mass, jitter offsets; for pixels: the video's state, the sensor noise n and the
-camera shift).
+camera shift) and ``task_state`` (what the reward depends on that no action moves and ``agent_state`` leaves out:
+reacher-easy's target position, x and y; empty for cheetah-run and walker-walk).
 """
 from __future__ import annotations
 
@@ -379,13 +380,21 @@ class DMCEnv(gym.Env):
         return np.ascontiguousarray(image, np.uint8)
 
     def _info(self, distractor: list) -> dict:
-        """``info``: the agent's MuJoCo state (without cheetah's and walker's rootx, unobservable by design) and the
-        variant's distractor variables concatenated."""
+        """``info``: the agent's MuJoCo state (without cheetah's and walker's rootx, unobservable by design), the
+        variant's distractor variables concatenated, and the task's uncontrolled reward variables."""
         state = self._env.physics.get_state()
         if self.task in ("cheetah-run", "walker-walk"):
             state = state[1:]
         return dict(agent_state=state.astype(np.float32),
-                    distractor_state=(np.concatenate(distractor) if distractor else np.zeros(0)).astype(np.float32))
+                    distractor_state=(np.concatenate(distractor) if distractor else np.zeros(0)).astype(np.float32),
+                    task_state=self._task_state())
+
+    def _task_state(self) -> np.ndarray:
+        """The task's own variables that the reward depends on but no action moves: reacher-easy's target
+        position (x, y), drawn anew each episode; none for cheetah-run and walker-walk."""
+        if self.task == "reacher-easy":
+            return np.asarray(self._env.physics.named.model.geom_pos["target", ["x", "y"]], np.float32)
+        return np.zeros(0, np.float32)
 
     def _observe_pixels(self) -> tuple[np.ndarray, dict]:
         distractor = []

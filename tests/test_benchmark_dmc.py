@@ -80,6 +80,31 @@ def test_explained_is_the_r2_of_a_prediction_as_it_is():
     assert bd.explained(target, np.ones(4)) == pytest.approx(1 - 6 / 5)  # errors 1, 0, 1, 4
 
 
+def test_the_probe_reads_the_task_state_from_each_factor_only_where_the_task_has_one(monkeypatch):
+    """Synthetic probe data: x holds the task state (a target per episode) linearly, y only noise; the probe scores
+    x -> task_state near 1 and y -> task_state near or below 0; a task without a task state gets no such keys."""
+    rng = np.random.default_rng(0)
+    episodes, steps = 30, 20
+    episode = np.repeat(np.arange(episodes), steps)
+    target = np.repeat(rng.uniform(-0.2, 0.2, (episodes, 2)), steps, axis=0)
+    agent_state = rng.normal(size=(len(episode), 4))
+
+    def data(task_dims):
+        x = np.concatenate([agent_state, target @ rng.normal(size=(2, 3))], 1)
+        x = x + 0.01 * rng.normal(size=x.shape)
+        return dict(x=x, y=rng.normal(size=(len(episode), 5)), agent_state=agent_state,
+                    distractor_state=rng.normal(size=(len(episode), 3)), task_state=target[:, :task_dims],
+                    reward=np.ones(len(episode)), reward_x=np.ones(len(episode)), reward_y=np.zeros(len(episode)),
+                    episode=episode)
+
+    args = bd.Args(probe_train=20, probe_test=10)
+    monkeypatch.setattr(bd, "latent_probe_data", lambda agent, loop, n, seed: data(2))
+    scores = bd.probe(None, None, args, 0)
+    assert scores["x->task_state"] > 0.8 and scores["y->task_state"] < 0.1  # ridge shrinks a 20-target fit
+    monkeypatch.setattr(bd, "latent_probe_data", lambda agent, loop, n, seed: data(0))
+    assert not [key for key in bd.probe(None, None, args, 0) if "task_state" in key]
+
+
 def test_unknown_settings_are_rejected(tmp_path):
     with pytest.raises(ValueError, match="unknown task"):
         bd.run(bd.Args(tasks=("cartpole",), out_dir=str(tmp_path)))

@@ -136,6 +136,26 @@ def test_twin_is_hard_to_predict_from_its_past_and_the_signals_are_not():
     assert streams["twin"].std(0).max() > 2.0  # velocities of metres and radians per second, not a squashed signal
 
 
+def test_task_state_is_reachers_target_which_no_action_moves_and_the_reward_measures_from():
+    """reacher's ``task_state`` is the target's position: the finger's distance to it is the task's sensor, it holds
+    for the whole episode whatever the actions, and a new episode draws another; cheetah and walker have none."""
+    env = DMCEnv("reacher-easy", "distractors", seed=0)
+    zeros, ones = np.zeros((30, 2)), np.ones((30, 2))
+    a, b = rollout(env, zeros, seed=1), rollout(env, ones, seed=1)
+    target = a[0][2]["task_state"]
+    assert target.shape == (2,) and np.linalg.norm(target) > 0.05
+    for steps in (a, b):
+        for _, _, info in steps:
+            np.testing.assert_array_equal(info["task_state"], target)
+    assert not np.allclose(a[-1][2]["agent_state"], b[-1][2]["agent_state"])  # the actions moved the arm
+    finger = env._env.physics.named.data.geom_xpos["finger", :2]
+    assert np.linalg.norm(finger - target) == pytest.approx(env._sensor(), rel=1e-5)
+    assert not np.allclose(rollout(env, zeros[:1], seed=2)[0][2]["task_state"], target)
+    for task in ("cheetah-run", "walker-walk"):
+        _, info = DMCEnv(task, "noiseless", seed=0).reset(seed=0)
+        assert info["task_state"].shape == (0,)
+
+
 def test_distractor_arguments_are_checked():
     with pytest.raises(ValueError, match="distractor must be one of"):
         DMCEnv("reacher-easy", "distractors", distractor="video")

@@ -92,6 +92,8 @@ def test_probe_data_has_x_and_y_features_per_step():
     data = latent_probe_data(toy_agent(), TOY, episodes=2, seed=0)
     assert data["x"].shape == (2 * 101, 10) and data["y"].shape == (2 * 101, 6)
     assert data["distractor_state"].shape == (2 * 101, 2) and set(np.unique(data["episode"])) == {0, 1}
+    assert data["task_state"].shape == (2 * 101, 2)  # reacher's target, one per episode
+    assert [len(np.unique(data["task_state"][data["episode"] == i], axis=0)) for i in (0, 1)] == [1, 1]
     first = np.r_[True, np.diff(data["episode"]) != 0]
     assert data["reward"].shape == data["reward_x"].shape == data["reward_y"].shape == (2 * 101,)
     assert np.all(data["reward"][first] == 0) and np.any(data["reward"][~first] != 0)  # as the model is trained

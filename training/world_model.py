@@ -136,13 +136,14 @@ def run_episode(env: DMCEnv, agent=None, key=None, noise: float = 0.0, seed: int
                 greedy: bool = False) -> dict[str, np.ndarray]:
     """One episode: uniformly random actions without ``agent``. Returns observations [L, D], prev_actions
     [L, A], rewards [L] (L = episode length + 1, zeros at the first step), agent_states, distractor_states,
-    and the episode return."""
+    task_states, and the episode return."""
     obs, info = env.reset(seed=seed)
     action_dim = env.action_space.shape[0]
     # Exploration's own stream: the env seeded with ``seed`` draws its distractors from default_rng(seed).
     rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
     observations, prev_actions, rewards = [obs], [np.zeros(action_dim, np.float32)], [0.0]
     agent_states, distractor_states = [info["agent_state"]], [info["distractor_state"]]
+    task_states = [info["task_state"]]
     latent = agent.initial_policy_state(1) if agent is not None else None
     keys = iter(jax.random.split(key, EPISODE_STEPS)) if agent is not None and not greedy else None
     done = False
@@ -161,10 +162,12 @@ def run_episode(env: DMCEnv, agent=None, key=None, noise: float = 0.0, seed: int
         rewards.append(reward)
         agent_states.append(info["agent_state"])
         distractor_states.append(info["distractor_state"])
+        task_states.append(info["task_state"])
         done = terminated or truncated
     return dict(observations=np.stack(observations), prev_actions=np.stack(prev_actions),
                 rewards=np.asarray(rewards, np.float32), agent_states=np.stack(agent_states),
-                distractor_states=np.stack(distractor_states), episode_return=float(np.sum(rewards)))
+                distractor_states=np.stack(distractor_states), task_states=np.stack(task_states),
+                episode_return=float(np.sum(rewards)))
 
 
 SATURATION_MARGIN = 0.05
@@ -277,12 +280,13 @@ def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None 
 def latent_probe_data(agent, config: DMCOnlineConfig, episodes: int, seed: int, noise: float = 0.3) -> dict:
     """Roll ``episodes`` episodes with the agent (+ exploration noise for state coverage), filter each with
     the posterior, and return per-step x features, y features (if any), true agent states, distractor
-    states, the reward received on arriving at each step (0 at an episode's first, as the model is trained), each
-    reward head's prediction on the posterior states (``reward_x``, ``reward_y`` if y; the model's reward is their
-    sum) and the episode index of every step."""
+    states, task states (the env's ``task_state``), the reward received on arriving at each step (0 at an
+    episode's first, as the model is trained), each reward head's prediction on the posterior states (``reward_x``,
+    ``reward_y`` if y; the model's reward is their sum) and the episode index of every step."""
     env = config.make_env()
     m = agent.config.model
-    out = {k: [] for k in ("x", "y", "agent_state", "distractor_state", "reward", "reward_x", "reward_y", "episode")}
+    out = {k: [] for k in ("x", "y", "agent_state", "distractor_state", "task_state", "reward", "reward_x", "reward_y",
+                           "episode")}
     for i in range(episodes):
         act_key, filter_key = jax.random.split(jax.random.PRNGKey(seed + i))  # the policy's and the filter's draws
         ep = run_episode(env, agent, act_key, noise, seed=seed + i)
@@ -295,6 +299,7 @@ def latent_probe_data(agent, config: DMCOnlineConfig, episodes: int, seed: int, 
                 out[f"reward_{factor}"].append(np.asarray(predicted[factor])[0])
         out["agent_state"].append(ep["agent_states"])
         out["distractor_state"].append(ep["distractor_states"])
+        out["task_state"].append(ep["task_states"])
         out["episode"].append(np.full(len(ep["rewards"]), i))
     return {k: np.concatenate(v) for k, v in out.items() if v}
 
