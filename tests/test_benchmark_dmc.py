@@ -94,7 +94,7 @@ def test_the_probe_reads_the_task_state_from_each_factor_only_where_the_task_has
         x = x + 0.01 * rng.normal(size=x.shape)
         return dict(x=x, y=rng.normal(size=(len(episode), 5)), agent_state=agent_state,
                     distractor_state=rng.normal(size=(len(episode), 3)), task_state=target[:, :task_dims],
-                    reward=np.ones(len(episode)), reward_x=np.ones(len(episode)), reward_y=np.zeros(len(episode)),
+                    reward=agent_state[:, 0], reward_x=agent_state[:, 0], reward_y=np.zeros(len(episode)),
                     episode=episode)
 
     args = bd.Args(probe_train=20, probe_test=10)
