@@ -634,9 +634,9 @@ def plot_returns(path: Path, args: Args, runs: list[dict], random_returns: dict 
             if j == 0:
                 ax.set_ylabel(f"episode return\n(sum of rewards, {EPISODE_STEPS} steps)", fontsize=8)
     axes[0, 0].legend(fontsize=7)
-    fig.suptitle("Episode return (faint lines: exploration episodes; dots: deterministic evaluation"
-                 + ("; diamonds: final evaluation" if args.final_eval_episodes else "") + ")\n"
-                 + textwrap.fill(_budget(args), 90), fontsize=8)
+    legend = ("Episode return (faint lines: exploration episodes; dots: deterministic evaluation"
+              + ("; diamonds: final evaluation" if args.final_eval_episodes else "") + ")")
+    fig.suptitle(textwrap.fill(legend, 90) + "\n" + textwrap.fill(_budget(args), 90), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -61,6 +61,12 @@ def test_summary_table_and_plots(tmp_path):
 
     box = fig.axes[0].title.get_window_extent(FigureCanvasAgg(fig).get_renderer())
     assert "alpha 0.3" in fig.axes[0].get_title() and 0 <= box.x0 and box.x1 <= fig.bbox.width
+    one = bd.Args(**{**vars(longest), "tasks": ("reacher-easy",), "final_eval_episodes": 100})
+    final = dict(runs[1], final_evaluation=dict(episodes=100, first_seed=0, returns=[60.0] * 100, mean=60.0, std=0.0,
+                                                saturated_actions=0.5))
+    fig = bd.plot_returns(tmp_path / "returns_one.png", one, [final], {})  # the narrowest picture: one panel
+    box = fig._suptitle.get_window_extent(FigureCanvasAgg(fig).get_renderer())
+    assert "diamonds: final evaluation" in fig._suptitle.get_text() and 0 <= box.x0 and box.x1 <= fig.bbox.width
     noiseless = fake_run("cheetah-run", "noiseless", "dreamer", [9.0, 9.0], {"x->agent_state": 0.9,
                                                                             "x->distractor_state": float("nan")})
     only_dreamer = bd.summarise(runs[2:] + [noiseless])  # bars and n/a marks for the methods run, inside the axes
