@@ -132,6 +132,10 @@ def _act_greedy(agent, latent, obs, prev_action):
     return agent.step(latent, obs, None, prev_action)
 
 
+# The env's ``info`` entries an episode keeps, step by step, for the probes (never shown to the agent).
+PROBED_INFO = ("agent_state", "distractor_state", "task_state")
+
+
 def run_episode(env: DMCEnv, agent=None, key=None, noise: float = 0.0, seed: int | None = None,
                 greedy: bool = False) -> dict[str, np.ndarray]:
     """One episode: uniformly random actions without ``agent``. Returns observations [L, D], prev_actions
@@ -142,8 +146,7 @@ def run_episode(env: DMCEnv, agent=None, key=None, noise: float = 0.0, seed: int
     # Exploration's own stream: the env seeded with ``seed`` draws its distractors from default_rng(seed).
     rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
     observations, prev_actions, rewards = [obs], [np.zeros(action_dim, np.float32)], [0.0]
-    agent_states, distractor_states = [info["agent_state"]], [info["distractor_state"]]
-    task_states = [info["task_state"]]
+    states = {name: [info[name]] for name in PROBED_INFO}
     latent = agent.initial_policy_state(1) if agent is not None else None
     keys = iter(jax.random.split(key, EPISODE_STEPS)) if agent is not None and not greedy else None
     done = False
@@ -160,13 +163,11 @@ def run_episode(env: DMCEnv, agent=None, key=None, noise: float = 0.0, seed: int
         observations.append(obs)
         prev_actions.append(action.astype(np.float32))
         rewards.append(reward)
-        agent_states.append(info["agent_state"])
-        distractor_states.append(info["distractor_state"])
-        task_states.append(info["task_state"])
+        for name in PROBED_INFO:
+            states[name].append(info[name])
         done = terminated or truncated
     return dict(observations=np.stack(observations), prev_actions=np.stack(prev_actions),
-                rewards=np.asarray(rewards, np.float32), agent_states=np.stack(agent_states),
-                distractor_states=np.stack(distractor_states), task_states=np.stack(task_states),
+                rewards=np.asarray(rewards, np.float32), **{f"{name}s": np.stack(v) for name, v in states.items()},
                 episode_return=float(np.sum(rewards)))
 
 
@@ -285,8 +286,7 @@ def latent_probe_data(agent, config: DMCOnlineConfig, episodes: int, seed: int, 
     ``reward_y`` if y; the model's reward is their sum) and the episode index of every step."""
     env = config.make_env()
     m = agent.config.model
-    out = {k: [] for k in ("x", "y", "agent_state", "distractor_state", "task_state", "reward", "reward_x", "reward_y",
-                           "episode")}
+    out = {k: [] for k in ("x", "y", *PROBED_INFO, "reward", "reward_x", "reward_y", "episode")}
     for i in range(episodes):
         act_key, filter_key = jax.random.split(jax.random.PRNGKey(seed + i))  # the policy's and the filter's draws
         ep = run_episode(env, agent, act_key, noise, seed=seed + i)
@@ -297,9 +297,8 @@ def latent_probe_data(agent, config: DMCOnlineConfig, episodes: int, seed: int, 
             if factor in m.factors:
                 out[factor].append(np.asarray(features(states, factor))[0])
                 out[f"reward_{factor}"].append(np.asarray(predicted[factor])[0])
-        out["agent_state"].append(ep["agent_states"])
-        out["distractor_state"].append(ep["distractor_states"])
-        out["task_state"].append(ep["task_states"])
+        for name in PROBED_INFO:
+            out[name].append(ep[f"{name}s"])
         out["episode"].append(np.full(len(ep["rewards"]), i))
     return {k: np.concatenate(v) for k, v in out.items() if v}
 
