@@ -229,7 +229,9 @@ def probe(agent, loop: DMCOnlineConfig, args: Args, seed: int) -> dict:
     ``y->task_state`` where the task has uncontrolled reward variables: reacher's target), and how much of the
     received reward each reward head predicts on all the probe's episodes (no fitting: R^2 of the head's own output):
     ``r_x->reward`` (the head the policy learns from in imagination) and, with y, ``r_x+r_y->reward`` (the model's
-    reward). A gap between the two is reward the model explains with y, out of the policy's reach."""
+    reward). A gap between the two is reward the model explains with y, out of the policy's reach. Only the heads'
+    sum is fitted, so a constant can sit in either head: ``r_x->reward (affine)`` (:func:`affine_explained`) is
+    blind to it and to r_x's scale, neither of which changes the actions imagination favours."""
     data = latent_probe_data(agent, loop, args.probe_train + args.probe_test, seed=20_000_000 + seed)
     train = data["episode"] < args.probe_train
     scores = {}
@@ -243,6 +245,7 @@ def probe(agent, loop: DMCOnlineConfig, args: Args, seed: int) -> dict:
                                                            data[factor][~train], data[target][~train], alpha=None,
                                                            groups=data["episode"][train])
     scores["r_x->reward"] = explained(data["reward"], data["reward_x"])
+    scores["r_x->reward (affine)"] = affine_explained(data["reward"], data["reward_x"])
     if "reward_y" in data:
         scores["r_x+r_y->reward"] = explained(data["reward"], data["reward_x"] + data["reward_y"])
     return scores
@@ -253,6 +256,18 @@ def explained(target: np.ndarray, prediction: np.ndarray) -> float:
     steps; 1 is exact, 0 no better than the mean, negative worse."""
     target, prediction = np.asarray(target, np.float64), np.asarray(prediction, np.float64)
     return float(1.0 - np.sum((target - prediction) ** 2) / np.sum((target - target.mean()) ** 2))
+
+
+def affine_explained(target: np.ndarray, prediction: np.ndarray) -> float:
+    """R^2 of the least-squares affine map of ``prediction`` onto ``target`` (their squared correlation), negated
+    where the map's slope is negative: in [-1, 1], 0 for a constant ``prediction``. What ``prediction`` explains up
+    to a positive scale and a constant; negative where it falls as ``target`` rises (a policy climbing it would
+    go the wrong way)."""
+    target, prediction = np.asarray(target, np.float64), np.asarray(prediction, np.float64)
+    t, p = target - target.mean(), prediction - prediction.mean()
+    denominator = np.sum(t * t) * np.sum(p * p)
+    covariance = np.sum(t * p)
+    return float(np.sign(covariance) * covariance ** 2 / denominator) if denominator > 0 else 0.0
 
 
 def run(args: Args) -> dict:
@@ -512,9 +527,10 @@ def format_table(args: Args, summary: dict, runs: list[dict] = (), random_return
     lines = [f"DMC ({args.observation} observations), {len(args.tasks)} task(s), {len(args.seeds)} seed(s), "
              f"{args.env_steps} env steps, preset {args.preset!r}, policy {args.policy!r}, actor {args.actor!r}; returns averaged over tasks",
              "probe: held-out R^2 of ridge read-outs of the agent's and the distractors' state from x and y; "
-             "r_x, r_x+r_y: R^2 of the reward heads' own predictions of the received reward",
+             "r_x, r_x+r_y: R^2 of the reward heads' own predictions of the received reward; r_x aff: of r_x's "
+             "best affine map (blind to a constant moved between the heads)",
              f"{'variant':14s}{'method':10s}{'return':>9s}{'x->agent':>10s}{'x->distr':>10s}{'y->agent':>10s}"
-             f"{'y->distr':>10s}{'r_x':>8s}{'r_x+r_y':>9s}   Table 5.1 (pixels, 1M steps)"]
+             f"{'y->distr':>10s}{'r_x':>8s}{'r_x aff':>9s}{'r_x+r_y':>9s}   Table 5.1 (pixels, 1M steps)"]
     fmt = lambda v: f"{v:10.3f}" if v is not None and np.isfinite(v) else f"{'-':>10s}"  # noqa: E731
     for variant, methods in summary.items():
         for method, entry in methods.items():
@@ -523,7 +539,7 @@ def format_table(args: Args, summary: dict, runs: list[dict] = (), random_return
             lines.append(f"{variant:14s}{method:10s}{entry['mean_return']:9.1f}{fmt(p.get('x->agent_state'))}"
                          f"{fmt(p.get('x->distractor_state'))}{fmt(p.get('y->agent_state'))}"
                          f"{fmt(p.get('y->distractor_state'))}{fmt(p.get('r_x->reward'))[2:]}"
-                         f"{fmt(p.get('r_x+r_y->reward'))[1:]}   {paper:.1f}")
+                         f"{fmt(p.get('r_x->reward (affine)'))[1:]}{fmt(p.get('r_x+r_y->reward'))[1:]}   {paper:.1f}")
     if runs:
         final = bool(args.final_eval_episodes)
         evaluation = (f"final evaluation, {args.final_eval_episodes} episodes" if final

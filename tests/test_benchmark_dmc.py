@@ -30,10 +30,12 @@ def test_betas_cover_every_setting_and_noiseless_is_unregularised():
 def test_summary_table_and_plots(tmp_path):
     runs = [fake_run("cheetah-run", "distractors", "denoised", [10.0, 30.0],
                      {"x->agent_state": 0.8, "x->distractor_state": 0.1, "y->agent_state": 0.0,
-                      "y->distractor_state": 0.9, "r_x->reward": 0.2, "r_x+r_y->reward": 0.9}),
+                      "y->distractor_state": 0.9, "r_x->reward": 0.2, "r_x->reward (affine)": 0.5,
+                      "r_x+r_y->reward": 0.9}),
             fake_run("reacher-easy", "distractors", "denoised", [50.0, 70.0],
                      {"x->agent_state": 0.6, "x->distractor_state": 0.3, "y->agent_state": 0.2,
-                      "y->distractor_state": 0.7, "r_x->reward": 0.4, "r_x+r_y->reward": 0.8}),
+                      "y->distractor_state": 0.7, "r_x->reward": 0.4, "r_x->reward (affine)": 0.7,
+                      "r_x+r_y->reward": 0.8}),
             fake_run("cheetah-run", "distractors", "dreamer", [5.0, 5.0],
                      {"x->agent_state": 0.9, "x->distractor_state": 0.95, "r_x->reward": 0.7})]
     summary = bd.summarise(runs)
@@ -45,7 +47,8 @@ def test_summary_table_and_plots(tmp_path):
     assert "597.7" in table and "227.8" in table  # Table 5.1's video-background row, for orientation
     assert "dreamer" in table and table.splitlines()[-1].split()[5] == "-"  # Dreamer has no y
     rows = {line.split()[1]: line.split() for line in table.splitlines() if line.startswith("distractors")}
-    assert rows["denoised"][7:9] == ["0.300", "0.850"] and rows["dreamer"][7:9] == ["0.700", "-"]  # reward heads
+    assert rows["denoised"][7:10] == ["0.300", "0.600", "0.850"]  # the reward heads: r_x, r_x affine, r_x + r_y
+    assert rows["dreamer"][7:10] == ["0.700", "-", "-"]  # a record probed before the affine read-out: "-"
     older = dict(runs[0], seed=1, probe={k: v for k, v in runs[0]["probe"].items() if not k.startswith("r_")})
     assert np.isnan(bd.summarise(runs + [older])["distractors"]["denoised"]["mean_probe"]["r_x->reward"])  # not all
     second_seed = dict(runs[0], seed=1, eval_return=[0.0, 50.0])
@@ -86,6 +89,16 @@ def test_explained_is_the_r2_of_a_prediction_as_it_is():
     assert bd.explained(target, np.ones(4)) == pytest.approx(1 - 6 / 5)  # errors 1, 0, 1, 4
 
 
+def test_affine_explained_ignores_a_constant_and_a_positive_scale_but_not_the_sign():
+    target = np.array([0.0, 1.0, 2.0, 3.0])
+    shifted = 2.0 * target + 5.0  # a constant moved into the other head, and a scale
+    assert bd.explained(target, shifted) < -10 and bd.affine_explained(target, shifted) == pytest.approx(1.0)
+    assert bd.affine_explained(target, -shifted) == pytest.approx(-1.0)
+    assert bd.affine_explained(target, np.full(4, 7.0)) == 0.0
+    # [0, 1, 0, 1] against 0..3: covariance 1, sums of squares 5 and 1, so r^2 = 1 / 5
+    assert bd.affine_explained(target, np.array([0.0, 1.0, 0.0, 1.0])) == pytest.approx(0.2)
+
+
 def test_the_probe_reads_the_task_state_from_each_factor_only_where_the_task_has_one(monkeypatch):
     """Synthetic probe data: x holds the task state (a target per episode) linearly, y only noise; the probe scores
     x -> task_state near 1 and y -> task_state near or below 0; a task without a task state gets no such keys."""
@@ -107,6 +120,7 @@ def test_the_probe_reads_the_task_state_from_each_factor_only_where_the_task_has
     monkeypatch.setattr(bd, "latent_probe_data", lambda agent, loop, n, seed: data(2))
     scores = bd.probe(None, None, args, 0)
     assert scores["x->task_state"] > 0.8 and scores["y->task_state"] < 0.1  # ridge shrinks a 20-target fit
+    assert scores["r_x->reward"] == scores["r_x->reward (affine)"] == 1.0  # r_x is the reward itself
     monkeypatch.setattr(bd, "latent_probe_data", lambda agent, loop, n, seed: data(0))
     assert not [key for key in bd.probe(None, None, args, 0) if "task_state" in key]
 
