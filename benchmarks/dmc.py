@@ -231,7 +231,9 @@ def probe(agent, loop: DMCOnlineConfig, args: Args, seed: int) -> dict:
     ``r_x->reward`` (the head the policy learns from in imagination) and, with y, ``r_x+r_y->reward`` (the model's
     reward). A gap between the two is reward the model explains with y, out of the policy's reach. Only the heads'
     sum is fitted, so a constant can sit in either head: ``r_x->reward (affine)`` (:func:`affine_explained`) is
-    blind to it and to r_x's scale, neither of which changes the actions imagination favours."""
+    blind to it and to r_x's scale, neither of which changes the actions imagination favours. Where the received
+    reward is not the task's own (the noisy sensor: part of it is the noise, which r_y should take),
+    ``r_x->task_reward (affine)`` scores r_x against the unperturbed task's reward, the part the policy can earn."""
     data = latent_probe_data(agent, loop, args.probe_train + args.probe_test, seed=20_000_000 + seed)
     train = data["episode"] < args.probe_train
     scores = {}
@@ -246,6 +248,8 @@ def probe(agent, loop: DMCOnlineConfig, args: Args, seed: int) -> dict:
                                                            groups=data["episode"][train])
     scores["r_x->reward"] = explained(data["reward"], data["reward_x"])
     scores["r_x->reward (affine)"] = affine_explained(data["reward"], data["reward_x"])
+    if not np.allclose(data["task_reward"], data["reward"]):  # the noisy sensor: the reward holds the noise too
+        scores["r_x->task_reward (affine)"] = affine_explained(data["task_reward"], data["reward_x"])
     if "reward_y" in data:
         scores["r_x+r_y->reward"] = explained(data["reward"], data["reward_x"] + data["reward_y"])
     return scores

@@ -381,13 +381,15 @@ class DMCEnv(gym.Env):
 
     def _info(self, distractor: list) -> dict:
         """``info``: the agent's MuJoCo state (without cheetah's and walker's rootx, unobservable by design), the
-        variant's distractor variables concatenated, and the task's uncontrolled reward variables."""
+        variant's distractor variables concatenated, the task's uncontrolled reward variables, and the reward the
+        task itself paid for the step (the unperturbed sensor's: the step's reward except with ``noisy_sensor``;
+        0 on reset)."""
         state = self._env.physics.get_state()
         if self.task in ("cheetah-run", "walker-walk"):
             state = state[1:]
         return dict(agent_state=state.astype(np.float32),
                     distractor_state=(np.concatenate(distractor) if distractor else np.zeros(0)).astype(np.float32),
-                    task_state=self._task_state())
+                    task_state=self._task_state(), task_reward=np.float32(self._task_reward))
 
     def _task_state(self) -> np.ndarray:
         """The task's own variables that the reward depends on but no action moves: reacher-easy's target
@@ -456,6 +458,7 @@ class DMCEnv(gym.Env):
             self._env.task._random = np.random.RandomState(seed)
         time_step = self._env.reset()
         self._steps = 0
+        self._task_reward = 0.0
         self._signals = SmoothSignals(max(self.num_distractors, 1), self._rng)
         sizes = {k: int(np.size(v)) for k, v in time_step.observation.items()}
         positions = [k for k in time_step.observation if k in POSITION_KEYS[self.task]]
@@ -482,7 +485,7 @@ class DMCEnv(gym.Env):
         if not np.all(np.isfinite(action)):
             raise ValueError("action contains non-finite values")
         action = np.clip(action, self.action_space.low, self.action_space.high)
-        reward = 0.0
+        reward = task_reward = 0.0
         twin_actions = [self._rng.uniform(self.action_space.low, self.action_space.high) for _ in self._twins]
         for _ in range(self.action_repeat):
             time_step = self._env.step(action)
@@ -495,6 +498,7 @@ class DMCEnv(gym.Env):
                 self._jitter.step()
                 self._mass_vel = 0.8 * self._mass_vel + 0.2 * action[:2]
                 self._mass_pos = np.clip(self._mass_pos + 0.1 * self._mass_vel, -1.0, 1.0)
+            task_reward += float(time_step.reward or 0.0)
             if self.variant == "noisy_sensor":
                 reward += self._reward_from_sensor(self._perturbed_sensor())
             else:
@@ -503,6 +507,7 @@ class DMCEnv(gym.Env):
                 self._video.step()
             if self.pixels and self.variant == "jitter":
                 self._camera.step()
+        self._task_reward = task_reward
         obs, info = self._observe(time_step)
         truncated = self._steps >= EPISODE_STEPS
         return obs, reward, False, truncated, info

@@ -114,13 +114,19 @@ def test_the_probe_reads_the_task_state_from_each_factor_only_where_the_task_has
         return dict(x=x, y=rng.normal(size=(len(episode), 5)), agent_state=agent_state,
                     distractor_state=rng.normal(size=(len(episode), 3)), task_state=target[:, :task_dims],
                     reward=agent_state[:, 0], reward_x=agent_state[:, 0], reward_y=np.zeros(len(episode)),
-                    episode=episode)
+                    task_reward=agent_state[:, 0], episode=episode)
 
     args = bd.Args(probe_train=20, probe_test=10)
     monkeypatch.setattr(bd, "latent_probe_data", lambda agent, loop, n, seed: data(2))
     scores = bd.probe(None, None, args, 0)
     assert scores["x->task_state"] > 0.8 and scores["y->task_state"] < 0.1  # ridge shrinks a 20-target fit
     assert scores["r_x->reward"] == scores["r_x->reward (affine)"] == 1.0  # r_x is the reward itself
+    assert "r_x->task_reward (affine)" not in scores  # the received reward is the task's: no second read-out
+    noisy = dict(data(2), reward=agent_state[:, 0] + agent_state[:, 1])  # + a noise the task does not pay
+    monkeypatch.setattr(bd, "latent_probe_data", lambda agent, loop, n, seed: noisy)
+    scores = bd.probe(None, None, args, 0)
+    assert scores["r_x->task_reward (affine)"] == pytest.approx(1.0)  # r_x holds all of the task's reward
+    assert scores["r_x->reward (affine)"] == pytest.approx(0.5, abs=0.1)  # half of the received reward's variance
     monkeypatch.setattr(bd, "latent_probe_data", lambda agent, loop, n, seed: data(0))
     assert not [key for key in bd.probe(None, None, args, 0) if "task_state" in key]
 

@@ -156,6 +156,21 @@ def test_task_state_is_reachers_target_which_no_action_moves_and_the_reward_meas
         assert info["task_state"].shape == (0,)
 
 
+def test_task_reward_is_what_the_unperturbed_task_pays():
+    """``task_reward`` is the step's reward wherever the sensor is not perturbed; with the noisy sensor it is the
+    reward the noiseless task pays for the same actions (the agent's body moves the same: the noise only changes
+    what is observed and paid), and differs from the received reward."""
+    actions = np.random.default_rng(0).uniform(-1, 1, (40, 6))
+    plain = rollout(DMCEnv("walker-walk", "noiseless", seed=0), actions, seed=3)
+    twin = rollout(DMCEnv("walker-walk", "distractors", seed=0), actions, seed=3)
+    noisy = rollout(DMCEnv("walker-walk", "noisy_sensor", seed=0), actions, seed=3)
+    for steps in (plain, twin):
+        assert [info["task_reward"] for _, _, info in steps] == pytest.approx([r for _, r, _ in steps])
+    assert [info["task_reward"] for _, _, info in noisy] == pytest.approx([r for _, r, _ in plain])
+    assert noisy[0][2]["task_reward"] == 0.0 and sum(r for _, r, _ in plain) > 0
+    assert not np.allclose([r for _, r, _ in noisy], [r for _, r, _ in plain])
+
+
 def test_distractor_arguments_are_checked():
     with pytest.raises(ValueError, match="distractor must be one of"):
         DMCEnv("reacher-easy", "distractors", distractor="video")

@@ -98,6 +98,7 @@ def test_probe_data_has_x_and_y_features_per_step():
     assert data["reward"].shape == data["reward_x"].shape == data["reward_y"].shape == (2 * 101,)
     assert np.all(data["reward"][first] == 0) and np.any(data["reward"][~first] != 0)  # as the model is trained
     assert np.all(np.isfinite(data["reward_x"] + data["reward_y"]))
+    np.testing.assert_allclose(data["task_reward"], data["reward"], rtol=1e-6)  # no perturbed sensor here
 
 
 def test_sequence_buffer_samples_contiguous_chunks_of_one_episode():

@@ -133,14 +133,14 @@ def _act_greedy(agent, latent, obs, prev_action):
 
 
 # The env's ``info`` entries an episode keeps, step by step, for the probes (never shown to the agent).
-PROBED_INFO = ("agent_state", "distractor_state", "task_state")
+PROBED_INFO = ("agent_state", "distractor_state", "task_state", "task_reward")
 
 
 def run_episode(env: DMCEnv, agent=None, key=None, noise: float = 0.0, seed: int | None = None,
                 greedy: bool = False) -> dict[str, np.ndarray]:
     """One episode: uniformly random actions without ``agent``. Returns observations [L, D], prev_actions
     [L, A], rewards [L] (L = episode length + 1, zeros at the first step), agent_states, distractor_states,
-    task_states, and the episode return."""
+    task_states, task_rewards [L] (the unperturbed task's reward) and the episode return."""
     obs, info = env.reset(seed=seed)
     action_dim = env.action_space.shape[0]
     # Exploration's own stream: the env seeded with ``seed`` draws its distractors from default_rng(seed).
@@ -282,7 +282,7 @@ def latent_probe_data(agent, config: DMCOnlineConfig, episodes: int, seed: int, 
     """Roll ``episodes`` episodes with the agent (+ exploration noise for state coverage), filter each with
     the posterior, and return per-step x features, y features (if any), true agent states, distractor
     states, task states (the env's ``task_state``), the reward received on arriving at each step (0 at an
-    episode's first, as the model is trained), each reward head's prediction on the posterior states (``reward_x``,
+    episode's first, as the model is trained) and the one the unperturbed task paid (``task_reward``), each reward head's prediction on the posterior states (``reward_x``,
     ``reward_y`` if y; the model's reward is their sum) and the episode index of every step."""
     env = config.make_env()
     m = agent.config.model
