@@ -498,11 +498,9 @@ class DMCEnv(gym.Env):
                 self._jitter.step()
                 self._mass_vel = 0.8 * self._mass_vel + 0.2 * action[:2]
                 self._mass_pos = np.clip(self._mass_pos + 0.1 * self._mass_vel, -1.0, 1.0)
-            task_reward += float(time_step.reward or 0.0)
-            if self.variant == "noisy_sensor":
-                reward += self._reward_from_sensor(self._perturbed_sensor())
-            else:
-                reward += float(time_step.reward or 0.0)
+            paid = float(time_step.reward or 0.0)  # what the task itself pays for this step
+            task_reward += paid
+            reward += self._reward_from_sensor(self._perturbed_sensor()) if self.variant == "noisy_sensor" else paid
             if self.pixels and self.variant != "noiseless":  # the frame that perturbed this step's sensor, then on
                 self._video.step()
             if self.pixels and self.variant == "jitter":

@@ -282,8 +282,9 @@ def latent_probe_data(agent, config: DMCOnlineConfig, episodes: int, seed: int, 
     """Roll ``episodes`` episodes with the agent (+ exploration noise for state coverage), filter each with
     the posterior, and return per-step x features, y features (if any), true agent states, distractor
     states, task states (the env's ``task_state``), the reward received on arriving at each step (0 at an
-    episode's first, as the model is trained) and the one the unperturbed task paid (``task_reward``), each reward head's prediction on the posterior states (``reward_x``,
-    ``reward_y`` if y; the model's reward is their sum) and the episode index of every step."""
+    episode's first, as the model is trained) and the one the unperturbed task paid (``task_reward``), each reward
+    head's prediction on the posterior states (``reward_x``, ``reward_y`` if y; the model's reward is their sum) and
+    the episode index of every step."""
     env = config.make_env()
     m = agent.config.model
     out = {k: [] for k in ("x", "y", *PROBED_INFO, "reward", "reward_x", "reward_y", "episode")}
