@@ -224,6 +224,9 @@ def distractor_settings(args: Args) -> dict:
     return dict(distractor=args.distractor, num_twins=args.num_twins)
 
 
+OPEN_LOOP_READOUTS = (1, 5, 15)  # steps of the x prior after the posterior (15: the imagination horizon)
+
+
 def probe(agent, loop: DMCOnlineConfig, args: Args, seed: int) -> dict:
     """The denoising probe's held-out R^2 of each ridge read-out (``x->agent_state``, ...; ``x->task_state`` and
     ``y->task_state`` where the task has uncontrolled reward variables: reacher's target), and how much of the
@@ -233,7 +236,10 @@ def probe(agent, loop: DMCOnlineConfig, args: Args, seed: int) -> dict:
     sum is fitted, so a constant can sit in either head: ``r_x->reward (affine)`` (:func:`affine_explained`) is
     blind to it and to r_x's scale, neither of which changes the actions imagination favours. Where the received
     reward is not the task's own (the noisy sensor: part of it is the noise, which r_y should take),
-    ``r_x->task_reward (affine)`` scores r_x against the unperturbed task's reward, the part the policy can earn."""
+    ``r_x->task_reward (affine)`` scores r_x against the unperturbed task's reward, the part the policy can earn.
+    ``r_x->task_reward (affine), k steps open loop`` (k in :data:`OPEN_LOOP_READOUTS`) scores the same head on the
+    state the x prior reaches k steps after the posterior with the actions taken
+    (:func:`~platonic_rl.training.world_model.open_loop_reward_x`): what imagination's rollouts keep of the reward."""
     data = latent_probe_data(agent, loop, args.probe_train + args.probe_test, seed=20_000_000 + seed)
     train = data["episode"] < args.probe_train
     scores = {}
@@ -250,6 +256,12 @@ def probe(agent, loop: DMCOnlineConfig, args: Args, seed: int) -> dict:
     scores["r_x->reward (affine)"] = affine_explained(data["reward"], data["reward_x"])
     if not np.allclose(data["task_reward"], data["reward"]):  # the noisy sensor: the reward holds the noise too
         scores["r_x->task_reward (affine)"] = affine_explained(data["task_reward"], data["reward_x"])
+    for k in OPEN_LOOP_READOUTS:
+        if "reward_x_open_loop" in data and k <= data["reward_x_open_loop"].shape[1]:
+            ahead = data["reward_x_open_loop"][:, k - 1]
+            known = np.isfinite(ahead)  # steps at least k after their episode's first
+            scores[f"r_x->task_reward (affine), {k} steps open loop"] = affine_explained(data["task_reward"][known],
+                                                                                         ahead[known])
     if "reward_y" in data:
         scores["r_x+r_y->reward"] = explained(data["reward"], data["reward_x"] + data["reward_y"])
     return scores

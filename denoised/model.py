@@ -305,6 +305,26 @@ def observe(config: WorldModelConfig, params, observations, prev_actions, key, s
     return jax.tree.map(time_major, states), jax.tree.map(time_major, stats)
 
 
+def rollout_x(config: WorldModelConfig, params, start: dict, actions, key):
+    """Roll the x prior forward open loop from ``start`` ({'hx', 'x'} [N, ...]) with given ``actions``
+    ``[H, N, A]`` (e.g. the ones an episode took), sampling x at each step as imagination does. Returns states
+    {'hx', 'x'} ``[H + 1, N, ...]`` (start included): how far the model's own dynamics carry what the posterior
+    knew at the start."""
+    model = FactoredRSSM(config)
+    if actions.ndim != 3 or actions.shape[1:] != (start["x"].shape[0], config.action_dim):
+        raise ValueError(f"actions must be [H, N, A] with N = {start['x'].shape[0]} starts and A = "
+                         f"{config.action_dim}, got {actions.shape}")
+
+    def step(state, inputs):
+        action, step_key = inputs
+        nxt = model.apply(params, state, action, step_key, method="x_prior_step")
+        return nxt, nxt
+
+    start = {"hx": start["hx"], "x": start["x"]}
+    _, states = jax.lax.scan(step, start, (actions, jax.random.split(key, actions.shape[0])))
+    return jax.tree.map(lambda s, s0: jnp.concatenate([s0[None], s]), states, start)
+
+
 def imagine_x(config: WorldModelConfig, params, start: dict, policy, horizon: int, key):
     """Roll the x prior forward ``horizon`` steps from ``start`` ({'hx', 'x'} [N, ...]) with actions from
     ``policy(features_x, key)``. Returns states {'hx', 'x'} ``[horizon + 1, N, ...]`` (start included)

@@ -131,6 +131,33 @@ def test_the_probe_reads_the_task_state_from_each_factor_only_where_the_task_has
     assert not [key for key in bd.probe(None, None, args, 0) if "task_state" in key]
 
 
+def test_the_open_loop_readouts_score_r_x_where_the_prior_reached_and_skip_the_rest(monkeypatch):
+    """r_x predicted k steps ahead: exact at k = 1, a scaled copy plus as much noise as signal at k = 5 (affine R^2
+    1 / 2), the wrong sign at k = 15; the first k steps of each episode (NaN: nothing k steps before) are skipped."""
+    rng = np.random.default_rng(1)
+    episodes, steps = 30, 40
+    episode = np.repeat(np.arange(episodes), steps)
+    reward = rng.normal(size=len(episode))
+    noise = rng.normal(size=len(episode))
+    noise = noise - reward * (noise @ reward) / (reward @ reward)  # orthogonal to the reward ...
+    noise *= np.linalg.norm(reward) / np.linalg.norm(noise)        # ... and as large
+    ahead = np.stack([reward] * 15, 1)
+    ahead[:, 4] = 3.0 * (reward + noise) + 7.0
+    ahead[:, 14] = -reward
+    step = np.tile(np.arange(steps), episodes)
+    ahead[step[:, None] < np.arange(1, 16)[None]] = np.nan
+    data = dict(x=rng.normal(size=(len(episode), 3)), agent_state=rng.normal(size=(len(episode), 2)),
+                distractor_state=rng.normal(size=(len(episode), 2)), task_state=np.zeros((len(episode), 0)),
+                reward=reward, reward_x=reward, task_reward=reward, reward_x_open_loop=ahead, episode=episode)
+    monkeypatch.setattr(bd, "latent_probe_data", lambda agent, loop, n, seed: data)
+    scores = bd.probe(None, None, bd.Args(probe_train=20, probe_test=10), 0)
+    assert scores["r_x->task_reward (affine), 1 steps open loop"] == pytest.approx(1.0)
+    # the skipped steps move the orthogonality only a little: about 1 / 2
+    assert scores["r_x->task_reward (affine), 5 steps open loop"] == pytest.approx(0.5, abs=0.05)
+    assert scores["r_x->task_reward (affine), 15 steps open loop"] == pytest.approx(-1.0)
+    assert not [key for key in scores if "open loop" in key and not np.isfinite(scores[key])]
+
+
 def test_unknown_settings_are_rejected(tmp_path):
     with pytest.raises(ValueError, match="unknown task"):
         bd.run(bd.Args(tasks=("cartpole",), out_dir=str(tmp_path)))

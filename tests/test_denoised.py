@@ -15,7 +15,7 @@ from platonic_rl.common.losses import sac_actor_loss, sac_critic_target
 from platonic_rl.common.policies import DreamerTanhNormalPolicy, TanhNormalPolicy
 from platonic_rl.denoised import losses
 from platonic_rl.denoised.model import (WorldModelConfig, all_features, features, gaussian_kl, imagine_x, init_params, initial_state,
-                            observe, FactoredRSSM)
+                            observe, rollout_x, FactoredRSSM)
 
 SMALL = dict(obs_shape=(5,), action_dim=2, x_belief=8, x_state=3, y_belief=6, y_state=2, hidden=16, embed_dim=16,
              mlp_encoder_hidden=(16,), mlp_decoder_hidden=(16,))
@@ -228,6 +228,26 @@ def test_imagination_rolls_the_x_prior_only():
     policy = lambda feat, key: jnp.tanh(feat[..., :2])  # noqa: E731
     states, actions = imagine_x(config, params, start, policy, 4, jax.random.PRNGKey(1))
     assert states["x"].shape == (5, 7, 3) and actions.shape == (4, 7, 2) and set(states) == {"hx", "x"}
+
+
+
+def test_open_loop_rollouts_take_the_given_actions_in_order():
+    """State j + 1 is the prior's step on action j: changing the action of step 2 leaves states 0-2 as they were and
+    moves state 3 on; the same actions and key give the same rollout."""
+    config, params = RECORDED.model, model_params(RECORDED)
+    start = {k: v + 0.1 for k, v in initial_state(config, (7,)).items() if k in ("hx", "x")}
+    actions = jnp.tile(jnp.linspace(-0.9, 0.9, 4)[:, None, None], (1, 7, 2))  # [4 steps, 7 starts, 2]
+    key = jax.random.PRNGKey(3)
+    states = rollout_x(config, params, start, actions, key)
+    assert states["x"].shape == (5, 7, 3) and states["hx"].shape == (5, 7, 8) and set(states) == {"hx", "x"}
+    np.testing.assert_array_equal(states["x"][0], start["x"])
+    changed = rollout_x(config, params, start, actions.at[2].set(-actions[2]), key)
+    for name in ("hx", "x"):
+        np.testing.assert_array_equal(changed[name][:3], states[name][:3])
+        assert np.abs(np.asarray(changed[name][3] - states[name][3])).max() > 1e-4
+    np.testing.assert_array_equal(rollout_x(config, params, start, actions, key)["x"], states["x"])
+    with pytest.raises(ValueError, match="actions must be"):
+        rollout_x(config, params, start, actions[:, :5], key)
 
 
 UPDATES = 150

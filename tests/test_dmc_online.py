@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("dm_control")
 from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig  # noqa: E402
+from platonic_rl.training import world_model  # noqa: E402
 from platonic_rl.training.run import RunDirectoryError  # noqa: E402
 from platonic_rl.training.world_model import (DMCOnlineConfig, latent_probe_data, open_run_directory,  # noqa: E402
                                               train_dmc_online, xla_convolutions)
@@ -99,6 +100,31 @@ def test_probe_data_has_x_and_y_features_per_step():
     assert np.all(data["reward"][first] == 0) and np.any(data["reward"][~first] != 0)  # as the model is trained
     assert np.all(np.isfinite(data["reward_x"] + data["reward_y"]))
     np.testing.assert_allclose(data["task_reward"], data["reward"], rtol=1e-6)  # no perturbed sensor here
+    ahead = data["reward_x_open_loop"]  # r_x from the posterior k = 1..15 steps before (columns)
+    assert ahead.shape == (2 * 101, 15)
+    step = np.concatenate([np.arange(101)] * 2)
+    np.testing.assert_array_equal(np.isnan(ahead), step[:, None] < np.arange(1, 16)[None])
+
+
+def test_open_loop_rewards_are_placed_at_the_step_they_predict(monkeypatch):
+    """``open_loop_reward_x`` moves the rollouts' r_x (row j: after j + 1 prior steps, from each start t) to the
+    step they predict, t + j + 1; a stand-in rollout that returns 1000 (j + 1) + t shows where each lands."""
+    seen = {}
+
+    def rollouts(agent, start, prev_actions, key, horizon):
+        seen.update(start=start, horizon=horizon)
+        return 1000.0 * np.arange(1, horizon + 1)[:, None] + np.arange(len(prev_actions))[None]
+
+    monkeypatch.setattr(world_model, "_open_loop", rollouts)
+    states = dict(hx=np.zeros((6, 4)), x=np.zeros((6, 2)), hy=np.ones((6, 3)), y=np.ones((6, 1)))
+    out = world_model.open_loop_reward_x(None, states, np.zeros((6, 2)), 3, jax.random.PRNGKey(0))
+    assert set(seen["start"]) == {"hx", "x"} and seen["horizon"] == 3  # the x prior's rollout starts from x alone
+    nan = np.nan
+    np.testing.assert_array_equal(out, [[nan, nan, nan], [1000, nan, nan], [1001, 2000, nan], [1002, 2001, 3000],
+                                        [1003, 2002, 3001], [1004, 2003, 3002]])
+    assert np.isnan(world_model.open_loop_reward_x(None, states, np.zeros((6, 2)), 9, None)[:, 5:]).all()  # > L - 1
+    with pytest.raises(ValueError, match="horizon must be >= 1"):
+        world_model.open_loop_reward_x(None, states, np.zeros((6, 2)), 0, None)
 
 
 def test_sequence_buffer_samples_contiguous_chunks_of_one_episode():
