@@ -239,7 +239,8 @@ def probe(agent, loop: DMCOnlineConfig, args: Args, seed: int) -> dict:
     ``r_x->task_reward (affine)`` scores r_x against the unperturbed task's reward, the part the policy can earn.
     ``r_x->task_reward (affine), k steps open loop`` (k in :data:`OPEN_LOOP_READOUTS`) scores the same head on the
     state the x prior reaches k steps after the posterior with the actions taken
-    (:func:`~platonic_rl.training.world_model.open_loop_reward_x`): what imagination's rollouts keep of the reward."""
+    (:func:`~platonic_rl.training.world_model.open_loop_reward_x`): what imagination's rollouts keep of the reward
+    (with the noisy sensor also ``r_x->reward (affine), k steps open loop``, against the reward received)."""
     data = latent_probe_data(agent, loop, args.probe_train + args.probe_test, seed=20_000_000 + seed)
     train = data["episode"] < args.probe_train
     scores = {}
@@ -262,6 +263,9 @@ def probe(agent, loop: DMCOnlineConfig, args: Args, seed: int) -> dict:
             known = np.isfinite(ahead)  # steps at least k after their episode's first
             scores[f"r_x->task_reward (affine), {k} steps open loop"] = affine_explained(data["task_reward"][known],
                                                                                          ahead[known])
+            if "r_x->task_reward (affine)" in scores:  # the noisy sensor: also against the reward received
+                scores[f"r_x->reward (affine), {k} steps open loop"] = affine_explained(data["reward"][known],
+                                                                                    ahead[known])
     if "reward_y" in data:
         scores["r_x+r_y->reward"] = explained(data["reward"], data["reward_x"] + data["reward_y"])
     return scores

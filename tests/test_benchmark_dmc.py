@@ -156,6 +156,11 @@ def test_the_open_loop_readouts_score_r_x_where_the_prior_reached_and_skip_the_r
     assert scores["r_x->task_reward (affine), 5 steps open loop"] == pytest.approx(0.5, abs=0.05)
     assert scores["r_x->task_reward (affine), 15 steps open loop"] == pytest.approx(-1.0)
     assert not [key for key in scores if "open loop" in key and not np.isfinite(scores[key])]
+    assert "r_x->reward (affine), 1 steps open loop" not in scores  # received = the task's reward: one read-out
+    noisy = dict(data, reward=2.0 * reward)  # the received reward differs from the task's (here only in scale)
+    monkeypatch.setattr(bd, "latent_probe_data", lambda agent, loop, n, seed: noisy)
+    scores = bd.probe(None, None, bd.Args(probe_train=20, probe_test=10), 0)
+    assert scores["r_x->reward (affine), 15 steps open loop"] == pytest.approx(-1.0)
 
 
 def test_unknown_settings_are_rejected(tmp_path):
