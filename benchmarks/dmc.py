@@ -255,7 +255,8 @@ def probe(agent, loop: DMCOnlineConfig, args: Args, seed: int) -> dict:
                                                            groups=data["episode"][train])
     scores["r_x->reward"] = explained(data["reward"], data["reward_x"])
     scores["r_x->reward (affine)"] = affine_explained(data["reward"], data["reward_x"])
-    if not np.allclose(data["task_reward"], data["reward"]):  # the noisy sensor: the reward holds the noise too
+    noisy_reward = not np.allclose(data["task_reward"], data["reward"])  # the noisy sensor: the reward holds noise too
+    if noisy_reward:
         scores["r_x->task_reward (affine)"] = affine_explained(data["task_reward"], data["reward_x"])
     for k in OPEN_LOOP_READOUTS:
         if "reward_x_open_loop" in data and k <= data["reward_x_open_loop"].shape[1]:
@@ -263,7 +264,7 @@ def probe(agent, loop: DMCOnlineConfig, args: Args, seed: int) -> dict:
             known = np.isfinite(ahead)  # steps at least k after their episode's first
             scores[f"r_x->task_reward (affine), {k} steps open loop"] = affine_explained(data["task_reward"][known],
                                                                                          ahead[known])
-            if "r_x->task_reward (affine)" in scores:  # the noisy sensor: also against the reward received
+            if noisy_reward:  # also against the reward received
                 scores[f"r_x->reward (affine), {k} steps open loop"] = affine_explained(data["reward"][known],
                                                                                     ahead[known])
     if "reward_y" in data:

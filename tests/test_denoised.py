@@ -230,7 +230,6 @@ def test_imagination_rolls_the_x_prior_only():
     assert states["x"].shape == (5, 7, 3) and actions.shape == (4, 7, 2) and set(states) == {"hx", "x"}
 
 
-
 def test_open_loop_rollouts_take_the_given_actions_in_order():
     """State j + 1 is the prior's step on action j: changing the action of step 2 leaves states 0-2 as they were and
     moves state 3 on; the same actions and key give the same rollout."""

@@ -293,8 +293,9 @@ def latent_probe_data(agent, config: DMCOnlineConfig, episodes: int, seed: int, 
     m = agent.config.model
     out = {k: [] for k in ("x", "y", *PROBED_INFO, "reward", "reward_x", "reward_y", "reward_x_open_loop", "episode")}
     for i in range(episodes):
-        # the policy's, the filter's and the open-loop prior's draws
-        act_key, filter_key, prior_key = jax.random.split(jax.random.PRNGKey(seed + i), 3)
+        episode_key = jax.random.PRNGKey(seed + i)
+        act_key, filter_key = jax.random.split(episode_key)  # the policy's and the filter's draws
+        prior_key = jax.random.fold_in(episode_key, 1)  # the open-loop prior's, leaving the two above as they were
         ep = run_episode(env, agent, act_key, noise, seed=seed + i)
         states, _ = _posterior(agent, ep["observations"][None], ep["prev_actions"][None], filter_key)
         predicted = _reward_heads(agent, states)
