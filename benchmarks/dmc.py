@@ -137,6 +137,10 @@ class Args:
     MDP code's; ``clipped`` (log sigma clipped, unbounded mean) is the one results recorded before 2026-11-25 used.
     A run directory saved before the field existed resumes only with ``clipped`` (and then with today's exploration
     stream and posterior-mean evaluation, so not as it would have gone on at the time)."""
+    x_size: tuple[int, int] | None = None
+    """x's sizes, deterministic and stochastic (``x_belief x_state``), for both methods (Dreamer's latent is its x),
+    replacing the preset's (cpu: Denoised MDP 64 16, Dreamer 117 26; Table D.4 sizes Dreamer's latent to match
+    Denoised MDP's x and y together). For diagnosis: whether a gap between the methods follows x's size."""
     out_dir: str = "results/dmc"
 
     def __post_init__(self):
@@ -168,14 +172,17 @@ class Args:
         for name in ("batch_size", "chunk", "imagine_starts"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.x_size is not None and (len(self.x_size) != 2 or min(self.x_size) < 1):
+            raise ValueError(f"--x-size takes two sizes >= 1 (x_belief x_state), got {self.x_size}")
 
 
 def make_config(method: str, task: str, variant: str, obs_shape: tuple[int, ...], action_dim: int, preset: str,
                 policy: str, free_nats: float = 3.0, kl_split: bool = False, imagine_starts: int | None = None,
                 beta: float | None = None, actor: ActorKind | None = None,
-                alpha: float | None = None, dreamer_free_nats: float = 3.0) -> DenoisedMDPConfig:
-    """The config of ``method`` at ``preset``; ``imagine_starts`` replaces the preset's and ``beta`` Table D.5's
-    if given; ``actor`` (:attr:`DenoisedMDPConfig.actor`) the config's default if None; Denoised MDP's ``alpha``
+                alpha: float | None = None, dreamer_free_nats: float = 3.0,
+                x_size: tuple[int, int] | None = None) -> DenoisedMDPConfig:
+    """The config of ``method`` at ``preset``; ``imagine_starts`` replaces the preset's, ``beta`` Table D.5's and
+    ``x_size`` (x_belief, x_state) the preset's x (either method's) if given; ``actor`` (:attr:`DenoisedMDPConfig.actor`) the config's default if None; Denoised MDP's ``alpha``
     :func:`observation_alpha` of the observation if None (Dreamer keeps its own 1). ``free_nats`` are Denoised MDP's,
     ``dreamer_free_nats`` Dreamer's."""
     p = DMC_PRESETS[preset]
@@ -184,13 +191,14 @@ def make_config(method: str, task: str, variant: str, obs_shape: tuple[int, ...]
                              **{**p["model"], **(DMC_PIXEL_MODEL[preset] if pixels else {})})
     heads = {**p["agent"], **({} if imagine_starts is None else dict(imagine_starts=imagine_starts)),
              **({} if actor is None else dict(actor=actor))}
+    x = {} if x_size is None else dict(x_belief=int(x_size[0]), x_state=int(x_size[1]))
     if method == "denoised":
-        config = DenoisedMDPConfig(model=model, beta=BETAS[task][variant] if beta is None else beta,
+        config = DenoisedMDPConfig(model=dataclasses.replace(model, **x), beta=BETAS[task][variant] if beta is None else beta,
                                    alpha=observation_alpha(obs_shape) if alpha is None else alpha,
                                    policy=policy, free_nats=free_nats,
                                    kl_split=kl_split, **heads)
     elif method == "dreamer":
-        config = DenoisedMDPConfig.dreamer(dataclasses.replace(model, **p["dreamer"]), policy=policy,
+        config = DenoisedMDPConfig.dreamer(dataclasses.replace(model, **{**p["dreamer"], **x}), policy=policy,
                                            free_nats=dreamer_free_nats, **heads)
     else:
         raise ValueError(f"unknown method {method!r}; expected 'denoised' or 'dreamer'")
@@ -313,7 +321,8 @@ def run(args: Args) -> dict:
                     config = make_config(method, task, variant, obs_shape, action_dim, args.preset, args.policy,
                                          free_nats=args.free_nats, kl_split=args.kl_split,
                                          imagine_starts=args.imagine_starts, beta=args.beta, actor=args.actor,
-                                         alpha=args.alpha, dreamer_free_nats=args.dreamer_free_nats)
+                                         alpha=args.alpha, dreamer_free_nats=args.dreamer_free_nats,
+                                         x_size=args.x_size)
                     run_dir = out / f"{task}_{variant}_{method}_seed{seed}"
                     saved = None if args.overwrite else finished_record(run_dir, config, loop, args)
                     if saved is not None:
@@ -618,6 +627,7 @@ def _budget(args: Args) -> str:
             f"{args.batch_size or p['batch_size']} x {args.chunk or p['chunk']}, imagining from {starts}), "
             f"policy {args.policy!r}, actor {args.actor!r}" + ("" if args.beta is None else f", Denoised MDP beta {args.beta}")
             + ("" if args.alpha is None else f", Denoised MDP alpha {args.alpha}")
+            + ("" if args.x_size is None else f", x size {args.x_size[0]} + {args.x_size[1]}")
             + ("" if args.free_nats == Args.free_nats else f", Denoised MDP free nats {args.free_nats}")
             + ("" if args.dreamer_free_nats == Args.dreamer_free_nats
                else f", Dreamer free nats {args.dreamer_free_nats}")

@@ -430,6 +430,18 @@ def test_batch_and_imagination_flags_reach_the_configs_and_bad_values_are_reject
     for name in ("free_nats", "dreamer_free_nats"):
         with pytest.raises(ValueError, match=f"--{name.replace('_', '-')} must be >= 0"):
             bd.Args(**{name: -1.0})
+    # --x-size sets x (Dreamer's whole latent) for both methods; y keeps the preset's
+    for method in ("denoised", "dreamer"):
+        model = bd.make_config(method, "reacher-easy", "noiseless", (6,), 2, "cpu", "imagine", x_size=(30, 7)).model
+        assert (model.x_belief, model.x_state) == (30, 7)
+    cpu = presets.DMC_PRESETS["cpu"]
+    sized = bd.make_config("denoised", "reacher-easy", "noiseless", (6,), 2, "cpu", "imagine", x_size=(30, 7)).model
+    assert (sized.y_belief, sized.y_state) == (cpu["model"]["y_belief"], cpu["model"]["y_state"])
+    dreamer = bd.make_config("dreamer", "reacher-easy", "noiseless", (6,), 2, "cpu", "imagine").model
+    assert (dreamer.x_belief, dreamer.x_state) == (cpu["dreamer"]["x_belief"], cpu["dreamer"]["x_state"])
+    assert "x size 30 + 7" in bd._budget(bd.Args(x_size=(30, 7))) and "x size" not in bd._budget(bd.Args())
+    with pytest.raises(ValueError, match="--x-size takes two sizes >= 1"):
+        bd.Args(x_size=(30, 0))
 
 
 def test_seconds_per_10k_counts_the_training_rows_after_the_prefill():
