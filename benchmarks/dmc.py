@@ -182,7 +182,8 @@ def make_config(method: str, task: str, variant: str, obs_shape: tuple[int, ...]
                 alpha: float | None = None, dreamer_free_nats: float = 3.0,
                 x_size: tuple[int, int] | None = None) -> DenoisedMDPConfig:
     """The config of ``method`` at ``preset``; ``imagine_starts`` replaces the preset's, ``beta`` Table D.5's and
-    ``x_size`` (x_belief, x_state) the preset's x (either method's) if given; ``actor`` (:attr:`DenoisedMDPConfig.actor`) the config's default if None; Denoised MDP's ``alpha``
+    ``x_size`` (x_belief, x_state) the preset's x (either method's) if given; ``actor``
+    (:attr:`DenoisedMDPConfig.actor`) the config's default if None; Denoised MDP's ``alpha``
     :func:`observation_alpha` of the observation if None (Dreamer keeps its own 1). ``free_nats`` are Denoised MDP's,
     ``dreamer_free_nats`` Dreamer's."""
     p = DMC_PRESETS[preset]
@@ -193,7 +194,8 @@ def make_config(method: str, task: str, variant: str, obs_shape: tuple[int, ...]
              **({} if actor is None else dict(actor=actor))}
     x = {} if x_size is None else dict(x_belief=int(x_size[0]), x_state=int(x_size[1]))
     if method == "denoised":
-        config = DenoisedMDPConfig(model=dataclasses.replace(model, **x), beta=BETAS[task][variant] if beta is None else beta,
+        config = DenoisedMDPConfig(model=dataclasses.replace(model, **x),
+                                   beta=BETAS[task][variant] if beta is None else beta,
                                    alpha=observation_alpha(obs_shape) if alpha is None else alpha,
                                    policy=policy, free_nats=free_nats,
                                    kl_split=kl_split, **heads)

@@ -440,8 +440,9 @@ def test_batch_and_imagination_flags_reach_the_configs_and_bad_values_are_reject
     dreamer = bd.make_config("dreamer", "reacher-easy", "noiseless", (6,), 2, "cpu", "imagine").model
     assert (dreamer.x_belief, dreamer.x_state) == (cpu["dreamer"]["x_belief"], cpu["dreamer"]["x_state"])
     assert "x size 30 + 7" in bd._budget(bd.Args(x_size=(30, 7))) and "x size" not in bd._budget(bd.Args())
-    with pytest.raises(ValueError, match="--x-size takes two sizes >= 1"):
-        bd.Args(x_size=(30, 0))
+    for bad in ((30, 0), (30,), (30, 7, 2)):
+        with pytest.raises(ValueError, match="--x-size takes two sizes >= 1"):
+            bd.Args(x_size=bad)
 
 
 def test_seconds_per_10k_counts_the_training_rows_after_the_prefill():
