@@ -128,7 +128,10 @@ class Args:
     alpha: float | None = None
     """Denoised MDP's alpha (eq. 5.4's weight on every KL term) for every run (default: the thesis' rule,
     :func:`observation_alpha`: 1 for 64x64x3 pixels, the observation's size / 12288 for states; runs recorded before
-    2026-11-26 used 1 for states too). Dreamer keeps its own 1."""
+    2026-11-26 used 1 for states too). Dreamer's is ``dreamer_alpha``."""
+    dreamer_alpha: float = 1.0
+    """Dreamer's weight on its KL (its own 1). For diagnosis: Denoised MDP at beta 1 with y nearly empty is Dreamer
+    with ``alpha``'s weight, so a gap between them may come from alpha rather than from the split latent."""
     imagine_starts: int | None = None
     """Posterior states the policy imagines from, drawn from the batch's batch_size x chunk (default: the preset's;
     cpu 128; batch_size x chunk or more: all of them, as Dreamer)."""
@@ -167,6 +170,8 @@ class Args:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
         if self.alpha is not None and not self.alpha > 0:
             raise ValueError(f"--alpha must be > 0, got {self.alpha}")
+        if not self.dreamer_alpha > 0:
+            raise ValueError(f"--dreamer-alpha must be > 0, got {self.dreamer_alpha}")
         if self.beta is not None and not self.beta > 0:
             raise ValueError(f"--beta must be > 0 (Table D.5 uses 0.125 to 1), got {self.beta}")
         for name in ("batch_size", "chunk", "imagine_starts"):
@@ -180,12 +185,12 @@ def make_config(method: str, task: str, variant: str, obs_shape: tuple[int, ...]
                 policy: str, free_nats: float = 3.0, kl_split: bool = False, imagine_starts: int | None = None,
                 beta: float | None = None, actor: ActorKind | None = None,
                 alpha: float | None = None, dreamer_free_nats: float = 3.0,
-                x_size: tuple[int, int] | None = None) -> DenoisedMDPConfig:
+                x_size: tuple[int, int] | None = None, dreamer_alpha: float = 1.0) -> DenoisedMDPConfig:
     """The config of ``method`` at ``preset``; ``imagine_starts`` replaces the preset's, ``beta`` Table D.5's and
     ``x_size`` (x_belief, x_state) the preset's x (either method's) if given; ``actor``
     (:attr:`DenoisedMDPConfig.actor`) the config's default if None; Denoised MDP's ``alpha``
-    :func:`observation_alpha` of the observation if None (Dreamer keeps its own 1). ``free_nats`` are Denoised MDP's,
-    ``dreamer_free_nats`` Dreamer's."""
+    :func:`observation_alpha` of the observation if None (Dreamer's is ``dreamer_alpha``, its own 1 by default).
+    ``free_nats`` are Denoised MDP's, ``dreamer_free_nats`` Dreamer's."""
     p = DMC_PRESETS[preset]
     pixels = len(obs_shape) == 3
     model = WorldModelConfig(obs_shape=tuple(obs_shape), action_dim=action_dim,
@@ -201,7 +206,7 @@ def make_config(method: str, task: str, variant: str, obs_shape: tuple[int, ...]
                                    kl_split=kl_split, **heads)
     elif method == "dreamer":
         config = DenoisedMDPConfig.dreamer(dataclasses.replace(model, **{**p["dreamer"], **x}), policy=policy,
-                                           free_nats=dreamer_free_nats, **heads)
+                                           free_nats=dreamer_free_nats, alpha=dreamer_alpha, **heads)
     else:
         raise ValueError(f"unknown method {method!r}; expected 'denoised' or 'dreamer'")
     return config
@@ -324,7 +329,7 @@ def run(args: Args) -> dict:
                                          free_nats=args.free_nats, kl_split=args.kl_split,
                                          imagine_starts=args.imagine_starts, beta=args.beta, actor=args.actor,
                                          alpha=args.alpha, dreamer_free_nats=args.dreamer_free_nats,
-                                         x_size=args.x_size)
+                                         x_size=args.x_size, dreamer_alpha=args.dreamer_alpha)
                     run_dir = out / f"{task}_{variant}_{method}_seed{seed}"
                     saved = None if args.overwrite else finished_record(run_dir, config, loop, args)
                     if saved is not None:
@@ -633,6 +638,7 @@ def _budget(args: Args) -> str:
             + ("" if args.free_nats == Args.free_nats else f", Denoised MDP free nats {args.free_nats}")
             + ("" if args.dreamer_free_nats == Args.dreamer_free_nats
                else f", Dreamer free nats {args.dreamer_free_nats}")
+            + ("" if args.dreamer_alpha == Args.dreamer_alpha else f", Dreamer alpha {args.dreamer_alpha}")
             + ("" if args.observation == "pixels" else f", distractors {args.distractor}"
                + (f" x{args.num_twins}" if args.distractor == "twin" else "")))
 

@@ -430,6 +430,16 @@ def test_batch_and_imagination_flags_reach_the_configs_and_bad_values_are_reject
     for name in ("free_nats", "dreamer_free_nats"):
         with pytest.raises(ValueError, match=f"--{name.replace('_', '-')} must be >= 0"):
             bd.Args(**{name: -1.0})
+    # --dreamer-alpha weighs Dreamer's KL only; --alpha Denoised MDP's only
+    kw = dict(alpha=0.3, dreamer_alpha=0.5)
+    assert bd.make_config("dreamer", "reacher-easy", "noiseless", (6,), 2, "cpu", "imagine", **kw).alpha == 0.5
+    assert bd.make_config("denoised", "reacher-easy", "noiseless", (6,), 2, "cpu", "imagine", **kw).alpha == 0.3
+    assert bd.make_config("dreamer", "reacher-easy", "noiseless", (6,), 2, "cpu", "imagine", alpha=0.3).alpha == 1.0
+    assert "Dreamer alpha 0.5" in bd._budget(bd.Args(dreamer_alpha=0.5)) and "Dreamer alpha" not in bd._budget(
+        bd.Args())
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="--dreamer-alpha must be > 0"):
+            bd.Args(dreamer_alpha=bad)
     # --x-size sets x (Dreamer's whole latent) for both methods; y keeps the preset's
     for method in ("denoised", "dreamer"):
         model = bd.make_config(method, "reacher-easy", "noiseless", (6,), 2, "cpu", "imagine", x_size=(30, 7)).model
