@@ -677,7 +677,7 @@ def plot_returns(path: Path, args: Args, runs: list[dict], random_returns: dict 
                         ax.errorbar(r["eval_steps"][-1] * 1.03, e["mean"], e["std"] / np.sqrt(e["episodes"]),
                                     color=color, marker="D", ms=4, capsize=2, lw=1,
                                     label=f"{method}: final, {e['episodes']} episodes (+- s.e.)" if k == 0 else None)
-            if variant == "noiseless" and args.observation == "state" and task in ANCHORS_100K:
+            if variant == "noiseless" and task in ANCHORS_100K:
                 ax.axhline(ANCHORS_100K[task], color="0.4", ls="--", lw=1, label="pixel Dreamer at 100k (CURL)")
             if random_returns and f"{task} {variant}" in random_returns:
                 ax.axhline(random_returns[f"{task} {variant}"]["mean"], color="0.4", ls=":", lw=1.2,

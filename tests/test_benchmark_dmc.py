@@ -72,6 +72,10 @@ def test_summary_table_and_plots(tmp_path):
     assert "diamonds: final evaluation" in fig._suptitle.get_text() and 0 <= box.x0 and box.x1 <= fig.bbox.width
     noiseless = fake_run("cheetah-run", "noiseless", "dreamer", [9.0, 9.0], {"x->agent_state": 0.9,
                                                                             "x->distractor_state": float("nan")})
+    pixels = bd.Args(tasks=("cheetah-run",), variants=("noiseless",), observation="pixels", out_dir=str(tmp_path))
+    ax = bd.plot_returns(tmp_path / "returns_pixels.png", pixels, [noiseless], {}).axes[0]
+    anchor = [line for line in ax.get_lines() if line.get_label() == "pixel Dreamer at 100k (CURL)"]
+    assert len(anchor) == 1 and list(anchor[0].get_ydata()) == [235.0, 235.0]  # the pixel control's yardstick
     only_dreamer = bd.summarise(runs[2:] + [noiseless])  # bars and n/a marks for the methods run, inside the axes
     ax = bd.plot_probe(tmp_path / "probe_dreamer.png", args, only_dreamer).axes[0]
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["dreamer x->agent", "dreamer x->distractor"]
