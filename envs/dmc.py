@@ -391,6 +391,12 @@ class DMCEnv(gym.Env):
                     distractor_state=(np.concatenate(distractor) if distractor else np.zeros(0)).astype(np.float32),
                     task_state=self._task_state(), task_reward=np.float32(self._task_reward))
 
+    @property
+    def position_dims(self) -> int:
+        """How many leading entries of ``info["agent_state"]`` are positions (MuJoCo qpos, without cheetah's and
+        walker's rootx); the velocities follow."""
+        return int(self._env.physics.model.nq) - (1 if self.task in ("cheetah-run", "walker-walk") else 0)
+
     def _task_state(self) -> np.ndarray:
         """The task's own variables that the reward depends on but no action moves: reacher-easy's target
         position (x, y), drawn anew each episode; none for cheetah-run and walker-walk."""
