@@ -39,6 +39,7 @@ import tyro
 
 from platonic_rl.agents.denoised_mdp import ActorKind, DenoisedMDPAgent, DenoisedMDPConfig
 from platonic_rl.benchmarks import report
+from platonic_rl.benchmarks.presets import DMC_BETAS as BETAS
 from platonic_rl.benchmarks.presets import DMC_PIXEL_MODEL, DMC_PRESETS
 from platonic_rl.training.run import (RunDirectory, as_json, describe_differences, read_json, settings_differences,
                                       write_json)
@@ -48,10 +49,6 @@ from platonic_rl.denoised.model import WorldModelConfig, all_features
 from platonic_rl.envs.dmc import TASKS, VARIANTS, DMCEnv
 from platonic_rl.replearn.probes import ridge_probe_r2
 
-# Table D.5 (backprop via dynamics): beta per task and variant; 1 = no regularisation (noiseless).
-BETAS = {"cheetah-run": dict(noiseless=1.0, distractors=0.125, noisy_sensor=0.25, jitter=0.25),
-         "walker-walk": dict(noiseless=1.0, distractors=0.25, noisy_sensor=0.25, jitter=0.5),
-         "reacher-easy": dict(noiseless=1.0, distractors=0.25, noisy_sensor=0.25, jitter=0.25)}
 # Table 5.1, backprop via dynamics, mean over the three tasks, 64x64 pixels, 1M env steps (for orientation).
 TABLE_5_1 = {"noiseless": (801.4, 848.6), "distractors": (597.7, 227.8), "noisy_sensor": (563.1, 212.4),
              "jitter": (254.1, 98.6)}  # (Denoised MDP, Dreamer); the pixel variants are video background (+ ...)

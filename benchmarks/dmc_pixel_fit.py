@@ -2,14 +2,14 @@
 
     python -m platonic_rl.benchmarks.dmc_pixel_fit --settings noiseless video video-width32 --updates 1200
 
-At 100k env steps from 64x64 pixels, Dreamer and Denoised MDP both failed on cheetah-run with the video
-background while the noiseless pixel Dreamer learned (``docs/results.md``), and their posteriors held no body.
-Online, the model, the data (what the policy visits) and the settings (conv width, batch) change together. Here
-they are pulled apart: episodes of uniformly random actions are rendered twice from the same physics, once
-noiseless and once with the video background (same seed, same actions, so the same body at every step), and the
-world model alone (eq. 5.4's model step, :meth:`DenoisedMDPAgent.model_loss_fn`; no policy) is fitted on them
-under each setting of :data:`SETTINGS`. Every ``measure_every`` updates the held-out episodes are filtered with the
-posterior, decoded, and scored:
+At 100k env steps from 64x64 pixels, Dreamer and Denoised MDP both failed on cheetah-run with the video background
+while the noiseless pixel Dreamer learned (``docs/results.md``), and their posteriors held no body. Online, the
+model, the data (what the policy visits) and the settings (conv width, batch) change together. Here they are pulled
+apart: episodes of uniformly random actions are rendered twice from the same physics, once noiseless and once with
+the video background (same seed, same actions, so the same body at every step; one video on across the episodes or
+one per episode, :func:`collect`), and the world model alone (eq. 5.4's model step, :meth:`DenoisedMDPAgent.model_loss_fn`; no
+policy) is fitted on them under each setting of :data:`SETTINGS`. Every ``measure_every`` updates the held-out
+episodes are filtered with the posterior, decoded, and scored:
 
 * ``body_error``: the reconstruction's squared error on the *body's* pixels (where the noiseless frame is not
   background, :func:`~platonic_rl.envs.dmc.background_mask`), divided by that of the training frames' per-pixel
@@ -40,11 +40,10 @@ import jax.numpy as jnp
 import numpy as np
 import tyro
 
-from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent
+from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
 from platonic_rl.benchmarks import report
-from platonic_rl.benchmarks.dmc import make_config
-from platonic_rl.benchmarks.presets import DMC_PRESETS
-from platonic_rl.denoised.model import all_features, observe
+from platonic_rl.benchmarks.presets import DMC_BETAS, DMC_PIXEL_MODEL, DMC_PRESETS
+from platonic_rl.denoised.model import WorldModelConfig, all_features, observe
 from platonic_rl.envs.dmc import EPISODE_STEPS, TASKS, DMCEnv, background_mask
 from platonic_rl.envs.replay import SequenceBuffer
 from platonic_rl.replearn.probes import ridge_probe_r2
@@ -59,6 +58,7 @@ SETTINGS = {
     "video-batch50x50": ("distractors", None, 50, 50),  # DreamerV1's batch (2500 frames)
 }
 RECORD = "record.json"
+VIDEOS = ("one", "per-episode")  # collect's videos
 
 
 @dataclasses.dataclass
@@ -75,6 +75,10 @@ class Args:
     """Held-out episodes the probe's ridge read-outs are fitted on (scored on the remaining ones)."""
     episode_steps: int = EPISODE_STEPS // 2
     """Agent steps per episode (action repeat 2: 500 is a whole episode)."""
+    videos: Literal["one", "per-episode"] = "one"
+    """``one``: one video plays on across all episodes, as in the ``dmc`` env (the held-out episodes show the
+    training episodes' gratings); ``per-episode``: each episode its own (held out: unseen gratings). See
+    :func:`collect`."""
     updates: int = 1200
     measure_every: int = 200
     seed: int = 0
@@ -98,17 +102,26 @@ class Args:
 
 # ---------------------------------------------------------------------------------------------- data
 
-def collect(task: str, episodes: int, steps: int, seed: int) -> dict[str, np.ndarray]:
+def collect(task: str, episodes: int, steps: int, seed: int, videos: str = "one") -> dict[str, np.ndarray]:
     """``episodes`` episodes of ``steps`` uniformly random actions, each rendered noiseless and with the video
-    background from the same physics (two envs, one seed, the same actions). Returns ``[E, steps + 1, ...]``
-    arrays: ``noiseless`` and ``video`` frames (uint8), ``body`` (bool ``[.., 64, 64]``: not background in the
-    noiseless frame), ``prev_actions`` (zero at the first step), ``rewards`` (zero at the first step) and
-    ``agent_state`` (MuJoCo qpos without rootx, then qvel; ``pose``: its qpos part)."""
+    background from the same physics (two envs, one seed, the same actions). ``videos="one"``: the envs are seeded
+    once and the video plays on across episodes, as in the ``dmc`` benchmark's env (every episode shows the same
+    gratings, at other phases); ``"per-episode"``: episode ``e`` is seeded ``seed + e``, so each has a procedural
+    video of its own (gratings of new orientations and frequencies), as if every episode played another clip.
+    Returns ``[E, steps + 1, ...]`` arrays: ``noiseless`` and ``video`` frames (uint8), ``body`` (bool ``[.., 64,
+    64]``: not background in the noiseless frame), ``prev_actions`` (zero at the first step), ``rewards`` (zero at
+    the first step) and ``agent_state`` (MuJoCo qpos without rootx, then qvel; ``pose``: its qpos part)."""
+    if videos not in VIDEOS:
+        raise ValueError(f"videos must be one of {VIDEOS}, got {videos!r}")
     out = {k: [] for k in ("noiseless", "video", "body", "prev_actions", "rewards", "agent_state")}
+    rng = np.random.default_rng(seed)
+    envs = [DMCEnv(task, variant, seed, observation="pixels") for variant in ("noiseless", "distractors")]
     for e in range(episodes):
-        envs = [DMCEnv(task, variant, seed + e, observation="pixels") for variant in ("noiseless", "distractors")]
-        (plain, info), (video, _) = (env.reset(seed=seed + e) for env in envs)
-        rng = np.random.default_rng(seed + e)
+        if videos == "per-episode":
+            envs = [DMCEnv(task, variant, seed + e, observation="pixels") for variant in ("noiseless", "distractors")]
+            rng = np.random.default_rng(seed + e)
+        episode_seed = (seed + e) if videos == "per-episode" else (seed if e == 0 else None)
+        (plain, info), (video, _) = (env.reset(seed=episode_seed) for env in envs)
         episode = dict(noiseless=[plain], video=[video], prev_actions=[np.zeros(envs[0].action_space.shape)],
                        rewards=[0.0], agent_state=[info["agent_state"]])
         for _ in range(steps):
@@ -123,9 +136,9 @@ def collect(task: str, episodes: int, steps: int, seed: int) -> dict[str, np.nda
             out[key].append(np.asarray(value))
         out["body"].append(~background_mask(np.asarray(episode["noiseless"]), task))
     arrays = {k: np.stack(v) for k, v in out.items()}
-    arrays["pose"] = arrays["agent_state"][..., :envs[0].position_dims]
     arrays["prev_actions"] = arrays["prev_actions"].astype(np.float32)
     arrays["rewards"] = arrays["rewards"].astype(np.float32)
+    arrays["pose"] = arrays["agent_state"][..., :envs[0].position_dims]
     return arrays
 
 
@@ -146,13 +159,18 @@ def scaled(frames) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------------- fitting
 
-def setting_config(args: Args, setting: str):
-    """(agent config, batch size, chunk) of ``setting``: the cpu preset's, with :data:`SETTINGS`' changes."""
+def setting_config(args: Args, setting: str, action_dim: int) -> tuple[DenoisedMDPConfig, int, int]:
+    """(agent config, sequences per batch, steps per sequence) of ``setting``: the ``dmc`` benchmark's cpu preset
+    for 64x64 pixels (Denoised MDP with Table D.5's beta and alpha 1), with :data:`SETTINGS`' changes."""
     variant, width, batch_size, chunk = SETTINGS[setting]
-    config = make_config(args.method, args.task, variant, (64, 64, 3), 6, "cpu", "imagine")
-    if width is not None:
-        config = dataclasses.replace(config, model=dataclasses.replace(config.model, conv_width=width))
     preset = DMC_PRESETS["cpu"]
+    model = WorldModelConfig(obs_shape=(64, 64, 3), action_dim=action_dim,
+                             **{**preset["model"], **DMC_PIXEL_MODEL["cpu"],
+                                **({} if width is None else dict(conv_width=width))})
+    if args.method == "dreamer":
+        config = DenoisedMDPConfig.dreamer(dataclasses.replace(model, **preset["dreamer"]), **preset["agent"])
+    else:
+        config = DenoisedMDPConfig(model=model, beta=DMC_BETAS[args.task][variant], **preset["agent"])
     return config, batch_size or preset["batch_size"], chunk or preset["chunk"]
 
 
@@ -197,7 +215,7 @@ def fit(args: Args, setting: str, train: dict, test: dict) -> tuple[dict, np.nda
     """Fit one setting's world model; returns its record and its last reconstruction of the held-out episodes."""
     variant = SETTINGS[setting][0]
     frames = "noiseless" if variant == "noiseless" else "video"
-    config, batch_size, chunk = setting_config(args, setting)
+    config, batch_size, chunk = setting_config(args, setting, train["prev_actions"].shape[-1])
     agent = DenoisedMDPAgent.create(config, args.seed)
     buffer = SequenceBuffer(observations=jnp.asarray(train[frames]), prev_actions=jnp.asarray(train["prev_actions"]),
                             rewards=jnp.asarray(train["rewards"]), size=jnp.int32(len(train[frames])),
@@ -226,8 +244,8 @@ def fit(args: Args, setting: str, train: dict, test: dict) -> tuple[dict, np.nda
 
 def setting_settings(args: Args, setting: str) -> dict:
     """What a finished setting's record must match to be reused."""
-    keep = ("task", "method", "episodes", "test_episodes", "probe_train", "episode_steps", "updates", "measure_every",
-            "seed")
+    keep = ("task", "method", "episodes", "test_episodes", "probe_train", "episode_steps", "videos", "updates",
+            "measure_every", "seed")
     return dict(setting=list(SETTINGS[setting]), **{k: getattr(args, k) for k in keep})
 
 
@@ -235,8 +253,9 @@ def run(args: Args) -> dict:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
+    action_dim = DMCEnv(args.task, "noiseless", 0, observation="pixels").action_space.shape[0]
     for setting in args.settings:
-        _, _, chunk = setting_config(args, setting)
+        _, _, chunk = setting_config(args, setting, action_dim)
         if chunk > args.episode_steps + 1:
             raise ValueError(f"episode_steps must be at least {chunk - 1} for setting {setting!r} (its sequences are "
                              f"{chunk} steps long), got {args.episode_steps}")
@@ -256,7 +275,7 @@ def run(args: Args) -> dict:
     extra, plots = {}, {"fit.png": lambda path: plot_fit(path, args, records)}
     if todo:  # render the frames only when something is to be fitted
         start = time.time()
-        data = collect(args.task, args.episodes + args.test_episodes, args.episode_steps, args.seed)
+        data = collect(args.task, args.episodes + args.test_episodes, args.episode_steps, args.seed, args.videos)
         extra = dict(collect_seconds=time.time() - start, body_pixel_share=float(data["body"].mean()))
         train = {k: v[:args.episodes] for k, v in data.items()}
         test = {k: v[args.episodes:] for k, v in data.items()}

@@ -215,5 +215,9 @@ DMC_PRESETS = {
                 agent=dict(actor_hidden=(128, 128), critic_hidden=(128, 128), imagine_starts=128),
                 batch_size=16, chunk=32),
 }
+# Table D.5 (backprop via dynamics): beta per task and variant; 1 = no regularisation (noiseless).
+DMC_BETAS = {"cheetah-run": dict(noiseless=1.0, distractors=0.125, noisy_sensor=0.25, jitter=0.25),
+             "walker-walk": dict(noiseless=1.0, distractors=0.25, noisy_sensor=0.25, jitter=0.5),
+             "reacher-easy": dict(noiseless=1.0, distractors=0.25, noisy_sensor=0.25, jitter=0.25)}
 # Pixels (64x64 RGB): D.2.1's conv encoder/decoder, width k (paper 32); the cpu preset halves it.
 DMC_PIXEL_MODEL = {"paper": dict(conv_width=32, embed_dim=1024), "cpu": dict(conv_width=16, embed_dim=256)}
