@@ -18,7 +18,9 @@ episodes are filtered with the posterior, decoded, and scored:
 * ``probe_pose`` / ``probe_state``: held-out R^2 of ridge read-outs of the body's joint positions (qpos without
   rootx) and of its full state (qpos, qvel) from the posterior features ([h, state] of every factor), fitted on
   the first ``probe_train`` held-out episodes and scored on the rest (:func:`ridge_probe_r2`).
-* ``recon_nll``: the reconstruction NLL per frame (what the model minimises; nats).
+* ``recon_nll``: the reconstruction NLL per frame (what the model minimises; nats); beside it the mean over the
+  training batches since the last measurement (``train``: every metric of the model step), where a gap shows frames
+  the model has fitted but does not generalise from.
 
 Each setting's curve is saved in ``<out-dir>/<setting>/record.json`` as soon as it finishes, so a run split over
 sittings skips finished settings (a record made with other settings is refused). The frames are rendered anew each
@@ -297,19 +299,22 @@ SCORES = (("body_error", "body pixels: error / constant image's"), ("background_
 
 
 def format_table(records: list[dict]) -> str:
-    lines = ["setting | conv width | batch | s/update | " + " | ".join(k for k, _ in SCORES) + " | recon NLL (nats)",
-             "--- | " * (5 + len(SCORES)) + "---"]
+    lines = ["setting | conv width | batch | s/update | " + " | ".join(k for k, _ in SCORES)
+             + " | recon NLL (nats), held out | on training batches",
+             "--- | " * (6 + len(SCORES)) + "---"]
     for r in records:
         last = r["curve"][-1]
         lines.append(f"{r['setting']} | {r['agent_config']['model']['conv_width']} | {r['batch_size']} x {r['chunk']} | "
                      f"{r['seconds_per_update']:.2f} | " + " | ".join(f"{last[k]:.3f}" for k, _ in SCORES)
-                     + f" | {last['recon_nll']:.1f}")
+                     + f" | {last['recon_nll']:.1f} | {last['train'].get('recon_nll', float('nan')):.1f}")
     return f"After {records[0]['curve'][-1]['updates']} world-model updates, held-out episodes:\n" + "\n".join(lines)
 
 
 def _title(args: Args) -> str:
     return (f"{args.method} world model fitted offline on {args.episodes} random-action episodes of {args.task} "
-            f"({args.episode_steps} agent steps each, 64x64 pixels), cpu preset unless the setting says otherwise; "
+            f"({args.episode_steps} agent steps each, 64x64 pixels; "
+            f"{'one video on across episodes' if args.videos == 'one' else 'a video per episode'}), "
+            f"cpu preset unless the setting says otherwise; "
             f"scored on {args.test_episodes} held-out episodes, seed {args.seed}")
 
 

@@ -71,7 +71,7 @@ def test_one_video_plays_on_where_per_episode_videos_start_anew():
 
 def _record(args, setting, body_error=0.5):
     point = dict(updates=args.updates, body_error=body_error, background_error=0.9, probe_pose=0.3, probe_state=0.2,
-                 recon_nll=30.0, train={})
+                 recon_nll=30.0, train=dict(recon_nll=20.0))
     return dict(setting=setting, settings=fit.setting_settings(args, setting), curve=[point], seconds_per_update=0.6,
                 agent_config=dict(model=dict(conv_width=16)), batch_size=16, chunk=32)
 
@@ -84,7 +84,7 @@ def test_finished_settings_are_reused_without_rendering(tmp_path, monkeypatch):
     monkeypatch.setattr(fit, "collect", lambda *a, **k: pytest.fail("rendered frames for finished settings"))
     saved = fit.run(args)
     assert [r["curve"][-1]["body_error"] for r in saved["records"]] == [0.2, 0.9]
-    assert "noiseless | 16 | 16 x 32 | 0.60 | 0.200" in saved["table"]
+    assert "noiseless | 16 | 16 x 32 | 0.60 | 0.200 | 0.900 | 0.300 | 0.200 | 30.0 | 20.0" in saved["table"]
     assert (tmp_path / "fit.png").exists() and not (tmp_path / "reconstructions.png").exists()
 
 
