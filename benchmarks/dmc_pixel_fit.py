@@ -51,13 +51,14 @@ from platonic_rl.envs.replay import SequenceBuffer
 from platonic_rl.replearn.probes import ridge_probe_r2
 from platonic_rl.training.run import read_json, write_json
 
-# name -> (pixel variant, conv width, sequences per batch, steps per sequence); None: the cpu preset's.
+# name -> (pixel variant, conv width, sequences per batch, steps per sequence[, free nats]); None: the cpu preset's.
 SETTINGS = {
     "noiseless": ("noiseless", None, None, None),
     "video": ("distractors", None, None, None),
     "video-width32": ("distractors", 32, None, None),   # the paper's conv width (D.2.1)
     "video-batch32": ("distractors", None, 32, None),   # twice the cpu preset's sequences (1024 frames)
     "video-batch50x50": ("distractors", None, 50, 50),  # DreamerV1's batch (2500 frames)
+    "video-freenats10": ("distractors", None, None, None, 10.0),  # KL free up to 10 nats (the paper's 3)
 }
 RECORD = "record.json"
 VIDEOS = ("one", "per-episode")  # collect's videos
@@ -163,8 +164,9 @@ def scaled(frames) -> np.ndarray:
 
 def setting_config(args: Args, setting: str, action_dim: int) -> tuple[DenoisedMDPConfig, int, int]:
     """(agent config, sequences per batch, steps per sequence) of ``setting``: the ``dmc`` benchmark's cpu preset
-    for 64x64 pixels (Denoised MDP with Table D.5's beta and alpha 1), with :data:`SETTINGS`' changes."""
-    variant, width, batch_size, chunk = SETTINGS[setting]
+    for 64x64 pixels (Denoised MDP with Table D.5's beta and alpha 1; 3 free nats), with :data:`SETTINGS`'
+    changes."""
+    variant, width, batch_size, chunk, *free_nats = SETTINGS[setting]
     preset = DMC_PRESETS["cpu"]
     model = WorldModelConfig(obs_shape=(64, 64, 3), action_dim=action_dim,
                              **{**preset["model"], **DMC_PIXEL_MODEL["cpu"],
@@ -173,6 +175,8 @@ def setting_config(args: Args, setting: str, action_dim: int) -> tuple[DenoisedM
         config = DenoisedMDPConfig.dreamer(dataclasses.replace(model, **preset["dreamer"]), **preset["agent"])
     else:
         config = DenoisedMDPConfig(model=model, beta=DMC_BETAS[args.task][variant], **preset["agent"])
+    if free_nats:
+        config = dataclasses.replace(config, free_nats=free_nats[0])
     return config, batch_size or preset["batch_size"], chunk or preset["chunk"]
 
 

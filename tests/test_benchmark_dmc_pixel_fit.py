@@ -45,12 +45,14 @@ def test_the_settings_are_the_dmc_benchmarks_pixel_configs(method):
     from platonic_rl.benchmarks.dmc import make_config
 
     args = fit.Args(method=method)
-    for setting, (variant, width, sequences, steps) in fit.SETTINGS.items():
+    for setting, (variant, width, sequences, steps, *free_nats) in fit.SETTINGS.items():
         config, batch_size, chunk = fit.setting_config(args, setting, 6)
         expected = make_config(method, "cheetah-run", variant, (64, 64, 3), 6, "cpu", "imagine")
         assert config.model.conv_width == (width or 16) and (batch_size, chunk) == (sequences or 16, steps or 32)
         assert config == dataclasses.replace(expected, model=dataclasses.replace(expected.model,
-                                                                                 conv_width=width or 16))
+                                                                                 conv_width=width or 16),
+                                             free_nats=free_nats[0] if free_nats else 3.0)
+    assert fit.setting_config(args, "video-freenats10", 6)[0].free_nats == 10.0
     assert fit.setting_config(args, "video", 6)[0].beta == (0.125 if method == "denoised" else 1.0)
 
 
