@@ -14,7 +14,7 @@ distractors out of it. A finished run asked for with other probe settings is pro
 (where that is on the machine), without training; so is one asked for with a final evaluation of another size
 (``--final-eval-episodes``: many deterministic episodes at the budget, for tasks whose returns vary a lot from
 episode to episode, such as reacher's). Denoised MDP uses Table D.5's beta for backprop-via-dynamics per
-task and variant, and the thesis' alpha for the observation's size (:func:`observation_alpha`). State variants draw
+task and variant, and the thesis' alpha for the observation's size (``presets.observation_alpha``). State variants draw
 their distractors from ``--distractor`` (default ``twin``: a copy of the body driven by random actions;
 ``envs/dmc.py``).
 
@@ -39,13 +39,13 @@ import tyro
 
 from platonic_rl.agents.denoised_mdp import ActorKind, DenoisedMDPAgent, DenoisedMDPConfig
 from platonic_rl.benchmarks import report
-from platonic_rl.benchmarks.presets import DMC_BETAS as BETAS
-from platonic_rl.benchmarks.presets import DMC_PIXEL_MODEL, DMC_PRESETS
+from platonic_rl.benchmarks.presets import DMC_BETAS as BETAS  # noqa: F401 -- Table D.5, read as dmc.BETAS
+from platonic_rl.benchmarks.presets import DMC_PRESETS, make_config
 from platonic_rl.training.run import (RunDirectory, as_json, describe_differences, read_json, settings_differences,
                                       write_json)
 from platonic_rl.training.world_model import (SATURATION_MARGIN, DMCOnlineConfig, evaluation_summaries,
                                                latent_probe_data, run_episode, train_dmc_online)
-from platonic_rl.denoised.model import WorldModelConfig, all_features
+from platonic_rl.denoised.model import all_features
 from platonic_rl.envs.dmc import TASKS, VARIANTS, DMCEnv
 from platonic_rl.replearn.probes import ridge_probe_r2
 
@@ -176,48 +176,6 @@ class Args:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if self.x_size is not None and (len(self.x_size) != 2 or min(self.x_size) < 1):
             raise ValueError(f"--x-size takes two sizes >= 1 (x_belief x_state), got {self.x_size}")
-
-
-def make_config(method: str, task: str, variant: str, obs_shape: tuple[int, ...], action_dim: int, preset: str,
-                policy: str, free_nats: float = 3.0, kl_split: bool = False, imagine_starts: int | None = None,
-                beta: float | None = None, actor: ActorKind | None = None,
-                alpha: float | None = None, dreamer_free_nats: float = 3.0,
-                x_size: tuple[int, int] | None = None, dreamer_alpha: float = 1.0) -> DenoisedMDPConfig:
-    """The config of ``method`` at ``preset``; ``imagine_starts`` replaces the preset's, ``beta`` Table D.5's and
-    ``x_size`` (x_belief, x_state) the preset's x (either method's) if given; ``actor``
-    (:attr:`DenoisedMDPConfig.actor`) the config's default if None; Denoised MDP's ``alpha``
-    :func:`observation_alpha` of the observation if None (Dreamer's is ``dreamer_alpha``, its own 1 by default).
-    ``free_nats`` are Denoised MDP's, ``dreamer_free_nats`` Dreamer's."""
-    p = DMC_PRESETS[preset]
-    pixels = len(obs_shape) == 3
-    model = WorldModelConfig(obs_shape=tuple(obs_shape), action_dim=action_dim,
-                             **{**p["model"], **(DMC_PIXEL_MODEL[preset] if pixels else {})})
-    heads = {**p["agent"], **({} if imagine_starts is None else dict(imagine_starts=imagine_starts)),
-             **({} if actor is None else dict(actor=actor))}
-    x = {} if x_size is None else dict(x_belief=int(x_size[0]), x_state=int(x_size[1]))
-    if method == "denoised":
-        config = DenoisedMDPConfig(model=dataclasses.replace(model, **x),
-                                   beta=BETAS[task][variant] if beta is None else beta,
-                                   alpha=observation_alpha(obs_shape) if alpha is None else alpha,
-                                   policy=policy, free_nats=free_nats,
-                                   kl_split=kl_split, **heads)
-    elif method == "dreamer":
-        config = DenoisedMDPConfig.dreamer(dataclasses.replace(model, **{**p["dreamer"], **x}), policy=policy,
-                                           free_nats=dreamer_free_nats, alpha=dreamer_alpha, **heads)
-    else:
-        raise ValueError(f"unknown method {method!r}; expected 'denoised' or 'dreamer'")
-    return config
-
-
-PAPER_PIXELS = 64 * 64 * 3  # the observation size at which the paper's alpha is 1 (DMC's pixels)
-
-
-def observation_alpha(obs_shape: tuple[int, ...]) -> float:
-    """Eq. 5.4's alpha for an observation of ``obs_shape``, by the thesis' rule (Section 5.3: alpha roughly
-    proportional to the observation's dimensionality, to keep its ratio to the reconstruction loss; 1 for DMC's
-    64x64x3 pixels, 2 for RoboDesk's twice as many): ``size / (64 * 64 * 3)``, so 1 for the paper's pixels and about
-    0.003 for cheetah-run's 34-dimensional state with one twin."""
-    return float(np.prod(obs_shape)) / PAPER_PIXELS
 
 
 def loop_config(args: Args, task: str, variant: str, seed: int) -> DMCOnlineConfig:

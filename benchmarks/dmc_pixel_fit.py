@@ -7,9 +7,9 @@ while the noiseless pixel Dreamer learned (``docs/results.md``), and their poste
 model, the data (what the policy visits) and the settings (conv width, batch) change together. Here they are pulled
 apart: episodes of uniformly random actions are rendered twice from the same physics, once noiseless and once with
 the video background (same seed, same actions, so the same body at every step; one video on across the episodes or
-one per episode, :func:`collect`), and the world model alone (eq. 5.4's model step, :meth:`DenoisedMDPAgent.model_loss_fn`; no
-policy) is fitted on them under each setting of :data:`SETTINGS`. Every ``measure_every`` updates the held-out
-episodes are filtered with the posterior, decoded, and scored:
+one per episode, :func:`collect`), and the world model alone (eq. 5.4's model step,
+:meth:`DenoisedMDPAgent.model_loss_fn`; no policy) is fitted on them under each setting of :data:`SETTINGS`. Every
+``measure_every`` updates the held-out episodes are filtered with the posterior, decoded, and scored:
 
 * ``body_error``: the reconstruction's squared error on the *body's* pixels (where the noiseless frame is not
   background, :func:`~platonic_rl.envs.dmc.background_mask`), divided by that of the training frames' per-pixel
@@ -44,8 +44,8 @@ import tyro
 
 from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
 from platonic_rl.benchmarks import report
-from platonic_rl.benchmarks.presets import DMC_BETAS, DMC_PIXEL_MODEL, DMC_PRESETS
-from platonic_rl.denoised.model import WorldModelConfig, all_features, observe
+from platonic_rl.benchmarks.presets import DMC_PRESETS, make_config
+from platonic_rl.denoised.model import all_features, observe
 from platonic_rl.envs.dmc import EPISODE_STEPS, TASKS, DMCEnv, background_mask
 from platonic_rl.envs.replay import SequenceBuffer
 from platonic_rl.replearn.probes import ridge_probe_r2
@@ -117,19 +117,18 @@ def collect(task: str, episodes: int, steps: int, seed: int, videos: str = "one"
     if videos not in VIDEOS:
         raise ValueError(f"videos must be one of {VIDEOS}, got {videos!r}")
     out = {k: [] for k in ("noiseless", "video", "body", "prev_actions", "rewards", "agent_state")}
-    rng = np.random.default_rng(seed)
-    envs = [DMCEnv(task, variant, seed, observation="pixels") for variant in ("noiseless", "distractors")]
+    pair = lambda s: [DMCEnv(task, v, s, observation="pixels") for v in ("noiseless", "distractors")]  # noqa: E731
+    envs, rng = pair(seed), np.random.default_rng(seed)
     for e in range(episodes):
-        if videos == "per-episode":
-            envs = [DMCEnv(task, variant, seed + e, observation="pixels") for variant in ("noiseless", "distractors")]
-            rng = np.random.default_rng(seed + e)
-        episode_seed = (seed + e) if videos == "per-episode" else (seed if e == 0 else None)
-        (plain, info), (video, _) = (env.reset(seed=episode_seed) for env in envs)
+        if videos == "per-episode" and e > 0:
+            envs, rng = pair(seed + e), np.random.default_rng(seed + e)
+        reseed = videos == "per-episode" or e == 0  # "one": later episodes go on from the last one's state
+        (plain, info), (video, _) = (env.reset(seed=seed + e if reseed else None) for env in envs)
         episode = dict(noiseless=[plain], video=[video], prev_actions=[np.zeros(envs[0].action_space.shape)],
                        rewards=[0.0], agent_state=[info["agent_state"]])
         for _ in range(steps):
             action = rng.uniform(envs[0].action_space.low, envs[0].action_space.high)
-            (plain, reward, _, _, info), (video, video_reward, _, _, video_info) = (env.step(action) for env in envs)
+            (plain, reward, _, _, info), (video, _, _, _, video_info) = (env.step(action) for env in envs)
             if not np.array_equal(info["agent_state"], video_info["agent_state"]):
                 raise RuntimeError("collect: the noiseless and video envs diverged under the same actions")
             for key, value in (("noiseless", plain), ("video", video), ("prev_actions", action), ("rewards", reward),
@@ -164,19 +163,15 @@ def scaled(frames) -> np.ndarray:
 
 def setting_config(args: Args, setting: str, action_dim: int) -> tuple[DenoisedMDPConfig, int, int]:
     """(agent config, sequences per batch, steps per sequence) of ``setting``: the ``dmc`` benchmark's cpu preset
-    for 64x64 pixels (Denoised MDP with Table D.5's beta and alpha 1; 3 free nats), with :data:`SETTINGS`'
-    changes."""
+    for 64x64 pixels (:func:`~platonic_rl.benchmarks.presets.make_config`: Denoised MDP with Table D.5's beta and
+    alpha 1; 3 free nats), with :data:`SETTINGS`' changes."""
     variant, width, batch_size, chunk, *free_nats = SETTINGS[setting]
-    preset = DMC_PRESETS["cpu"]
-    model = WorldModelConfig(obs_shape=(64, 64, 3), action_dim=action_dim,
-                             **{**preset["model"], **DMC_PIXEL_MODEL["cpu"],
-                                **({} if width is None else dict(conv_width=width))})
-    if args.method == "dreamer":
-        config = DenoisedMDPConfig.dreamer(dataclasses.replace(model, **preset["dreamer"]), **preset["agent"])
-    else:
-        config = DenoisedMDPConfig(model=model, beta=DMC_BETAS[args.task][variant], **preset["agent"])
+    config = make_config(args.method, args.task, variant, (64, 64, 3), action_dim, "cpu", "imagine")
+    if width is not None:
+        config = dataclasses.replace(config, model=dataclasses.replace(config.model, conv_width=width))
     if free_nats:
         config = dataclasses.replace(config, free_nats=free_nats[0])
+    preset = DMC_PRESETS["cpu"]
     return config, batch_size or preset["batch_size"], chunk or preset["chunk"]
 
 
@@ -308,8 +303,9 @@ def format_table(records: list[dict]) -> str:
              "--- | " * (6 + len(SCORES)) + "---"]
     for r in records:
         last = r["curve"][-1]
-        lines.append(f"{r['setting']} | {r['agent_config']['model']['conv_width']} | {r['batch_size']} x {r['chunk']} | "
-                     f"{r['seconds_per_update']:.2f} | " + " | ".join(f"{last[k]:.3f}" for k, _ in SCORES)
+        lines.append(f"{r['setting']} | {r['agent_config']['model']['conv_width']} | "
+                     f"{r['batch_size']} x {r['chunk']} | {r['seconds_per_update']:.2f} | "
+                     + " | ".join(f"{last[k]:.3f}" for k, _ in SCORES)
                      + f" | {last['recon_nll']:.1f} | {last['train'].get('recon_nll', float('nan')):.1f}")
     return f"After {records[0]['curve'][-1]['updates']} world-model updates, held-out episodes:\n" + "\n".join(lines)
 
@@ -352,7 +348,8 @@ def plot_reconstructions(path: Path, args: Args, test: dict, reconstructions: di
     episode = args.test_episodes - 1
     steps = np.linspace(0, args.episode_steps, frames + 2).astype(int)[1:-1]
     rows = [("noiseless frame", test["noiseless"][episode]), ("video frame", test["video"][episode])]
-    rows += [(f"{name}\nreconstruction", np.clip(recon[episode] + 0.5, 0, 1)) for name, recon in reconstructions.items()]
+    rows += [(f"{name}\nreconstruction", np.clip(recon[episode] + 0.5, 0, 1))
+             for name, recon in reconstructions.items()]
     fig, axes = plt.subplots(len(rows), frames, squeeze=False, figsize=(1.8 * frames + 1.2, 1.9 * len(rows) + 0.9))
     for i, (label, images) in enumerate(rows):
         for j, step in enumerate(steps):

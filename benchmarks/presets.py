@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from platonic_rl.agents.crl import CRLConfig
+from platonic_rl.agents.denoised_mdp import ActorKind, DenoisedMDPConfig
 from platonic_rl.agents.gcbc import GCBCConfig
 from platonic_rl.agents.qrl_continuous import QRLContinuousConfig
+from platonic_rl.denoised.model import WorldModelConfig
 from platonic_rl.envs import jax_env, maze2d
 from platonic_rl.envs.point_maze import PointMaze
 from platonic_rl.envs.reacher import Reacher
@@ -221,3 +225,45 @@ DMC_BETAS = {"cheetah-run": dict(noiseless=1.0, distractors=0.125, noisy_sensor=
              "reacher-easy": dict(noiseless=1.0, distractors=0.25, noisy_sensor=0.25, jitter=0.25)}
 # Pixels (64x64 RGB): D.2.1's conv encoder/decoder, width k (paper 32); the cpu preset halves it.
 DMC_PIXEL_MODEL = {"paper": dict(conv_width=32, embed_dim=1024), "cpu": dict(conv_width=16, embed_dim=256)}
+
+
+def make_config(method: str, task: str, variant: str, obs_shape: tuple[int, ...], action_dim: int, preset: str,
+                policy: str, free_nats: float = 3.0, kl_split: bool = False, imagine_starts: int | None = None,
+                beta: float | None = None, actor: ActorKind | None = None,
+                alpha: float | None = None, dreamer_free_nats: float = 3.0,
+                x_size: tuple[int, int] | None = None, dreamer_alpha: float = 1.0) -> DenoisedMDPConfig:
+    """The config of ``method`` at ``preset``; ``imagine_starts`` replaces the preset's, ``beta`` Table D.5's and
+    ``x_size`` (x_belief, x_state) the preset's x (either method's) if given; ``actor``
+    (:attr:`DenoisedMDPConfig.actor`) the config's default if None; Denoised MDP's ``alpha``
+    :func:`observation_alpha` of the observation if None (Dreamer's is ``dreamer_alpha``, its own 1 by default).
+    ``free_nats`` are Denoised MDP's, ``dreamer_free_nats`` Dreamer's."""
+    p = DMC_PRESETS[preset]
+    pixels = len(obs_shape) == 3
+    model = WorldModelConfig(obs_shape=tuple(obs_shape), action_dim=action_dim,
+                             **{**p["model"], **(DMC_PIXEL_MODEL[preset] if pixels else {})})
+    heads = {**p["agent"], **({} if imagine_starts is None else dict(imagine_starts=imagine_starts)),
+             **({} if actor is None else dict(actor=actor))}
+    x = {} if x_size is None else dict(x_belief=int(x_size[0]), x_state=int(x_size[1]))
+    if method == "denoised":
+        config = DenoisedMDPConfig(model=dataclasses.replace(model, **x),
+                                   beta=DMC_BETAS[task][variant] if beta is None else beta,
+                                   alpha=observation_alpha(obs_shape) if alpha is None else alpha,
+                                   policy=policy, free_nats=free_nats,
+                                   kl_split=kl_split, **heads)
+    elif method == "dreamer":
+        config = DenoisedMDPConfig.dreamer(dataclasses.replace(model, **{**p["dreamer"], **x}), policy=policy,
+                                           free_nats=dreamer_free_nats, alpha=dreamer_alpha, **heads)
+    else:
+        raise ValueError(f"unknown method {method!r}; expected 'denoised' or 'dreamer'")
+    return config
+
+
+PAPER_PIXELS = 64 * 64 * 3  # the observation size at which the paper's alpha is 1 (DMC's pixels)
+
+
+def observation_alpha(obs_shape: tuple[int, ...]) -> float:
+    """Eq. 5.4's alpha for an observation of ``obs_shape``, by the thesis' rule (Section 5.3: alpha roughly
+    proportional to the observation's dimensionality, to keep its ratio to the reconstruction loss; 1 for DMC's
+    64x64x3 pixels, 2 for RoboDesk's twice as many): ``size / (64 * 64 * 3)``, so 1 for the paper's pixels and about
+    0.003 for cheetah-run's 34-dimensional state with one twin."""
+    return float(np.prod(obs_shape)) / PAPER_PIXELS

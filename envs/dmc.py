@@ -384,9 +384,7 @@ class DMCEnv(gym.Env):
         variant's distractor variables concatenated, the task's uncontrolled reward variables, and the reward the
         task itself paid for the step (the unperturbed sensor's: the step's reward except with ``noisy_sensor``;
         0 on reset)."""
-        state = self._env.physics.get_state()
-        if self.task in ("cheetah-run", "walker-walk"):
-            state = state[1:]
+        state = self._env.physics.get_state()[self._dropped_rootx:]
         return dict(agent_state=state.astype(np.float32),
                     distractor_state=(np.concatenate(distractor) if distractor else np.zeros(0)).astype(np.float32),
                     task_state=self._task_state(), task_reward=np.float32(self._task_reward))
@@ -395,7 +393,13 @@ class DMCEnv(gym.Env):
     def position_dims(self) -> int:
         """How many leading entries of ``info["agent_state"]`` are positions (MuJoCo qpos, without cheetah's and
         walker's rootx); the velocities follow."""
-        return int(self._env.physics.model.nq) - (1 if self.task in ("cheetah-run", "walker-walk") else 0)
+        return int(self._env.physics.model.nq) - self._dropped_rootx
+
+    @property
+    def _dropped_rootx(self) -> int:
+        """1 where ``agent_state`` leaves out qpos's first entry (cheetah's and walker's rootx, unobservable by
+        design), else 0."""
+        return 1 if self.task in ("cheetah-run", "walker-walk") else 0
 
     def _task_state(self) -> np.ndarray:
         """The task's own variables that the reward depends on but no action moves: reacher-easy's target
