@@ -19,7 +19,11 @@ Which batch keys ``update`` reads is the agent's ``BATCH_KEYS`` (module-level in
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol, runtime_checkable
+import functools
+from typing import Any, Callable, Protocol, runtime_checkable
+
+import jax
+import numpy as np
 
 
 @runtime_checkable
@@ -52,3 +56,25 @@ def check_agent(agent: Any) -> None:
         hash(config)
     except TypeError:
         raise TypeError(f"{name}.config must be hashable (frozen, tuples not lists): it is static under jit") from None
+
+
+@functools.cache
+def _jitted_step(policy_class):
+    return jax.jit(policy_class.step)
+
+
+def host_policy(policy: Any, preprocess: Callable = lambda x: x) -> Callable:
+    """``(observations, goals) -> actions`` as NumPy, for the host-side evaluations (``envs.maze2d.evaluate``,
+    ``envs.ogbench_maze.evaluate``, ``training.goal_online.evaluate``), from anything with the acting signature (an
+    agent, a policy of :mod:`platonic_rl.agents.qrl_policies`): its jitted ``step`` on ``preprocess``-ed
+    observations and goals, without a key (deterministic), the policy state carried from call to call from
+    ``initial_policy_state`` of the first call's batch. One per evaluation: the state is not reset."""
+    step, carried = _jitted_step(type(policy)), {}
+
+    def act(observations, goals):
+        if "state" not in carried:
+            carried["state"] = policy.initial_policy_state(np.shape(observations)[0])
+        actions, carried["state"] = step(policy, carried["state"], preprocess(observations), preprocess(goals))
+        return np.asarray(actions)
+
+    return act

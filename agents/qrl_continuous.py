@@ -118,6 +118,26 @@ class QRLContinuousConfig:
         return -float(self.action_dim) if self.target_entropy is None else self.target_entropy
 
 
+# C.3.2's offline objective (maze2d): phi(x) = -softplus(500 - x, beta=0.01), transition weight 1, lambda lr 0.01, critic lr
+# 5e-4, behaviour cloning of weight 0.05 on the dataset action's negative log-likelihood, no entropy term.
+OFFLINE_OBJECTIVE = dict(transition_weight=1.0, phi_offset=500.0, phi_beta=0.01, lagrange_learning_rate=0.01,
+                         critic_learning_rate=5e-4, bc_weight=0.05, adaptive_entropy=False)
+
+# Named regimes, as config fields: agents.make("qrl_continuous", preset="offline", obs_dim=..., action_dim=...).
+PRESETS: dict[str, dict] = {
+    # C.3.3's state-based Fetch settings (the config's defaults): online, relabelled goals.
+    "online": {},
+    # Offline on your own dataset: C.3.2's objective with the actor's distance term divided by its batch mean (as
+    # OGBench's QRL), so BC weighs against a unit-sized term; 2 x 128 networks, IQE-maxmean 16 x 16 on a 64-d latent,
+    # actor lr 3e-4 (sizes for a 2-core machine; measured in docs/results.md, "QRL settings on a small own dataset").
+    # Train with critic goals = random dataset states and BC goals = future states
+    # (envs.replay.SegmentGoalSampler(p_future=0.0, bc_goals=True)).
+    "offline": dict(OFFLINE_OBJECTIVE, actor_learning_rate=3e-4, actor_distance_scale="batch_mean",
+                    encoder_hidden=(128, 128), latent_dim=64, projector_hidden=(128,), iqe_components=16,
+                    iqe_dim_per_component=16, dynamics_hidden=(128, 128), actor_hidden=(128, 128)),
+}
+
+
 # C.3.3's changes for 64x64 image observations (use with OnlineConfig(obs="image", updates_per_cycle=125)).
 IMAGE_DEFAULTS = dict(image_shape=(64, 64, 3), encoder_hidden=(512,), transition_weight=0.1)
 

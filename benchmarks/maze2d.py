@@ -1,13 +1,20 @@
 """Offline goal reaching on D4RL maze2d: QRL (+BC), Contrastive RL (+BC), GCBC and MPPI with the QRL value
 (Table 4.2, section 4.5.1, appendix C.3.2), and as a reference MPPI in the true dynamics with the true sparse
-reward (no training; it plans in the pure-JAX point maze of ``envs.point_maze``). ``qrl_grid`` (not in the
-paper) acts with QRL's trained critic alone, by the argmin of the learned one-step cost over a 9x9 action grid:
-what a perfect one-step actor would do, to tell a failing actor from a critic whose greedy policy fails.
-``qrl_true`` (not in the paper) is the critic-quality check: the grid action whose *true* next state (the pure-JAX
-point maze's step) has the smallest learned distance to the goal, max over the critics; no actor, no learned
-dynamics, so a failure there is the learned distance's own. ``qrl_true_hold`` (not in the paper) is the same check
-with each grid action held for the scale's ``critic_hold_steps`` (20: 0.2 s) before the learned distance is read:
-it asks whether the distance orders states further apart than one step.
+reward (no training; it plans in the pure-JAX point maze of ``envs.point_maze``). The rows are :data:`TABLE`'s,
+each one entry (the trained seeds it acts with and how it acts), of three kinds:
+
+* the paper's rows: ``qrl`` (QRL's actor), ``crl``, ``gcbc``, ``mppi`` (MPPI in QRL's learned model, the scale's
+  samples), ``mppi_true``;
+* this suite's deployable QRL policies (:mod:`platonic_rl.agents.qrl_policies`, built from what QRL learned and
+  the dataset's states, never the simulator): ``qrl_lookahead`` (each grid action held k steps in the learned
+  latent dynamics), ``qrl_waypoints`` and ``qrl_waypoints_lookahead`` (the dataset state within reach H nearest
+  the goal, then the actor or the lookahead towards it), ``mppi_paper_samples`` (MPPI at C.3.2's 10,000
+  samples); their settings are the scale's ``policies``;
+* checks of the learned distance: ``qrl_grid`` (the argmin of the learned one-step cost over a 9x9 action grid:
+  what a perfect one-step actor would do), ``qrl_true`` (the grid action whose *true* next state, the pure-JAX
+  point maze's step, has the smallest learned distance to the goal: a failure there is the distance's own) and
+  ``qrl_true_hold`` (the same with each action held ``critic_hold_steps``, 20, before the distance is read). These
+  use the simulator: they test the distance, they do not compete.
 
     python -m platonic_rl.benchmarks.maze2d --scale quick                       # minutes: a smoke run
     python -m platonic_rl.benchmarks.maze2d --scale cpu --layouts medium        # one layout, 3 seeds
@@ -24,7 +31,8 @@ the layout's extent (``Layout.obs_center/obs_scale``) for every method.
 
 Saves ``results.json`` (command, settings, per-seed scores, dataset sizes and times, the paper's numbers, and
 per seed the rank correlation of QRL's learned distance with the true shortest path for two goals, and
-whether QRL's actor picks the action its own critic rates best: :func:`actor_check`),
+whether QRL's actor picks the action its own critic rates best: :func:`actor_check`; per row its seconds per
+action, one state at a time: :func:`seconds_per_action`),
 ``values.png`` (the learned distance d(s, g) over the maze for two goals per layout beside the true
 shortest-path distance in cells) and ``trajectories.png`` (QRL's single-goal episodes); prints the table.
 """
@@ -35,19 +43,21 @@ import functools
 import json
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from platonic_rl.agents.contract import host_policy
 from platonic_rl.agents.crl import CRLAgent
 from platonic_rl.agents.gcbc import GCBCAgent
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent
 from platonic_rl.agents.qrl_diagnostics import actor_critic_gap, grid_argmin_actions, true_dynamics_greedy_actions
+from platonic_rl.agents.qrl_policies import MPPIPolicy, make_policy
 from platonic_rl.agents.seeds import SeedStack
-from platonic_rl.benchmarks import report
-from platonic_rl.benchmarks.presets import Maze2dScale, maze2d_scales
+from platonic_rl.benchmarks import report, timing
+from platonic_rl.benchmarks.presets import Maze2dScale, QRLPolicySettings, maze2d_scales
 from platonic_rl.common.planning import mppi_step
 from platonic_rl.envs import maze2d
 from platonic_rl.envs.maze2d import normalised_data, normaliser
@@ -56,10 +66,9 @@ from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
 from platonic_rl.training import signals
 from platonic_rl.training.offline import train_offline
 
-Method = Literal["qrl", "qrl_grid", "qrl_true", "qrl_true_hold", "crl", "gcbc", "mppi", "mppi_true"]
-METHODS = ("qrl", "qrl_grid", "qrl_true", "qrl_true_hold", "crl", "gcbc", "mppi", "mppi_true")
-QRL_CHECKS = ("qrl_grid", "qrl_true", "qrl_true_hold", "mppi")  # act with QRL's trained stack
-TRUE_DYNAMICS_CHECKS = ("qrl_true", "qrl_true_hold")  # greedy on the learned distance, true dynamics
+METHODS = ("qrl", "qrl_lookahead", "qrl_waypoints", "qrl_waypoints_lookahead", "qrl_grid", "qrl_true", "qrl_true_hold",
+           "crl", "gcbc", "mppi", "mppi_paper_samples", "mppi_true")  # the rows of TABLE, in the table's order
+MethodName = Literal[METHODS]
 LAYOUTS = ("large", "medium", "umaze")
 
 # Table 4.2 (mean over 5 seeds), normalised scores: {method: {setting: {layout: score}}}.
@@ -71,9 +80,6 @@ PAPER = {
     "handcoded_controller": {"single": dict(large=128.13, medium=127.64, umaze=113.91),
                              "multi": dict(large=146.94, medium=119.97, umaze=128.53)},
 }
-NAMES = dict(qrl="QRL (+BC)", qrl_grid="QRL critic, grid argmin", qrl_true="QRL critic, true dynamics",
-             qrl_true_hold="QRL critic, true dyn., held",
-             crl="Contrastive RL (+BC)", gcbc="GCBC", mppi="MPPI with QRL value", mppi_true="MPPI, true dynamics")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +87,7 @@ class Args:
     """Table 4.2 on maze2d at a chosen scale (see the module docstring)."""
     scale: Literal["quick", "cpu", "paper"] = "quick"
     layouts: tuple[Literal["large", "medium", "umaze"], ...] = LAYOUTS
-    methods: tuple[Method, ...] = METHODS
+    methods: tuple[MethodName, ...] = METHODS
     """mppi plans with the trained QRL agents (it needs qrl's run); mppi_true plans in the true dynamics (the
     JAX point maze) with the true sparse reward, as a reference (no training)."""
     seeds: tuple[int, ...] = (0, 1, 2)
@@ -107,14 +113,37 @@ class Args:
     """Where generated datasets are cached (default $PLATONIC_RL_DATA/maze2d or ~/.cache/platonic_rl/maze2d)."""
     episodes: int | None = None
     """Evaluation episodes per (layout, method, seed, setting) (default: the scale's)."""
+    hold_steps: int | None = None
+    """The latent lookahead's k, steps each candidate action is held (default: the scale's ``policies``)."""
+    reach: float | None = None
+    """The waypoints' H: waypoints w with d(s, w) <= H are within reach (default: the scale's)."""
+    num_waypoints: int | None = None
+    """Dataset states the waypoints are drawn from (default: the scale's)."""
+    mppi_paper_samples: int | None = None
+    """Samples of the ``mppi_paper_samples`` row (default: the scale's, C.3.2's 10,000 at cpu and paper)."""
+    ladder: tuple[str, ...] = ()
+    """Policy settings to evaluate beside the scale's, each ``NAME=VALUE`` with NAME a field of the scale's
+    ``policies`` (e.g. ``hold_steps=5 hold_steps=40 reach=40``): every selected row whose settings hold NAME is
+    evaluated once more with that value, into ``evals/<layout>-<row>@NAME=VALUE.json``, and the ladder table is
+    printed below the main one. One call loads the dataset and the trained agents once for the whole ladder."""
     out_dir: str | None = None
     """Default: results/maze2d/<scale>."""
+    runs_dir: str | None = None
+    """Where the trained runs are kept, one directory per (layout, method) (default: <out-dir>/runs): another
+    --out-dir can evaluate other policy settings with the same trained agents."""
     overwrite: bool = False
     """Start every selected (layout, method) afresh instead of resuming/reusing it."""
 
     def __post_init__(self):
         if self.dataset is not None and len(self.layouts) != 1:
             raise ValueError(f"--dataset needs exactly one --layouts (the dataset's maze), got {self.layouts}")
+        for name in ("hold_steps", "num_waypoints", "mppi_paper_samples"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.reach is not None and not self.reach > 0:
+            raise ValueError(f"--reach must be > 0 (steps of learned distance), got {self.reach}")
+        for rung in self.ladder:
+            ladder_rung(rung)  # refuses what it cannot read
         if self.qrl_updates is not None and self.qrl_updates < 1:
             raise ValueError(f"--qrl-updates must be >= 1, got {self.qrl_updates}")
         if self.qrl_hidden is not None and (not self.qrl_hidden or min(self.qrl_hidden) < 1):
@@ -147,13 +176,7 @@ def train_method(method: str, scale: Maze2dScale, data: dict, seeds, run_dir: Pa
                          sampler=sampler)
 
 
-_ACT = {cls: jax.jit(cls.act) for cls in (QRLContinuousAgent, CRLAgent, GCBCAgent)}
 _GOAL_DISTANCES = jax.jit(QRLContinuousAgent.goal_distances)
-
-
-def greedy_policy(agent, layout: maze2d.Layout):
-    act, norm = _ACT[type(agent)], normaliser(layout)
-    return lambda obs, goals: np.asarray(act(agent, norm(obs), norm(goals)))
 
 
 @functools.partial(jax.jit, static_argnames=("num_samples",))
@@ -165,28 +188,6 @@ def _mppi_actions(plan_costs: jax.tree_util.Partial, key, plans, observations, g
         return mppi_step(k, plan, lambda seqs: plan_costs(obs, goal, seqs), num_samples, 1.0, 0.01)
 
     return jax.vmap(one)(keys, plans, observations, goals)
-
-
-def _mppi_policy(plan_costs: jax.tree_util.Partial, preprocess, num_samples: int, seed: int, horizon: int):
-    """A host policy for :func:`maze2d.evaluate` planning with MPPI; each episode's plan is carried between
-    steps. ``preprocess`` maps raw observations and goals to what ``plan_costs`` takes."""
-    state = dict(plans=None, key=jax.random.PRNGKey(seed))
-
-    def policy(obs, goals):
-        if state["plans"] is None:
-            state["plans"] = jnp.zeros((obs.shape[0], horizon, 2))
-        state["key"], key = jax.random.split(state["key"])
-        actions, state["plans"] = _mppi_actions(plan_costs, key, state["plans"], preprocess(obs), preprocess(goals),
-                                                num_samples)
-        return np.asarray(actions)
-
-    return policy
-
-
-def mppi_policy(agent: QRLContinuousAgent, layout: maze2d.Layout, num_samples: int, seed: int, horizon: int = 5):
-    """MPPI in QRL's learned dynamics with its Q as the per-step cost; the plan is carried between steps."""
-    return _mppi_policy(jax.tree_util.Partial(QRLContinuousAgent.plan_costs, agent), normaliser(layout),
-                        num_samples, seed, horizon)
 
 
 def true_dynamics_plan_costs(env: PointMaze, observation: jax.Array, goal: jax.Array, action_sequences: jax.Array
@@ -214,37 +215,154 @@ def _true_dynamics_costs(layout_name: str) -> jax.tree_util.Partial:
 def true_dynamics_mppi_policy(layout: maze2d.Layout, num_samples: int, seed: int, horizon: int = 5):
     """MPPI with the true dynamics and reward (Table 4.2's reference row): plans in the pure-JAX point maze
     (:class:`~platonic_rl.envs.point_maze.PointMaze`, equal to MuJoCo's step to ~2e-5 away from walls and
-    ~1e-3 at wall contacts) while the episodes run in MuJoCo."""
-    return _mppi_policy(_true_dynamics_costs(layout.name), lambda x: jnp.asarray(x, jnp.float32), num_samples, seed,
-                        horizon)
+    ~1e-3 at wall contacts) while the episodes run in MuJoCo; each episode's plan is carried between steps."""
+    state, costs = dict(plans=None, key=jax.random.PRNGKey(seed)), _true_dynamics_costs(layout.name)
+
+    def policy(obs, goals):
+        if state["plans"] is None:
+            state["plans"] = jnp.zeros((obs.shape[0], horizon, 2))
+        state["key"], key = jax.random.split(state["key"])
+        actions, state["plans"] = _mppi_actions(costs, key, state["plans"], jnp.asarray(obs, jnp.float32),
+                                                jnp.asarray(goals, jnp.float32), num_samples)
+        return np.asarray(actions)
+
+    return policy
 
 
-def hold_steps(method: str, scale: Maze2dScale) -> int:
-    """Steps each grid action is held in the true-dynamics critic check (``qrl_true``: 1)."""
-    return scale.critic_hold_steps if method == "qrl_true_hold" else 1
+# ------------------------------------------------------------------------------------ the methods, as a table
 
 
-def evaluate_method(method: str, stack: SeedStack | None, layout: maze2d.Layout, args: Args, scale: Maze2dScale) -> dict:
-    out = {"hold_steps": hold_steps(method, scale)} if method in TRUE_DYNAMICS_CHECKS else {}
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """One row of the table: the trained stack it acts with and how it acts.
+
+    ``policy(agent, layout, scale, seed, data) -> host policy (observations [N, 4], goals [N, 4]) -> actions``,
+    with ``data`` the normalised dataset (the waypoints' states). ``settings(scale)`` go into the row's record;
+    a record made with other settings is evaluated again. ``kind``: "paper" (Table 4.2's rows), "addition" (this
+    suite's deployable policies, built from what QRL learned) or "check" (uses the simulator: a test of the
+    learned distance, not a competitor)."""
+    label: str
+    trains: str | None  # "qrl", "crl", "gcbc": whose trained seeds it acts with; None: nothing trained
+    policy: Callable[..., Callable]
+    kind: Literal["paper", "addition", "check"] = "paper"
+    episodes: Callable[[Maze2dScale], int] = lambda scale: scale.episodes
+    settings: Callable[[Maze2dScale], dict] = lambda scale: {}
+
+
+def _agent_policy(agent, layout, scale, seed, data):
+    return host_policy(agent, normaliser(layout))
+
+
+def _qrl_policy(name: str, **fixed):
+    """A row acting with :func:`~platonic_rl.agents.qrl_policies.make_policy`'s policy ``name``; its settings are
+    ``fixed`` plus the scale's (:class:`~platonic_rl.benchmarks.presets.QRLPolicySettings`)."""
+    def build(agent, layout, scale, seed, data):
+        return host_policy(make_policy(name, agent, data["observations"], **_policy_settings(name, scale, fixed)),
+                           normaliser(layout))
+
+    return build
+
+
+def _policy_settings(name: str, scale: Maze2dScale, fixed: dict) -> dict:
+    p = scale.policies
+    if name == "lookahead":
+        return dict(hold_steps=p.hold_steps, **fixed)
+    if name == "waypoints":
+        inner = dict(hold_steps=p.hold_steps) if fixed.get("inner") == "lookahead" else {}
+        return dict(reach=p.reach, num_waypoints=p.num_waypoints, **inner, **fixed)
+    if name == "mppi":
+        return dict(num_samples=p.mppi_samples, **fixed)
+    return dict(fixed)
+
+
+def _true_greedy_policy(hold: Callable[[Maze2dScale], int]):
+    def build(agent, layout, scale, seed, data):
+        return true_dynamics_greedy_policy(agent, layout, hold(scale))
+
+    return build
+
+
+def _mppi_cpu_policy(agent, layout, scale, seed, data):  # C.3.2's horizon 5, noise 1, lambda 0.01; the scale's samples
+    return host_policy(MPPIPolicy(agent, num_samples=scale.mppi_samples, seed=1000 + seed), normaliser(layout))
+
+
+def _mppi_paper_policy(agent, layout, scale, seed, data):  # the same at C.3.2's sample count
+    return host_policy(MPPIPolicy(agent, num_samples=scale.policies.mppi_samples, seed=1000 + seed),
+                       normaliser(layout))
+
+
+TABLE: dict[str, Method] = {
+    "qrl": Method("QRL (+BC)", "qrl", _agent_policy),
+    "qrl_lookahead": Method("QRL, latent lookahead", "qrl", _qrl_policy("lookahead"), "addition",
+                            settings=lambda s: dict(hold_steps=s.policies.hold_steps)),
+    "qrl_waypoints": Method("QRL, waypoints + actor", "qrl", _qrl_policy("waypoints", inner="actor"), "addition",
+                            settings=lambda s: dict(reach=s.policies.reach, num_waypoints=s.policies.num_waypoints)),
+    "qrl_waypoints_lookahead": Method(
+        "QRL, waypoints + lookahead", "qrl", _qrl_policy("waypoints", inner="lookahead"), "addition",
+        settings=lambda s: dict(reach=s.policies.reach, num_waypoints=s.policies.num_waypoints,
+                                hold_steps=s.policies.hold_steps)),
+    "qrl_grid": Method("QRL critic, grid argmin", "qrl", lambda agent, layout, *_: grid_policy(agent, layout), "check"),
+    "qrl_true": Method("QRL critic, true dynamics", "qrl", _true_greedy_policy(lambda s: 1), "check",
+                       settings=lambda s: dict(hold_steps=1)),
+    "qrl_true_hold": Method("QRL critic, true dyn., held", "qrl", _true_greedy_policy(lambda s: s.critic_hold_steps),
+                            "check", settings=lambda s: dict(hold_steps=s.critic_hold_steps)),
+    "crl": Method("Contrastive RL (+BC)", "crl", _agent_policy),
+    "gcbc": Method("GCBC", "gcbc", _agent_policy),
+    "mppi": Method("MPPI with QRL value", "qrl", _mppi_cpu_policy, episodes=lambda s: s.mppi_episodes),
+    "mppi_paper_samples": Method("MPPI, C.3.2's samples", "qrl", _mppi_paper_policy, "addition",
+                                 episodes=lambda s: s.policies.mppi_episodes,
+                                 settings=lambda s: dict(mppi_samples=s.policies.mppi_samples)),
+    "mppi_true": Method("MPPI, true dynamics", None,
+                        lambda agent, layout, scale, seed, data: true_dynamics_mppi_policy(
+                            layout, scale.mppi_samples, seed=1000 + seed),
+                        episodes=lambda s: s.mppi_episodes),
+}
+assert tuple(TABLE) == METHODS
+
+
+def ladder_rung(rung: str) -> tuple[str, int | float]:
+    """``"NAME=VALUE"`` -> (NAME, VALUE) for a field of :class:`~platonic_rl.benchmarks.presets.QRLPolicySettings`,
+    the value of the field's type."""
+    name, sep, value = rung.partition("=")
+    fields = {f.name: f.type for f in dataclasses.fields(QRLPolicySettings)}
+    if not sep or name not in fields:
+        raise ValueError(f"--ladder entries must be NAME=VALUE with NAME one of {sorted(fields)}, got {rung!r}")
+    try:
+        number = int(value) if fields[name] in ("int", int) else float(value)
+    except ValueError:
+        raise ValueError(f"--ladder {rung!r}: {name} takes a {fields[name]}, got {value!r}") from None
+    if not number > 0:
+        raise ValueError(f"--ladder {rung!r}: {name} must be > 0")
+    return name, number
+
+
+def seconds_per_action(policy: Callable, layout: maze2d.Layout, repeats: int = 20) -> float:
+    """Median seconds of one call of a fresh host policy on one observation (after two warm-up calls, which
+    compile): what acting costs a deployed agent, one state at a time."""
+    rng = np.random.default_rng(0)
+    obs = maze2d.goal_states(layout.obs_center[None, :2] + rng.uniform(-0.5, 0.5, (1, 2)))
+    goals = maze2d.goal_states(np.asarray(layout.goal, np.float64))[None]
+    for _ in range(2):
+        policy(obs, goals)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        policy(obs, goals)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def evaluate_method(method: str, stack: SeedStack | None, layout: maze2d.Layout, args: Args, scale: Maze2dScale,
+                    data: dict | None = None) -> dict:
+    """Every seed's single- and multi-goal episodes for one row of :data:`TABLE`, and its seconds per action."""
+    row = TABLE[method]
+    out = dict(row.settings(scale))
     for setting in ("single", "multi"):
         per_seed, trajectories = [], None
+        episodes = args.episodes or row.episodes(scale)
         for i, seed in enumerate(args.seeds):
             agent = stack.agent(i) if stack is not None else None
-            if method == "mppi":
-                episodes = args.episodes or scale.mppi_episodes
-                policy = mppi_policy(agent, layout, scale.mppi_samples, seed=1000 + seed)
-            elif method == "qrl_grid":
-                episodes = args.episodes or scale.episodes
-                policy = grid_policy(agent, layout)
-            elif method in TRUE_DYNAMICS_CHECKS:
-                episodes = args.episodes or scale.episodes
-                policy = true_dynamics_greedy_policy(agent, layout, hold_steps(method, scale))
-            elif method == "mppi_true":
-                episodes = args.episodes or scale.mppi_episodes
-                policy = true_dynamics_mppi_policy(layout, scale.mppi_samples, seed=1000 + seed)
-            else:
-                episodes = args.episodes or scale.episodes
-                policy = greedy_policy(agent, layout)
+            policy = row.policy(agent, layout, scale, seed, data)
             result = maze2d.evaluate(policy, layout, setting, episodes, seed=10_000 * (setting == "multi") + seed,
                                      keep_trajectories=6 if i == 0 else 0)
             per_seed.append(result["score"])
@@ -252,7 +370,15 @@ def evaluate_method(method: str, stack: SeedStack | None, layout: maze2d.Layout,
                 trajectories = dict(positions=result["trajectories"], goals=result["goals"][:6])
         out[setting] = dict(scores=per_seed, mean=float(np.mean(per_seed)), std=float(np.std(per_seed)),
                             episodes=episodes, trajectories=trajectories)
+    agent = stack.agent(0) if stack is not None else None
+    out["seconds_per_action"] = seconds_per_action(row.policy(agent, layout, scale, args.seeds[0], data), layout)
+    out["matmul_peak_flops"] = timing.matmul_peak()  # the machine's float32 matmul rate, beside the time above
     return out
+
+
+def record_is_current(record: dict, method: str, scale: Maze2dScale) -> bool:
+    """Whether a row's stored record was made with the settings the scale now gives it."""
+    return all(record.get(key) == value for key, value in TABLE[method].settings(scale).items())
 
 
 def resting_grid(layout: maze2d.Layout, per_cell: int = 8) -> tuple[np.ndarray, np.ndarray]:
@@ -341,7 +467,7 @@ def format_table(summary: dict, scale_name: str, note: str, seeds) -> str:
     lines = [f"maze2d (D4RL-normalised score, mean +- std over seeds {list(seeds)}; paper: Table 4.2, 5 seeds) -- "
              f"scale {scale_name!r}: {note}"]
     header = f"{'method':<30}" + "".join(f"{s + ' ' + l:>24}" for s in ("single", "multi") for l in LAYOUTS) + \
-             f"{'average':>18}"
+             f"{'average':>18}{'ms/action':>11}"
     lines += [header, "-" * len(header)]
     for method in METHODS:
         if method not in summary:
@@ -355,11 +481,32 @@ def format_table(summary: dict, scale_name: str, note: str, seeds) -> str:
                 values += [r["mean"]] if r else []
                 cells.append(f"{ours} ({paper if paper is not None else '-'})")
         average = f"{np.mean(values):.1f}" if values else "n/a"
-        lines.append(f"{NAMES[method]:<30}" + "".join(f"{c:>24}" for c in cells) + f"{average:>18}")
+        timed = [summary[method][l]["seconds_per_action"] for l in LAYOUTS
+                 if "seconds_per_action" in summary[method].get(l, {})]
+        per_action = f"{1e3 * np.mean(timed):.1f}" if timed else "n/a"
+        lines.append(f"{TABLE[method].label:<30}" + "".join(f"{c:>24}" for c in cells) + f"{average:>18}"
+                     + f"{per_action:>11}")
     lines.append("each cell: ours (paper). References (paper): handcoded controller single "
                  + ", ".join(f"{l} {PAPER['handcoded_controller']['single'][l]}" for l in LAYOUTS)
                  + " (the paper's MPPI with true dynamics: Janner et al. 2022's numbers)")
     return "\n".join(lines)
+
+
+def format_ladder(ladder: dict) -> str:
+    """The ladder's records: per layout, each row at each setting, single / multi (mean +- std over seeds)."""
+    lines = ["ladder of policy settings (D4RL-normalised score, mean +- std over seeds; episodes per seed and setting)"]
+    for layout_name in LAYOUTS:
+        for rung, r in sorted(ladder.get(layout_name, {}).items(), key=lambda item: _rung_order(item[0])):
+            lines.append(f"  {layout_name:<7} {rung:<42} single {r['single']['mean']:7.1f} +- {r['single']['std']:5.1f}"
+                         f"   multi {r['multi']['mean']:7.1f} +- {r['multi']['std']:5.1f}   ({r['single']['episodes']} "
+                         f"episodes, {1e3 * r['seconds_per_action']:.1f} ms per action)")
+    return "\n".join(lines)
+
+
+def _rung_order(rung: str) -> tuple:
+    row, _, setting = rung.partition("@")
+    name, _, value = setting.partition("=")
+    return row, name, float(value)
 
 
 def plot_values(path: Path, maps: dict, title: str) -> None:
@@ -461,13 +608,17 @@ def scale_for(args: Args) -> Maze2dScale:
     scale = dataclasses.replace(scale, qrl=dataclasses.replace(scale.qrl, **qrl))
     if args.qrl_updates is not None:
         scale = dataclasses.replace(scale, qrl_train=dataclasses.replace(scale.qrl_train, steps=args.qrl_updates))
-    return scale
+    policies = dict(hold_steps=args.hold_steps, reach=args.reach, num_waypoints=args.num_waypoints,
+                    mppi_samples=args.mppi_paper_samples)
+    return dataclasses.replace(scale, policies=dataclasses.replace(
+        scale.policies, **{k: v for k, v in policies.items() if v is not None}))
 
 
 def run(args: Args) -> dict:
     start_time = time.time()
     scale = scale_for(args)
     out = Path(args.out_dir or f"results/maze2d/{args.scale}")
+    runs = Path(args.runs_dir) if args.runs_dir is not None else out / "runs"
     (out / "evals").mkdir(parents=True, exist_ok=True)
     datasets, maps, trajectories, value_rank, actor_gap = {}, {}, {}, {}, {}
     for layout_name in args.layouts:
@@ -487,25 +638,40 @@ def run(args: Args) -> dict:
         for method in [m for m in METHODS if m in args.methods]:
             eval_path = out / "evals" / f"{layout_name}-{method}.json"
             done = eval_path.is_file() and not args.overwrite
-            if done and method == "qrl_true_hold":  # a record of another hold length is not this check's
-                done = json.loads(eval_path.read_text()).get("hold_steps") == hold_steps(method, scale)
+            if done:  # a record made with other settings (e.g. another hold length) is not this scale's
+                done = record_is_current(json.loads(eval_path.read_text()), method, scale)
             if done and (method != "qrl" or critic_path.is_file()):  # (QRL's stack also feeds its critic record)
                 continue
-            trained = "qrl" if method in QRL_CHECKS else method
-            if method == "mppi_true":
-                stacks[trained] = None  # nothing to train
-            if trained not in stacks:
+            trained = TABLE[method].trains
+            if trained is not None and trained not in stacks:
                 stacks[trained], histories[trained] = train_method(
-                    trained, scale, data, args.seeds, out / "runs" / f"{layout_name}-{trained}",
+                    trained, scale, data, args.seeds, runs / f"{layout_name}-{trained}",
                     overwrite=args.overwrite and method == trained)
             if done:
                 continue
             t = time.time()
-            result = evaluate_method(method, stacks[trained], layout, args, scale)
+            result = evaluate_method(method, stacks.get(trained), layout, args, scale, data)
             result["eval_seconds"] = time.time() - t
             eval_path.write_text(json.dumps(result, default=report._plain))
             print(f"  {method}: single {result['single']['mean']:.1f}, multi {result['multi']['mean']:.1f} "
-                  f"({result['eval_seconds']:.0f} s to evaluate)")
+                  f"({result['eval_seconds']:.0f} s to evaluate, {1e3 * result['seconds_per_action']:.1f} ms per "
+                  f"action)")
+        for rung in args.ladder:
+            name, value = ladder_rung(rung)
+            rung_scale = dataclasses.replace(scale, policies=dataclasses.replace(scale.policies, **{name: value}))
+            for method in [m for m in METHODS if m in args.methods and name in TABLE[m].settings(scale)]:
+                path = out / "evals" / f"{layout_name}-{method}@{name}={value}.json"
+                if path.is_file() and not args.overwrite and record_is_current(json.loads(path.read_text()), method,
+                                                                                rung_scale):
+                    continue
+                trained = TABLE[method].trains
+                if trained not in stacks:
+                    stacks[trained], histories[trained] = train_method(
+                        trained, scale, data, args.seeds, runs / f"{layout_name}-{trained}", overwrite=False)
+                result = evaluate_method(method, stacks[trained], layout, args, rung_scale, data)
+                path.write_text(json.dumps(result, default=report._plain))
+                print(f"  {method} @ {name}={value}: single {result['single']['mean']:.1f}, multi "
+                      f"{result['multi']['mean']:.1f} ({1e3 * result['seconds_per_action']:.1f} ms per action)")
         if "qrl" in stacks:
             critic = critic_record(stacks["qrl"], histories["qrl"], data, layout, args.seeds)
             critic_path.write_text(json.dumps(critic, default=report._plain))
@@ -535,15 +701,26 @@ def run(args: Args) -> dict:
         r = summary.get("qrl", {}).get(layout_name)
         if r:
             trajectories[layout_name] = r["single"]["trajectories"]
+    ladder = {}  # {layout: {"<row>@NAME=VALUE": record}}, every ladder record in --out-dir
+    for path in sorted((out / "evals").glob("*@*.json")):
+        layout_name, _, rung = path.stem.partition("-")
+        record = json.loads(path.read_text())
+        ladder.setdefault(layout_name, {})[rung] = {k: v for k, v in record.items() if k not in ("single", "multi")} | {
+            s: {k: v for k, v in record[s].items() if k != "trajectories"} for s in ("single", "multi")}
     table = format_table(summary, args.scale, scale.note, args.seeds)
+    if ladder:
+        table += "\n" + format_ladder(ladder)
     table += "".join(f"\nQRL's training signals, {l}: {signals.describe(qrl_signals[l])}" for l in LAYOUTS
                      if l in qrl_signals)
     budget = (f"scale {args.scale}: QRL {scale.qrl_train.steps:,} updates of batch {scale.qrl_train.batch_size}, "
               f"{len(args.seeds)} seeds")
     record = dict(scale=args.scale, scale_note=scale.note, settings=dataclasses.asdict(scale), datasets=datasets,
-                  summary={m: {l: {s: {k: v for k, v in r[s].items() if k != "trajectories"}
-                                   for s in ("single", "multi")} for l, r in per.items()} for m, per in summary.items()},
-                  value_rank_correlation=value_rank, actor_critic_gap=actor_gap, qrl_signals=qrl_signals, paper=PAPER)
+                  summary={m: {l: {**{k: v for k, v in r.items() if k not in ("single", "multi")},
+                                   **{s: {k: v for k, v in r[s].items() if k != "trajectories"}
+                                      for s in ("single", "multi")}} for l, r in per.items()}
+                           for m, per in summary.items()},
+                  ladder=ladder, value_rank_correlation=value_rank, actor_critic_gap=actor_gap, qrl_signals=qrl_signals,
+                  paper=PAPER)
     plots = {}
     if maps:
         plots["values.png"] = lambda p: plot_values(p, maps, f"maze2d, QRL seed {args.seeds[0]}: learned distance vs "

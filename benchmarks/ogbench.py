@@ -40,25 +40,49 @@ import time
 from pathlib import Path
 from typing import Literal
 
-import jax
 import numpy as np
 
+from platonic_rl import agents
+from platonic_rl.agents.contract import host_policy
 from platonic_rl.agents.crl import CRLAgent, CRLConfig
 from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
-from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
+from platonic_rl.agents.qrl_continuous import QRLContinuousAgent
+from platonic_rl.agents.qrl_policies import make_policy
 from platonic_rl.agents.seeds import SeedStack
 from platonic_rl.benchmarks import report
+from platonic_rl.benchmarks.presets import QRLPolicySettings
 from platonic_rl.envs import ogbench_maze
 from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
 from platonic_rl.training.offline import TrainConfig, load_dataset, train_offline
 
-Method = Literal["qrl", "crl", "gcbc"]
-METHODS: tuple[Method, ...] = ("qrl", "crl", "gcbc")
+METHODS = ("qrl", "qrl_lookahead", "qrl_waypoints", "qrl_waypoints_lookahead", "crl", "gcbc")  # ROWS' keys
+Method = Literal[METHODS]
+TRAINED = ("qrl", "crl", "gcbc")  # what trains; the other rows act with QRL's trained seeds
 Dataset = Literal["pointmaze-medium-navigate-v0", "pointmaze-large-navigate-v0", "pointmaze-medium-stitch-v0",
                   "pointmaze-large-stitch-v0"]
 DATASETS: tuple[Dataset, ...] = ("pointmaze-medium-navigate-v0", "pointmaze-large-navigate-v0",
                                  "pointmaze-medium-stitch-v0", "pointmaze-large-stitch-v0")
-NAMES = dict(qrl="QRL (+BC)", crl="Contrastive RL (+BC)", gcbc="GCBC")
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One row of the table: whose trained seeds it acts with, and with which policy of
+    :mod:`platonic_rl.agents.qrl_policies` (``actor``: the trained agent itself)."""
+    label: str
+    trains: str
+    policy: str = "actor"
+    inner: str | None = None  # the waypoints' inner policy
+
+
+ROWS: dict[str, Row] = {
+    "qrl": Row("QRL (+BC)", "qrl"),
+    "qrl_lookahead": Row("QRL, lookahead", "qrl", "lookahead"),
+    "qrl_waypoints": Row("QRL, waypoints + actor", "qrl", "waypoints", "actor"),
+    "qrl_waypoints_lookahead": Row("QRL, waypoints + lookahead", "qrl", "waypoints", "lookahead"),
+    "crl": Row("Contrastive RL (+BC)", "crl"),
+    "gcbc": Row("GCBC", "gcbc"),
+}
+assert tuple(ROWS) == METHODS
 
 # OGBench's main results table (Park et al. 2024): success rate in percent, mean and std over 8 seeds.
 PAPER = {
@@ -79,6 +103,7 @@ class Scale:
     episodes_per_task: int      # OGBench: 50
     dataset_episodes: int | None  # None: OGBench's (1,000 navigate, 5,000 stitch)
     note: str
+    policies: QRLPolicySettings = QRLPolicySettings()  # the deployable QRL rows' settings (MPPI's are unused here)
 
 
 def scales() -> dict[str, Scale]:
@@ -87,7 +112,8 @@ def scales() -> dict[str, Scale]:
     16 x 16), batch 256, 20k updates for every method (1/200 of OGBench's samples), 50 episodes per task as OGBench.
     Measured on 2 cores, 3 seeds vmapped: QRL 79 ms per update (about 26 min), Contrastive RL 11 ms, GCBC 3 ms."""
     return {
-        "tiny": Scale(32, 300, 300, 64, 2, 20, note="tiny: a smoke run, NOT comparable to OGBench's numbers"),
+        "tiny": Scale(32, 300, 300, 64, 2, 20, note="tiny: a smoke run, NOT comparable to OGBench's numbers",
+                      policies=QRLPolicySettings(hold_steps=5, num_waypoints=100)),
         "cpu": Scale(128, 20_000, 20_000, 256, 50, None,
                      note="cpu: width 128, batch 256, 20k updates (1/200 of OGBench's samples); OGBench's numbers are "
                           "at 1M updates of batch 1024 with 3 x 512 networks"),
@@ -110,6 +136,12 @@ class Args:
     """Contrastive RL's and GCBC's updates (default: the scale's)."""
     episodes_per_task: int | None = None
     """Evaluation episodes per task and seed (default: the scale's; OGBench: 50)."""
+    hold_steps: int | None = None
+    """The latent lookahead's k (default: the scale's ``policies``)."""
+    reach: float | None = None
+    """The waypoints' H, in steps of learned distance (default: the scale's)."""
+    num_waypoints: int | None = None
+    """Dataset states the waypoints are drawn from (default: the scale's)."""
     data_root: str | None = None
     """Where generated datasets are cached (default $PLATONIC_RL_DATA/ogbench or ~/.cache/platonic_rl/ogbench)."""
     out_dir: str | None = None
@@ -120,7 +152,9 @@ class Args:
     def __post_init__(self):
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"--seeds must be distinct, got {self.seeds}")
-        for name in ("qrl_updates", "other_updates", "episodes_per_task"):
+        if self.reach is not None and not self.reach > 0:
+            raise ValueError(f"--reach must be > 0 (steps of learned distance), got {self.reach}")
+        for name in ("qrl_updates", "other_updates", "episodes_per_task", "hold_steps", "num_waypoints"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
@@ -136,13 +170,11 @@ def method_setup(method: str, scale: Scale, updates: int, goals: str = "ogbench"
     hidden = (scale.width,) * 2
     train = TrainConfig(steps=updates, batch_size=scale.batch_size, log_every=max(updates // 20, 1),
                         checkpoint_every=max(updates // 4, 1), progress=True)
-    if method == "qrl":
-        config = QRLContinuousConfig(
-            obs_dim=2, action_dim=2, encoder_hidden=hidden, latent_dim=max(scale.width // 4, 16),
-            projector_hidden=(scale.width,), iqe_components=16, iqe_dim_per_component=16, dynamics_hidden=hidden,
-            actor_hidden=hidden, num_critics=2, transition_weight=1.0, phi_offset=500.0, phi_beta=0.01,
-            lagrange_learning_rate=0.01, critic_learning_rate=5e-4, actor_learning_rate=3e-4, bc_weight=0.05,
-            adaptive_entropy=False, actor_distance_scale="batch_mean")
+    if method == "qrl":  # the registry's offline preset at the scale's sizes
+        config = agents.make_config(
+            "qrl_continuous", preset="offline", obs_dim=2, action_dim=2, encoder_hidden=hidden,
+            latent_dim=max(scale.width // 4, 16), projector_hidden=(scale.width,), dynamics_hidden=hidden,
+            actor_hidden=hidden)
         return QRLContinuousAgent, config, train, dict(p_future=0.0, bc_goals=True, bc_future=actor_future)
     if method == "crl":
         config = CRLConfig(obs_dim=2, action_dim=2, hidden=hidden, repr_dim=16, actor_hidden=hidden, bc_weight=0.05)
@@ -150,7 +182,7 @@ def method_setup(method: str, scale: Scale, updates: int, goals: str = "ogbench"
     if method == "gcbc":
         return GCBCAgent, GCBCConfig(obs_dim=2, action_dim=2, hidden=hidden), train, dict(p_future=1.0,
                                                                                           future=actor_future)
-    raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    raise ValueError(f"method must be one of {TRAINED} (the trained ones), got {method!r}")
 
 
 def normalised(data: dict, center: np.ndarray, half: np.ndarray) -> dict:
@@ -160,14 +192,24 @@ def normalised(data: dict, center: np.ndarray, half: np.ndarray) -> dict:
     return out
 
 
-_ACT = {cls: jax.jit(cls.act) for cls in (QRLContinuousAgent, CRLAgent, GCBCAgent)}
+def policy_settings(row: Row, scale: Scale, args: Args) -> dict:
+    """The settings of a row's policy: the scale's ``policies``, overridden by the arguments."""
+    p = dataclasses.replace(scale.policies, **{k: v for k, v in dict(
+        hold_steps=args.hold_steps, reach=args.reach, num_waypoints=args.num_waypoints).items() if v is not None})
+    if row.policy == "lookahead":
+        return dict(hold_steps=p.hold_steps)
+    if row.policy == "waypoints":
+        inner = dict(hold_steps=p.hold_steps) if row.inner == "lookahead" else {}
+        return dict(reach=p.reach, num_waypoints=p.num_waypoints, inner=row.inner, **inner)
+    return {}
 
 
-def policy_of(agent, center: np.ndarray, half: np.ndarray):
-    """The agent's deterministic action on normalised observations and goals (a host policy for evaluation)."""
-    act = _ACT[type(agent)]
-    norm = lambda x: ((np.asarray(x) - center) / half).astype(np.float32)  # noqa: E731
-    return lambda obs, goals: np.asarray(act(agent, norm(obs), norm(goals)))
+def policy_of(agent, center: np.ndarray, half: np.ndarray, row: Row = ROWS["qrl"], settings: dict | None = None,
+              dataset_states: np.ndarray | None = None):
+    """A host policy for evaluation: the row's policy of the trained agent (deterministic) on normalised observations
+    and goals."""
+    policy = agent if row.policy == "actor" else make_policy(row.policy, agent, dataset_states, **(settings or {}))
+    return host_policy(policy, lambda x: ((np.asarray(x) - center) / half).astype(np.float32))
 
 
 def straight_line(observations: np.ndarray, goals: np.ndarray) -> np.ndarray:
@@ -201,8 +243,9 @@ def run_name(dataset: str, method: str, goals: str) -> str:
     return f"{dataset}-{method}" + ("-geometric" if goals == "geometric" and method != "crl" else "")
 
 
-def run_one(dataset: str, method: str, data: dict, extent, scale: Scale, args: Args, out: Path) -> dict:
-    """Train one method's seeds on one dataset, evaluate each seed; the record of the (dataset, method)."""
+def train_one(dataset: str, method: str, data: dict, scale: Scale, args: Args, out: Path) -> tuple[SeedStack, dict]:
+    """One trained method's seeds on one dataset (or its finished run read back) and what its record keeps of the
+    training."""
     updates = (args.qrl_updates or scale.qrl_updates) if method == "qrl" else (args.other_updates or scale.other_updates)
     agent_class, config, train, sampling = method_setup(method, scale, updates, args.goals)
     stack = SeedStack.create(agent_class, config, args.seeds)
@@ -211,18 +254,25 @@ def run_one(dataset: str, method: str, data: dict, extent, scale: Scale, args: A
     stack, history = train_offline(stack, data, dataclasses.replace(train, overwrite=args.overwrite),
                                    run_dir=out / "runs" / run_name(dataset, method, args.goals),
                                    desc=f"{dataset} {method} x{len(args.seeds)} seeds", sampler=sampler)
-    train_seconds = time.time() - t
+    return stack, dict(goals=args.goals, sampler=sampling, updates=updates, batch_size=train.batch_size,
+                       train_seconds=time.time() - t, signals=signals(history), config=dataclasses.asdict(config))
+
+
+def evaluate_row(dataset: str, method: str, stack: SeedStack, training: dict, data: dict, extent, scale: Scale,
+                 args: Args) -> dict:
+    """Every seed's OGBench evaluation of one row; the record of the (dataset, row)."""
+    row = ROWS[method]
+    settings = policy_settings(row, scale, args)
     episodes = args.episodes_per_task or scale.episodes_per_task
     per_seed, t = [], time.time()
     for i, seed in enumerate(args.seeds):
-        result = ogbench_maze.evaluate(policy_of(stack.agent(i), *extent), dataset, episodes, seed=seed)
+        policy = policy_of(stack.agent(i), *extent, row, settings, data["observations"])
+        result = ogbench_maze.evaluate(policy, dataset, episodes, seed=seed)
         per_seed.append(dict(seed=seed, success=result["success"], task_success=result["task_success"]))
     success = [r["success"] for r in per_seed]
-    return dict(dataset=dataset, method=method, goals=args.goals, sampler=sampling, updates=updates,
-                batch_size=train.batch_size,
-                episodes_per_task=episodes, per_seed=per_seed, mean=float(np.mean(success)),
-                std=float(np.std(success)), train_seconds=train_seconds, eval_seconds=time.time() - t,
-                signals=signals(history), config=dataclasses.asdict(config))
+    return dict(dataset=dataset, method=method, trained=row.trains, policy=row.policy, policy_settings=settings,
+                **training, episodes_per_task=episodes, per_seed=per_seed, mean=float(np.mean(success)),
+                std=float(np.std(success)), eval_seconds=time.time() - t)
 
 
 def format_table(results: dict, args: Args, scale: Scale, references: dict | None = None) -> str:
@@ -230,14 +280,14 @@ def format_table(results: dict, args: Args, scale: Scale, references: dict | Non
     lines = [f"OGBench point mazes, success rate (%) over 5 tasks x {args.episodes_per_task or scale.episodes_per_task} "
              f"episodes, mean ± std over seeds {list(args.seeds)} (OGBench's published numbers in brackets, 8 seeds)",
              f"scale {args.scale}: {scale.note}; goals: {args.goals}",
-             f"{'dataset':<30}" + "".join(f"{NAMES[m]:>30}" for m in args.methods) + f"{'straight line':>15}"]
+             f"{'dataset':<30}" + "".join(f"{ROWS[m].label:>30}" for m in args.methods) + f"{'straight line':>15}"]
     for dataset in args.datasets:
         cells = []
         for method in args.methods:
             r = results.get(dataset, {}).get(method)
-            paper = PAPER[dataset][method]
+            paper = PAPER[dataset].get(method)
             ours = f"{r['mean']:.1f} ± {r['std']:.1f}" if r else "--"
-            cells.append(f"{ours} ({paper[0]} ± {paper[1]})")
+            cells.append(f"{ours} ({paper[0]} ± {paper[1]})" if paper else ours)
         reference = references.get(dataset)
         lines.append(f"{dataset:<30}" + "".join(f"{c:>30}" for c in cells)
                      + (f"{reference['success']:>15.1f}" if reference else f"{'--':>15}"))
@@ -262,12 +312,17 @@ def run(args: Args) -> dict:
         data = normalised(data, *extent)
         references[dataset] = straight_line_reference(dataset, episodes, out)
         print(f"  straight line (no learning): {references[dataset]['success']:.1f}", flush=True)
+        stacks = {}
         for method in args.methods:
             eval_path = out / "evals" / f"{run_name(dataset, method, args.goals)}.json"
-            if eval_path.is_file() and not args.overwrite:
-                record = json.loads(eval_path.read_text())
-            else:
-                record = run_one(dataset, method, data, extent, scale, args, out)
+            row = ROWS[method]
+            record = json.loads(eval_path.read_text()) if eval_path.is_file() and not args.overwrite else None
+            if record is not None and record.get("policy_settings", {}) != policy_settings(row, scale, args):
+                record = None  # made with other policy settings: evaluated again
+            if record is None:
+                if row.trains not in stacks:
+                    stacks[row.trains] = train_one(dataset, row.trains, data, scale, args, out)
+                record = evaluate_row(dataset, method, *stacks[row.trains], data, extent, scale, args)
                 eval_path.write_text(json.dumps(record, indent=1, default=report._plain))
             results.setdefault(dataset, {})[method] = record
             print(f"  {method}: {record['mean']:.1f} ± {record['std']:.1f} ({record['updates']:,} updates, "

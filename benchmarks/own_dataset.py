@@ -26,6 +26,7 @@ from typing import Literal
 import numpy as np
 import tyro
 
+from platonic_rl import agents
 from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
 from platonic_rl.benchmarks import report
@@ -103,15 +104,14 @@ def generate(episodes: int, steps: int, noise: float, seed: int = 0) -> dict[str
 
 
 def qrl_config(method: str, width: int) -> QRLContinuousConfig:
+    """The registry's QRL presets at this width: ``qrl_defaults`` is ``online``, ``qrl_offline_scaled`` is
+    ``offline``, ``qrl_offline`` is ``offline`` with the paper's unscaled distance term."""
     sizes = dict(obs_dim=4, action_dim=2, encoder_hidden=(width,) * 2, latent_dim=64, projector_hidden=(width,),
                  iqe_components=16, iqe_dim_per_component=16, dynamics_hidden=(width,) * 2, actor_hidden=(width,) * 2)
     if method == "qrl_defaults":
-        return QRLContinuousConfig(**sizes)
-    offline = dict(transition_weight=1.0, phi_offset=500.0, phi_beta=0.01, lagrange_learning_rate=0.01,
-                   critic_learning_rate=5e-4, actor_learning_rate=3e-4, bc_weight=0.05, adaptive_entropy=False)
-    if method == "qrl_offline_scaled":
-        offline["actor_distance_scale"] = "batch_mean"
-    return QRLContinuousConfig(**sizes, **offline)
+        return agents.make_config("qrl_continuous", preset="online", **sizes)
+    scale = "batch_mean" if method == "qrl_offline_scaled" else "none"
+    return agents.make_config("qrl_continuous", preset="offline", actor_distance_scale=scale, **sizes)
 
 
 def make_agent(method: str, width: int, seed: int, data: dict, batch_size: int):

@@ -15,7 +15,7 @@ import numpy as np
 from platonic_rl.agents.crl import CRLConfig
 from platonic_rl.agents.denoised_mdp import ActorKind, DenoisedMDPConfig
 from platonic_rl.agents.gcbc import GCBCConfig
-from platonic_rl.agents.qrl_continuous import QRLContinuousConfig
+from platonic_rl.agents.qrl_continuous import OFFLINE_OBJECTIVE, QRLContinuousConfig
 from platonic_rl.denoised.model import WorldModelConfig
 from platonic_rl.envs import jax_env, maze2d
 from platonic_rl.envs.point_maze import PointMaze
@@ -24,6 +24,16 @@ from platonic_rl.training.device_loop import DeviceLoopConfig
 from platonic_rl.training.offline import TrainConfig
 
 # ------------------------------------------------------------------------------------ maze2d (Table 4.2)
+
+
+@dataclasses.dataclass(frozen=True)
+class QRLPolicySettings:
+    """The deployable QRL policies' settings (``agents.qrl_policies``; their choice: docs/studies/qrl_policies.md)."""
+    hold_steps: int = 20          # the lookahead's k: each candidate action held k steps in the learned dynamics
+    reach: float = 20.0           # the waypoints' H: a waypoint w is within reach when d(s, w) <= H
+    num_waypoints: int = 2000     # dataset states the waypoints are drawn from (a fixed subsample)
+    mppi_samples: int = 10_000    # MPPI at C.3.2's sample count (the scale's mppi_samples is the cpu row's)
+    mppi_episodes: int = 10       # its evaluation episodes per (seed, setting): it costs ~150x the 64-sample row
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +51,7 @@ class Maze2dScale:
     mppi_episodes: int
     note: str
     critic_hold_steps: int = 20     # qrl_true_hold: each grid action held this many steps (0.2 s) in the lookahead
+    policies: QRLPolicySettings = QRLPolicySettings()
 
 
 def maze2d_qrl_config(hidden: tuple[int, ...], latent: int, projector: tuple[int, ...], components: int, dims: int,
@@ -50,10 +61,8 @@ def maze2d_qrl_config(hidden: tuple[int, ...], latent: int, projector: tuple[int
     (C.24); as the official code's offline maze2d setting, no entropy term in the actor loss."""
     return QRLContinuousConfig(obs_dim=4, action_dim=2, encoder_hidden=hidden, latent_dim=latent,
                                projector_hidden=projector, iqe_components=components, iqe_dim_per_component=dims,
-                               dynamics_hidden=hidden, actor_hidden=actor, num_critics=2, transition_weight=1.0,
-                               phi_offset=500.0, phi_beta=0.01, lagrange_learning_rate=0.01,
-                               critic_learning_rate=5e-4, actor_learning_rate=actor_lr, bc_weight=0.05,
-                               adaptive_entropy=False)
+                               dynamics_hidden=hidden, actor_hidden=actor, num_critics=2,
+                               actor_learning_rate=actor_lr, **OFFLINE_OBJECTIVE)
 
 
 def _maze2d_train(steps: int, batch: int, log_every: int) -> TrainConfig:
@@ -77,6 +86,7 @@ def maze2d_scales() -> dict[str, Maze2dScale]:
             GCBCConfig(obs_dim=4, action_dim=2, hidden=(64, 64)),
             train(1_500, 128, 500), train(1_500, 128, 500), train(1_500, 128, 500),
             episodes=10, mppi_samples=32, mppi_episodes=10,
+            policies=QRLPolicySettings(hold_steps=10, num_waypoints=200, mppi_samples=256, mppi_episodes=4),
             note="quick: a smoke run, NOT comparable to the paper's numbers"),
         "cpu": Maze2dScale(
             None, maze2d_qrl_config((128, 128), 64, (128,), 16, 16, (128, 128), 3e-4),

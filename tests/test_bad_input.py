@@ -309,3 +309,17 @@ def test_discrete_action_ids_below_minus_one_are_named():
     check_values(dict(actions=np.array([0, 2, -1])))
     with pytest.raises(ValueError, match=r"data\['actions'\] row 1 is below -1.*= -3 \(1 of 3 rows"):
         check_values(dict(actions=np.array([0, -3, 1])))
+
+
+def test_registry_presets_are_named_and_unknown_ones_refused():
+    from platonic_rl import agents
+
+    offline = agents.make_config("qrl_continuous", preset="offline", obs_dim=3, action_dim=2, bc_weight=0.1)
+    assert offline.actor_distance_scale == "batch_mean" and offline.phi_offset == 500.0 and not offline.adaptive_entropy
+    assert offline.bc_weight == 0.1 and offline.obs_dim == 3  # the caller's fields override the preset's
+    assert agents.make_config("qrl_continuous", preset="online") == agents.make_config("qrl_continuous")
+    with pytest.raises(KeyError, match=r"agent 'qrl_continuous' has no preset 'ofline'; its presets: \['offline', "
+                                       r"'online'\]"):
+        agents.make("qrl_continuous", preset="ofline", obs_dim=3, action_dim=2)
+    with pytest.raises(KeyError, match="agent 'gcbc' has no preset 'offline'; its presets: none"):
+        agents.make("gcbc", preset="offline", obs_dim=3, action_dim=2)

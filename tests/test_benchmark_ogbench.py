@@ -36,10 +36,21 @@ def test_tiny_run_saves_the_table_beside_ogbenchs_and_reuses_finished_pairs(tmp_
 
 
 @pytest.mark.slow
-def test_tiny_qrl_run_records_its_convergence_signals(tmp_path):
+def test_tiny_qrl_run_records_its_convergence_signals_and_its_policies_reuse_it(tmp_path, monkeypatch):
     pytest.importorskip("ogbench")
-    record = ogbench.main(_tiny_argv(tmp_path, ["qrl"]))
-    r = record["results"]["pointmaze-medium-stitch-v0"]["qrl"]
+    trained, train_one = [], ogbench.train_one
+    monkeypatch.setattr(ogbench, "train_one", lambda *a, **k: trained.append(a[1]) or train_one(*a, **k))
+    rows = ["qrl", "qrl_lookahead", "qrl_waypoints_lookahead"]
+    record = ogbench.main(_tiny_argv(tmp_path, rows))
+    assert trained == ["qrl"]  # QRL trained once, for its three rows
+    results = record["results"]["pointmaze-medium-stitch-v0"]
+    assert results["qrl_lookahead"]["policy_settings"] == dict(hold_steps=5)
+    assert results["qrl_waypoints_lookahead"]["policy_settings"] == dict(reach=20.0, num_waypoints=100,
+                                                                         inner="lookahead", hold_steps=5)
+    assert all(len(results[r]["per_seed"][0]["task_success"]) == 5 for r in rows)
+    again = ogbench.main(_tiny_argv(tmp_path, rows) + ["--hold-steps", "3"])  # other settings: evaluated again
+    assert again["results"]["pointmaze-medium-stitch-v0"]["qrl_lookahead"]["policy_settings"] == dict(hold_steps=3)
+    r = results["qrl"]
     assert r["updates"] == 50 and len(r["per_seed"][0]["task_success"]) == 5
     signals = r["signals"]  # the convergence signals at the end of training, averaged over seeds
     assert signals["step"] == 50 and signals["critic0/lagrange_multiplier"] > 0 and "critic1/violation" in signals
@@ -61,11 +72,12 @@ def test_the_straight_line_reference_heads_for_the_goal_at_full_speed():
 
 def test_every_method_has_a_config_and_the_paper_every_cell():
     scale = ogbench.scales()["tiny"]
-    for method in ogbench.METHODS:
+    for method in ogbench.TRAINED:
         agent_class, config, train, sampling = ogbench.method_setup(method, scale, 10)
         assert config.obs_dim == 2 and train.steps == 10
     for dataset in ogbench.DATASETS:
-        assert set(ogbench.PAPER[dataset]) == set(ogbench.METHODS)
+        assert set(ogbench.PAPER[dataset]) == set(ogbench.TRAINED)
+    assert {row.trains for row in ogbench.ROWS.values()} == set(ogbench.TRAINED)
     with pytest.raises(ValueError, match="method must be one of"):
         ogbench.method_setup("hiql", scale, 10)
     # OGBench's goals: GCBC's and QRL's behaviour-cloning goals uniform over the episode's future, QRL's critic goals

@@ -14,7 +14,8 @@ from test_layout import BENCHMARK_HELPERS  # tests/test_layout.py: the helpers, 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
-PAGES = [README, *DOCS]
+STUDIES = sorted((ROOT / "docs" / "studies").glob("*.md"))  # what explains a result, each on its own page
+PAGES = [README, *DOCS, *STUDIES]
 TEXT = {page: page.read_text() for page in PAGES}
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", flags=re.S | re.M)
 
@@ -97,6 +98,17 @@ def test_every_docs_page_has_a_title_says_what_it_covers_and_links_back(page):
     assert lines[0].startswith("# "), f"{name(page)} starts with its title"
     assert lines[1] == "" and lines[2] and not lines[2].startswith("#"), f"{name(page)}: a sentence under the title"
     assert "../README.md" in links(page), f"{name(page)} links back to the README"
+
+
+@pytest.mark.parametrize("page", STUDIES, ids=name)
+def test_every_study_opens_with_its_question_and_answer_and_is_linked_from_the_results(page):
+    lines = TEXT[page].splitlines()
+    assert lines[0].startswith("# ") and lines[1] == "", f"{name(page)} starts with its title"
+    assert lines[2].startswith("**Question.**"), f"{name(page)}: its question under the title"
+    assert any(line.startswith("**Answer.**") for line in lines[3:12]), f"{name(page)}: its answer right after"
+    assert "../results.md" in {t.partition("#")[0] for t in links(page)}, f"{name(page)} links back to the results"
+    linking = {link_file(other, t) for other in PAGES if other != page for t in links(other)}
+    assert page in linking, f"no page links to {name(page)}"
 
 
 def test_every_benchmark_has_a_command_in_the_docs():

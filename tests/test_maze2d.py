@@ -355,6 +355,7 @@ def _small_scale(bench, updates: int, small_networks: bool):
         from platonic_rl.agents.gcbc import GCBCConfig
 
         short.update(qrl=presets.maze2d_qrl_config((16,), 8, (16,), 2, 4, (16,), 1e-4), mppi_samples=8,
+                     policies=presets.QRLPolicySettings(hold_steps=3, num_waypoints=50, mppi_samples=16, mppi_episodes=1),
                      crl=CRLConfig(obs_dim=4, action_dim=2, hidden=(16,), repr_dim=4, actor_hidden=(16,), bc_weight=0.05),
                      gcbc=GCBCConfig(obs_dim=4, action_dim=2, hidden=(16,)))
     return dataclasses.replace(quick, **short)
@@ -369,6 +370,24 @@ def test_benchmark_pipeline_for_qrl(tmp_path, monkeypatch):
     the slow test below runs them all."""
     monkeypatch.setitem(maze2d.LAYOUTS, "umaze", dataclasses.replace(maze2d.LAYOUTS["umaze"], episode_length=60))
     _check_benchmark_run(tmp_path, monkeypatch, updates=20, small_networks=True, methods=("qrl",), seeds=(0,))
+
+
+@pytest.mark.slow  # ~40 s
+def test_benchmark_pipeline_for_the_deployable_qrl_policies(tmp_path, monkeypatch):
+    """QRL's actor beside the suite's deployable policies (lookahead, waypoints with the actor and with the
+    lookahead, MPPI at the scale's paper sample count), end to end as above; each row records its settings and its
+    time per action."""
+    from platonic_rl.benchmarks import maze2d as bench
+
+    monkeypatch.setitem(maze2d.LAYOUTS, "umaze", dataclasses.replace(maze2d.LAYOUTS["umaze"], episode_length=60))
+    rows = ("qrl", "qrl_lookahead", "qrl_waypoints", "qrl_waypoints_lookahead", "mppi_paper_samples")
+    _check_benchmark_run(tmp_path, monkeypatch, updates=20, small_networks=True, methods=rows, seeds=(0,))
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert saved["summary"]["qrl_lookahead"]["umaze"]["hold_steps"] == 3
+    assert saved["summary"]["qrl_waypoints_lookahead"]["umaze"]["num_waypoints"] == 50
+    assert saved["summary"]["mppi_paper_samples"]["umaze"]["single"]["episodes"] == 1
+    assert all(saved["summary"][r]["umaze"]["seconds_per_action"] > 0 for r in rows)
+    assert all(bench.TABLE[r].label in saved["table"] for r in rows)
 
 
 @pytest.mark.slow
@@ -388,8 +407,8 @@ def _check_benchmark_run(tmp_path, monkeypatch, updates: int, small_networks: bo
     from platonic_rl.benchmarks import maze2d as bench
 
     smoke = _small_scale(bench, updates, small_networks)
-    every_scale = bench.scales
-    monkeypatch.setattr(bench, "scales", lambda: {**every_scale(), "quick": smoke})
+    every_scale = bench.maze2d_scales
+    monkeypatch.setattr(bench, "maze2d_scales", lambda: {**every_scale(), "quick": smoke})
     methods = methods or bench.METHODS
     args = bench.Args(scale="quick", layouts=("umaze",), methods=methods, seeds=seeds, dataset_size=3_000,
                       episodes=1, out_dir=str(tmp_path / "out"), data_root=str(tmp_path / "data"))
@@ -493,9 +512,10 @@ def test_a_held_check_record_of_another_hold_length_is_evaluated_again(tmp_path,
     monkeypatch.setattr(bench, "plot_values", lambda *a, **k: None)  # nothing to draw from the stand-in record
     monkeypatch.setattr(bench.signals, "describe", lambda *a, **k: "")
 
-    def evaluate(method, stack, layout, args, scale):
+    def evaluate(method, stack, layout, args, scale, data=None):
         evaluated.append(method)
-        return dict(hold_steps=bench.hold_steps(method, scale), single=dict(mean=1.0, std=0.0, scores=[1.0]),
+        return dict(**bench.TABLE[method].settings(scale), seconds_per_action=1e-3,
+                    single=dict(mean=1.0, std=0.0, scores=[1.0]),
                     multi=dict(mean=2.0, std=0.0, scores=[2.0]))
     monkeypatch.setattr(bench, "evaluate_method", evaluate)
     args = bench.Args(scale="quick", layouts=("umaze",), methods=("qrl_true_hold",), seeds=(0,), dataset_size=500,
@@ -508,3 +528,37 @@ def test_a_held_check_record_of_another_hold_length_is_evaluated_again(tmp_path,
     assert evaluated == ["qrl_true_hold"] and json.loads(record.read_text())["hold_steps"] == 20
     bench.run(args)  # now the record is this scale's: reused
     assert evaluated == ["qrl_true_hold"]
+
+
+def test_a_ladder_evaluates_each_rung_once_into_its_own_record(tmp_path, monkeypatch):
+    """``--ladder NAME=VALUE``: each selected row whose settings hold NAME is evaluated at that value (its record
+    named after the rung), reused on a rerun, and listed in results.json's ladder and the table."""
+    from platonic_rl.benchmarks import maze2d as bench
+
+    evaluated = []
+    monkeypatch.setattr(bench, "train_method", lambda *a, **k: (None, []))
+    monkeypatch.setattr(bench, "critic_record", lambda *a, **k: dict(value_maps=[], value_rank={}, actor_gap=[],
+                                                                     signals=dict(flat=True)))
+    monkeypatch.setattr(bench, "plot_values", lambda *a, **k: None)
+    monkeypatch.setattr(bench.signals, "describe", lambda *a, **k: "")
+
+    def evaluate(method, stack, layout, args, scale, data=None):
+        evaluated.append((method, scale.policies.hold_steps, scale.policies.reach))
+        score = dict(mean=float(scale.policies.hold_steps), std=0.0, scores=[1.0], episodes=2)
+        return dict(**bench.TABLE[method].settings(scale), seconds_per_action=1e-3, single=score, multi=score)
+    monkeypatch.setattr(bench, "evaluate_method", evaluate)
+    args = bench.Args(scale="quick", layouts=("umaze",), methods=("gcbc", "qrl_lookahead", "qrl_waypoints"),
+                      seeds=(0,), dataset_size=500, ladder=("hold_steps=3", "reach=7"),
+                      out_dir=str(tmp_path / "out"), data_root=str(tmp_path / "data"))
+    saved = bench.run(args)
+    quick = bench.maze2d_scales()["quick"].policies
+    k, h = quick.hold_steps, quick.reach
+    assert evaluated == [("qrl_lookahead", k, h), ("qrl_waypoints", k, h), ("gcbc", k, h), ("qrl_lookahead", 3, h),
+                         ("qrl_waypoints", k, 7.0)]  # gcbc has neither setting; the waypoints no hold
+    assert set(saved["ladder"]["umaze"]) == {"qrl_lookahead@hold_steps=3", "qrl_waypoints@reach=7.0"}
+    assert saved["ladder"]["umaze"]["qrl_lookahead@hold_steps=3"]["hold_steps"] == 3
+    assert "qrl_lookahead@hold_steps=3" in saved["table"]
+    bench.run(args)  # every rung's record is current: nothing evaluated again
+    assert len(evaluated) == 5
+    with pytest.raises(ValueError, match="--ladder entries must be NAME=VALUE"):
+        bench.Args(ladder=("k=5",))

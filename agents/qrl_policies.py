@@ -1,0 +1,285 @@
+"""Policies that read a trained QRL agent's learned distance beyond one step: this suite's additions to the
+paper's actor, built only from what QRL learned (encoder f, quasimetric d, latent dynamics T, actor) and, for
+waypoints, the dataset's states -- never a simulator.
+
+    policy = make_policy("lookahead", agent, hold_steps=20)                 # argmin_a d(T^k(f(s), a), f(g))
+    policy = make_policy("waypoints", agent, dataset_states, reach=20.0)    # subgoals along the learned distance
+    policy = make_policy("mppi", agent, num_samples=10_000, horizon=5)      # C.3.2's MPPI on the learned model
+    state = policy.initial_policy_state(batch_size)
+    actions, state = jax.jit(type(policy).step)(policy, state, observations, goals, None, rng)
+
+Every policy is an immutable pytree with the agents' acting signature (:mod:`platonic_rl.agents.contract`):
+``initial_policy_state(batch_size)`` and ``step(policy_state, observations, goals, prev_actions=None, rng=None) ->
+(actions, policy_state)``, so any loop or benchmark that evaluates an agent evaluates a policy; the stateless ones
+also have ``act(observations, goals, rng=None)``. All of them are jit-able and vmappable over seeds (vmap over a
+policy built from a :class:`~platonic_rl.agents.seeds.SeedStack`'s stacked agents). Observations, goals and
+dataset states are what the agent sees (normalised as it was trained).
+
+Why more than one step (the maze2d study in docs/studies/maze2d_one_step.md): a transition's learned distance is
+at most its cost, 1, so by the triangle inequality one step changes d(s, g) by at most 1 of the hundreds it spans,
+and the critic's ordering errors swamp differences that small. The policies here compare states further apart:
+
+* :class:`LatentLookahead` scores candidate actions by d(T^k(f(s), a), f(g)), each action held k steps in the
+  learned latent dynamics (the simulator check held each action 20 steps in the true dynamics; this uses the
+  model a deployed agent has);
+* :class:`WaypointPolicy` picks, among dataset states w within reach (d(s, w) <= H), the one nearest the goal,
+  min d(w, g); by the triangle inequality d(s, g) <= d(s, w) + d(w, g), so with d(s, w) <= H no waypoint is
+  nearer than d(s, g) - H, and the chosen one lies on a shortest path through the data as far as H allows. It
+  then acts towards w with an inner policy (the actor or the lookahead), for which the near target restores the
+  resolution the far goal lacks;
+* :class:`MPPIPolicy` plans ``horizon`` steps in the learned model with the learned Q* as the per-step cost
+  (C.3.2's MPPI with the QRL value: horizon 5, 10,000 samples, noise variance 1, lambda 0.01).
+
+Every distance is the max over the critics, the cost QRL's actor is trained on (a max of quasimetrics is one).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from platonic_rl.agents.common import StatelessPolicy, as_key
+from platonic_rl.agents.qrl_continuous import QRLContinuousAgent
+from platonic_rl.agents.qrl_diagnostics import action_grid
+from platonic_rl.common.planning import mppi_step
+
+
+# ------------------------------------------------------------------------------------ learned distances
+
+
+def _encode(agent: QRLContinuousAgent, x: jax.Array) -> jax.Array:
+    """f_i(x) for every critic: ``[num_critics, ..., latent]``."""
+    critic = agent.critic
+    return jax.vmap(lambda p: critic.apply(p, x, method="encode"))(agent.critic_params)
+
+
+def _project(agent: QRLContinuousAgent, z: jax.Array) -> jax.Array:
+    """The projector of every critic on its own latents ``z [num_critics, ..., latent]``."""
+    critic = agent.critic
+    return jax.vmap(lambda p, zi: critic.apply(p, zi, method=lambda m, v: m.projector(v)))(agent.critic_params, z)
+
+
+def _head(agent: QRLContinuousAgent, p1: jax.Array, p2: jax.Array) -> jax.Array:
+    """Every critic's quasimetric head on projected latents ``[num_critics, ..., head_dim]`` (broadcast), max
+    over the critics."""
+    critic = agent.critic
+    return jax.vmap(lambda p, a, b: critic.apply(p, a, b, method=lambda m, x, y: m.head(x, y)))(
+        agent.critic_params, p1, p2).max(0)
+
+
+def held_action_costs(agent: QRLContinuousAgent, observations: jax.Array, goals: jax.Array, candidates: jax.Array,
+                      hold_steps: int) -> jax.Array:
+    """max_i d_i(T_i^k(f_i(s), a), f_i(g)) for every candidate action a held ``hold_steps`` = k steps in the
+    learned latent dynamics. ``observations``, ``goals``: ``[N, D]``; ``candidates``: ``[N, G, A]``; returns
+    ``[N, G]``."""
+    if hold_steps < 1:
+        raise ValueError(f"hold_steps must be >= 1, got {hold_steps}")
+    critic = agent.critic
+    z, z_goal = _encode(agent, observations), _encode(agent, goals)   # [C, N, L]
+
+    def rollout(params, z0):  # z0 [N, L] -> T^k(z0, a) for every candidate: [N, G, L]
+        z_g = jnp.broadcast_to(z0[:, None], (*candidates.shape[:2], z0.shape[-1]))
+        step = lambda _, zt: critic.apply(params, zt, candidates, method="dynamics")  # noqa: E731
+        return jax.lax.fori_loop(0, hold_steps, step, z_g)
+
+    z_after = jax.vmap(rollout)(agent.critic_params, z)               # [C, N, G, L]
+    return _head(agent, _project(agent, z_after), _project(agent, z_goal)[:, :, None])
+
+
+# ------------------------------------------------------------------------------------ policies
+
+
+class LatentLookahead(StatelessPolicy, flax.struct.PyTreeNode):
+    """Act with the candidate action whose k-step held rollout in the learned dynamics ends nearest the goal:
+    argmin_a max_i d_i(T_i^k(f_i(s), a), f_i(g)) (:func:`held_action_costs`). Candidates: a ``grid_size``^A grid
+    over [-1, 1]^A, the actor's mode and, when ``step``/``act`` get a key, ``actor_samples`` samples of the actor.
+    ``hold_steps`` 1 with the grid alone is :func:`~platonic_rl.agents.qrl_diagnostics.grid_argmin_actions`."""
+    agent: QRLContinuousAgent
+    hold_steps: int = flax.struct.field(pytree_node=False, default=20)
+    grid_size: int = flax.struct.field(pytree_node=False, default=9)
+    actor_samples: int = flax.struct.field(pytree_node=False, default=0)
+
+    def __post_init__(self):
+        for name, low in (("hold_steps", 1), ("grid_size", 2), ("actor_samples", 0)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < low:
+                raise ValueError(f"LatentLookahead.{name} must be an int >= {low}, got {value!r}")
+
+    def candidates(self, observations: jax.Array, goals: jax.Array, rng: jax.Array | None = None) -> jax.Array:
+        """``[N, G, A]``: the grid, the actor's mode and (with ``rng``) the actor's samples, per state."""
+        n, a = observations.shape[0], self.agent.config.action_dim
+        grid = jnp.broadcast_to(action_grid(self.grid_size, a), (n, self.grid_size ** a, a))
+        mean, log_std = self.agent.policy.apply(self.agent.actor_params, observations, goals)
+        parts = [grid, jnp.tanh(mean)[:, None]]
+        if rng is not None and self.actor_samples:
+            noise = jax.random.normal(as_key(rng), (n, self.actor_samples, a), mean.dtype)
+            parts.append(jnp.tanh(mean[:, None] + jnp.exp(log_std)[:, None] * noise))
+        return jnp.concatenate(parts, 1)
+
+    def act(self, observations: jax.Array, goals: jax.Array, rng: jax.Array | None = None) -> jax.Array:
+        """The best candidate per state, ``[N, A]``."""
+        observations, goals = jnp.broadcast_arrays(jnp.asarray(observations), jnp.asarray(goals))
+        candidates = self.candidates(observations, goals, rng)
+        costs = held_action_costs(self.agent, observations, goals, candidates, self.hold_steps)
+        return jnp.take_along_axis(candidates, jnp.argmin(costs, 1)[:, None, None], 1)[:, 0]
+
+
+class WaypointPolicy(flax.struct.PyTreeNode):
+    """Subgoals from the quasimetric: among the dataset states w (a fixed subsample, ``waypoints [M, D]``) within
+    reach, max_i d_i(s, w) <= ``reach`` (H, in steps), the one nearest the goal, min d(w, g); the goal itself when
+    it is within reach or no waypoint is (see the module docstring for why). ``inner`` (the agent's actor, a
+    :class:`LatentLookahead`, any policy with ``step``) then acts towards the chosen target. The waypoints are
+    projected once, when the policy is built (:meth:`create`)."""
+    agent: QRLContinuousAgent
+    inner: Any
+    waypoints: jax.Array            # [M, D]
+    waypoint_projections: jax.Array  # [num_critics, M, head_dim]
+    reach: jax.Array                 # H, steps of learned distance (a leaf: vmappable, no recompilation)
+
+    @classmethod
+    def create(cls, agent: QRLContinuousAgent, waypoints: jax.Array, reach: float, inner: Any = None
+               ) -> "WaypointPolicy":
+        waypoints = jnp.asarray(waypoints, jnp.float32)
+        if waypoints.ndim != 2 or waypoints.shape[0] < 1 or waypoints.shape[1:] != agent.config.obs_shape:
+            raise ValueError(f"waypoints must be dataset states [M >= 1, {agent.config.obs_shape}], got "
+                             f"{waypoints.shape}")
+        if not reach > 0:
+            raise ValueError(f"reach must be > 0 (steps of learned distance), got {reach}")
+        projections = _project(agent, _encode(agent, waypoints))
+        return cls(agent=agent, inner=agent if inner is None else inner, waypoints=waypoints,
+                   waypoint_projections=projections, reach=jnp.float32(reach))
+
+    def waypoint_goal_distances(self, goals: jax.Array) -> jax.Array:
+        """max_i d_i(w, g) for every waypoint and goal: ``[N, M]``."""
+        p_g = _project(self.agent, _encode(self.agent, goals))
+        return _head(self.agent, self.waypoint_projections[:, None], p_g[:, :, None])
+
+    def targets(self, observations: jax.Array, goals: jax.Array, d_wg: jax.Array | None = None
+                ) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """``(targets [N, D], info)``: each state's chosen waypoint (or its goal) and, in ``info``, d(s, g),
+        d(s, target), d(target, g) and whether a waypoint was chosen. ``d_wg``: the waypoints' distances to the
+        goals, if known (:meth:`waypoint_goal_distances`)."""
+        p_s = _project(self.agent, _encode(self.agent, observations))   # [C, N, P]
+        p_g = _project(self.agent, _encode(self.agent, goals))
+        d_sg = _head(self.agent, p_s, p_g)                              # [N]
+        d_sw = _head(self.agent, p_s[:, :, None], self.waypoint_projections[:, None])  # [N, M]
+        d_wg = self.waypoint_goal_distances(goals) if d_wg is None else d_wg
+        in_reach = d_sw <= self.reach
+        best = jnp.argmin(jnp.where(in_reach, d_wg, jnp.inf), 1)
+        use_waypoint = in_reach.any(1) & (d_sg > self.reach)
+        targets = jnp.where(use_waypoint[:, None], self.waypoints[best], goals)
+        pick = lambda d: jnp.take_along_axis(d, best[:, None], 1)[:, 0]  # noqa: E731
+        info = dict(goal_distance=d_sg, use_waypoint=use_waypoint,
+                    target_distance=jnp.where(use_waypoint, pick(d_sw), d_sg),
+                    target_goal_distance=jnp.where(use_waypoint, pick(d_wg), 0.0))
+        return targets, info
+
+    def initial_policy_state(self, batch_size: int) -> dict[str, Any]:
+        """The inner policy's state and the waypoints' distances to the last goals seen (NaN goals: none yet)."""
+        return dict(inner=self.inner.initial_policy_state(batch_size),
+                    goals=jnp.full((batch_size, *self.waypoints.shape[1:]), jnp.nan),
+                    goal_distances=jnp.zeros((batch_size, self.waypoints.shape[0])))
+
+    def step(self, policy_state, observations, goals, prev_actions=None, rng=None):
+        """Targets, then the inner policy's step towards them. d(w, g) is computed again only when a goal changed
+        (an episode's goal stays, so acting costs d(s, w) alone)."""
+        observations, goals = jnp.broadcast_arrays(jnp.asarray(observations), jnp.asarray(goals))
+        d_wg = jax.lax.cond(jnp.all(goals == policy_state["goals"]), lambda: policy_state["goal_distances"],
+                            lambda: self.waypoint_goal_distances(goals))
+        targets, _ = self.targets(observations, goals, d_wg)
+        actions, inner = self.inner.step(policy_state["inner"], observations, targets, prev_actions, rng)
+        return actions, dict(inner=inner, goals=goals, goal_distances=d_wg)
+
+    def act(self, observations, goals, rng=None):
+        """``step`` from a fresh policy state."""
+        return self.step(self.initial_policy_state(jnp.shape(observations)[0]), observations, goals, None, rng)[0]
+
+
+class MPPIPolicy(flax.struct.PyTreeNode):
+    """MPPI (:func:`~platonic_rl.common.planning.mppi_step`) in QRL's learned latent dynamics with its Q* as the
+    per-step cost (:meth:`QRLContinuousAgent.plan_costs`); each episode's plan ``[horizon, A]`` is the policy
+    state, carried between steps. Without a key, ``step`` draws from the key it carries in its state (from
+    ``seed``). Episodes are planned ``episodes_per_call`` at a time (``lax.map``), which bounds memory at large
+    ``num_samples``."""
+    agent: QRLContinuousAgent
+    horizon: int = flax.struct.field(pytree_node=False, default=5)
+    num_samples: int = flax.struct.field(pytree_node=False, default=10_000)
+    noise_std: float = flax.struct.field(pytree_node=False, default=1.0)
+    temperature: float = flax.struct.field(pytree_node=False, default=0.01)
+    seed: int = flax.struct.field(pytree_node=False, default=0)
+    episodes_per_call: int = flax.struct.field(pytree_node=False, default=8)
+
+    def __post_init__(self):
+        for name in ("horizon", "num_samples", "episodes_per_call"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"MPPIPolicy.{name} must be an int >= 1, got {getattr(self, name)!r}")
+        for name in ("noise_std", "temperature"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"MPPIPolicy.{name} must be > 0, got {getattr(self, name)!r}")
+
+    def initial_policy_state(self, batch_size: int) -> dict[str, jax.Array]:
+        return dict(plans=jnp.zeros((batch_size, self.horizon, self.agent.config.action_dim)),
+                    key=jax.random.PRNGKey(self.seed))
+
+    def step(self, policy_state, observations, goals, prev_actions=None, rng=None):
+        observations, goals = jnp.broadcast_arrays(jnp.asarray(observations), jnp.asarray(goals))
+        carried, key = (policy_state["key"], as_key(rng)) if rng is not None else jax.random.split(policy_state["key"])
+        keys = jax.random.split(key, observations.shape[0])
+
+        def one(args):
+            k, plan, obs, goal = args
+            cost = lambda seqs: self.agent.plan_costs(obs, goal, seqs)  # noqa: E731
+            return mppi_step(k, plan, cost, self.num_samples, self.noise_std, self.temperature)
+
+        actions, plans = jax.lax.map(one, (keys, policy_state["plans"], observations, goals),
+                                     batch_size=self.episodes_per_call)
+        return actions, dict(plans=plans, key=carried)
+
+
+# ------------------------------------------------------------------------------------ the table
+
+
+def _waypoints(agent, dataset_states, reach: float = 20.0, num_waypoints: int = 2000, inner: str = "actor",
+               hold_steps: int = 20, seed: int = 0, **inner_settings):
+    if dataset_states is None:
+        raise ValueError("the waypoints policy needs dataset_states: the dataset's observations [N, D]")
+    states = jnp.asarray(dataset_states, jnp.float32)
+    if num_waypoints < 1:
+        raise ValueError(f"num_waypoints must be >= 1, got {num_waypoints}")
+    if states.shape[0] > num_waypoints:
+        states = states[jax.random.choice(jax.random.PRNGKey(seed), states.shape[0], (num_waypoints,), replace=False)]
+    if inner not in ("actor", "lookahead"):
+        raise ValueError(f"inner must be 'actor' or 'lookahead', got {inner!r}")
+    inner_policy = agent if inner == "actor" else LatentLookahead(agent, hold_steps=hold_steps, **inner_settings)
+    return WaypointPolicy.create(agent, states, reach, inner_policy)
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyEntry:
+    build: Callable[..., Any]  # (agent, dataset_states, **settings) -> policy
+    description: str
+
+
+POLICIES: dict[str, PolicyEntry] = {
+    "actor": PolicyEntry(lambda agent, dataset_states=None: agent,
+                         "the paper's actor: the mode of pi(a | s, g), one step ahead"),
+    "lookahead": PolicyEntry(lambda agent, dataset_states=None, **kw: LatentLookahead(agent, **kw),
+                             "argmin over a grid (and the actor's mode) of d(T^k(f(s), a), f(g)), a held k steps"),
+    "waypoints": PolicyEntry(_waypoints, "subgoals: the dataset state within reach H nearest the goal, then an inner "
+                                         "policy (the actor or the lookahead) towards it"),
+    "mppi": PolicyEntry(lambda agent, dataset_states=None, **kw: MPPIPolicy(agent, **kw),
+                        "MPPI in the learned model with the learned Q* as the per-step cost (C.3.2)"),
+}
+
+
+def make_policy(name: str, agent: QRLContinuousAgent, dataset_states: jax.Array | None = None, **settings) -> Any:
+    """Policy ``name`` of :data:`POLICIES` built from a trained agent (and, for ``waypoints``, the dataset's
+    states as the agent sees them), with its settings as keywords."""
+    if name not in POLICIES:
+        raise KeyError(f"unknown policy {name!r}; known: {sorted(POLICIES)}")
+    if not isinstance(agent, QRLContinuousAgent):
+        raise TypeError(f"agent must be a trained QRLContinuousAgent, got {type(agent).__name__}")
+    return POLICIES[name].build(agent, dataset_states, **settings)

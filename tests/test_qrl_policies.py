@@ -1,0 +1,187 @@
+"""The deployable QRL policies (agents/qrl_policies.py): held-action costs against a step-by-step reference and a
+hand value, the waypoint choice against brute force, MPPI against the planning step it wraps, one signature for
+all, vmapped seeds equal to lone ones, and bad settings named."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from platonic_rl.agents import qrl_policies as P
+from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
+from platonic_rl.agents.qrl_diagnostics import action_grid, grid_argmin_actions
+from platonic_rl.agents.seeds import SeedStack
+from platonic_rl.common.planning import mppi_step
+
+CONFIG = QRLContinuousConfig(obs_dim=4, action_dim=2, encoder_hidden=(16,), latent_dim=8, projector_hidden=(16,),
+                             iqe_components=2, iqe_dim_per_component=4, dynamics_hidden=(16,), actor_hidden=(16,))
+
+
+def perturbed(agent: QRLContinuousAgent, seed: int = 1, scale: float = 0.3) -> QRLContinuousAgent:
+    """The agent with every critic parameter moved at random: its latent dynamics no longer the identity (the
+    residual's last layer starts at zero)."""
+    leaves, tree = jax.tree_util.tree_flatten(agent.critic_params)
+    keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
+    leaves = [x + scale * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys)]
+    return agent.replace(critic_state=agent.critic_state.replace(params=jax.tree_util.tree_unflatten(tree, leaves)))
+
+
+@pytest.fixture(scope="module")
+def agent():
+    return perturbed(QRLContinuousAgent.create(CONFIG, seed=0))
+
+
+def states(n: int, seed: int) -> jax.Array:
+    return jax.random.uniform(jax.random.PRNGKey(seed), (n, 4), minval=-1.0, maxval=1.0)
+
+
+def test_held_costs_equal_the_dynamics_applied_k_times_by_hand(agent):
+    obs, goals = states(3, 0), states(3, 1)
+    candidates = jnp.broadcast_to(action_grid(3, 2), (3, 9, 2))
+    critic = agent.critic
+    expected = []
+    for i in range(CONFIG.num_critics):
+        params = jax.tree_util.tree_map(lambda x: x[i], agent.critic_params)
+        z = critic.apply(params, obs, method="encode")[:, None].repeat(9, 1)
+        for _ in range(4):
+            z = critic.apply(params, z, candidates, method="dynamics")
+        z_goal = critic.apply(params, goals, method="encode")[:, None].repeat(9, 1)
+        expected.append(critic.apply(params, z, z_goal, method="distance"))
+    costs = P.held_action_costs(agent, obs, goals, candidates, hold_steps=4)
+    np.testing.assert_allclose(costs, np.max(expected, 0), rtol=1e-5, atol=1e-5)
+    # k = 1 is the learned one-step cost the actor is trained on
+    one = P.held_action_costs(agent, obs, goals, candidates, hold_steps=1)
+    np.testing.assert_allclose(one[:, 4], agent.goal_distances_after(agent.critic_params, obs, candidates[:, 4], goals)
+                               .max(0), rtol=1e-5, atol=1e-5)
+
+
+def test_identity_dynamics_make_every_candidate_cost_the_current_distance():
+    """A fresh agent's residual dynamics are zero (T(z, a) = z), so holding any action any number of steps leaves
+    d(f(s), f(g)): by hand, every candidate's cost is the state's own distance to the goal."""
+    fresh = QRLContinuousAgent.create(CONFIG, seed=3)
+    obs, goals = states(4, 2), states(4, 3)
+    candidates = jnp.broadcast_to(action_grid(5, 2), (4, 25, 2))
+    costs = P.held_action_costs(fresh, obs, goals, candidates, hold_steps=7)
+    np.testing.assert_allclose(costs, np.repeat(np.asarray(fresh.goal_distances(obs, goals).max(0))[:, None], 25, 1),
+                               rtol=1e-6)
+
+
+def test_lookahead_picks_the_cheapest_candidate_and_one_step_matches_the_grid_argmin(agent):
+    obs, goals = states(6, 4), states(6, 5)
+    policy = P.LatentLookahead(agent, hold_steps=3, grid_size=5)
+    candidates = policy.candidates(obs, goals)
+    assert candidates.shape == (6, 26, 2)  # the grid and the actor's mode
+    np.testing.assert_allclose(candidates[:, -1], agent.act(obs, goals))
+    costs = np.asarray(P.held_action_costs(agent, obs, goals, candidates, 3))
+    actions = np.asarray(policy.act(obs, goals))
+    np.testing.assert_array_equal(actions, np.asarray(candidates)[np.arange(6), costs.argmin(1)])
+    # one step ahead, it never does worse by its own cost than the critic's grid argmin (its candidates include the grid)
+    one = P.LatentLookahead(agent, hold_steps=1, grid_size=9)
+    cost = lambda a: agent.goal_distances_after(agent.critic_params, obs, a, goals).max(0)  # noqa: E731
+    assert np.all(np.asarray(cost(one.act(obs, goals))) <= np.asarray(cost(grid_argmin_actions(agent, obs, goals))) + 1e-6)
+    # with a key, the actor's samples join the candidates; the same key, the same action
+    sampled = P.LatentLookahead(agent, hold_steps=3, grid_size=5, actor_samples=4)
+    assert sampled.candidates(obs, goals, jax.random.PRNGKey(0)).shape == (6, 30, 2)
+    np.testing.assert_array_equal(sampled.act(obs, goals, jax.random.PRNGKey(0)),
+                                  jax.jit(type(sampled).act)(sampled, obs, goals, jax.random.PRNGKey(0)))
+
+
+def test_waypoints_choose_the_reachable_state_nearest_the_goal_by_brute_force(agent):
+    obs, goals, waypoints = states(5, 6), states(5, 7), states(40, 8)
+    d = lambda a, b: np.asarray(agent.goal_distances(a, b).max(0))  # noqa: E731
+    d_sw = np.stack([d(obs, jnp.broadcast_to(w, obs.shape)) for w in waypoints], 1)       # [5, 40]
+    d_wg = np.stack([d(jnp.broadcast_to(w, goals.shape), goals) for w in waypoints], 1)
+    d_sg = d(obs, goals)
+    reach = 1.0  # below every d(s, g); some states have waypoints within it, some none
+    policy = P.WaypointPolicy.create(agent, waypoints, reach)
+    targets, info = policy.targets(obs, goals)
+    for n in range(5):
+        reachable = np.flatnonzero(d_sw[n] <= reach)
+        if d_sg[n] <= reach or reachable.size == 0:
+            np.testing.assert_array_equal(targets[n], goals[n])
+            assert not info["use_waypoint"][n]
+        else:
+            best = reachable[np.argmin(d_wg[n, reachable])]
+            np.testing.assert_allclose(targets[n], waypoints[best])
+            np.testing.assert_allclose(info["target_goal_distance"][n], d_wg[n, best], rtol=1e-5)
+            assert info["target_distance"][n] <= reach
+    assert 0 < np.asarray(info["use_waypoint"]).sum() < 5  # both branches taken
+    # a reach beyond every distance sends each state straight for its goal
+    far = P.WaypointPolicy.create(agent, waypoints, 1e9)
+    np.testing.assert_array_equal(far.targets(obs, goals)[0], goals)
+    # then it acts as its inner policy towards the targets
+    np.testing.assert_allclose(policy.act(obs, goals), agent.act(obs, targets), rtol=1e-6)
+    inner = P.LatentLookahead(agent, hold_steps=2, grid_size=3)
+    with_lookahead = P.WaypointPolicy.create(agent, waypoints, reach, inner)
+    np.testing.assert_array_equal(with_lookahead.act(obs, goals), inner.act(obs, targets))
+
+
+def test_mppi_policy_is_the_planning_step_on_qrls_plan_costs_and_carries_its_plan(agent):
+    obs, goals = states(3, 9), states(3, 10)
+    policy = P.MPPIPolicy(agent, horizon=4, num_samples=32, seed=5, episodes_per_call=2)
+    state = policy.initial_policy_state(3)
+    assert state["plans"].shape == (3, 4, 2) and not np.any(state["plans"])
+    actions, state2 = jax.jit(type(policy).step)(policy, state, obs, goals)
+    carried, key = jax.random.split(jax.random.PRNGKey(5))
+    for n, k in enumerate(jax.random.split(key, 3)):  # each episode's step, by the planning function itself
+        a, plan = mppi_step(k, jnp.zeros((4, 2)), lambda s: agent.plan_costs(obs[n], goals[n], s), 32, 1.0, 0.01)
+        np.testing.assert_allclose(actions[n], a, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(state2["plans"][n], plan, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(state2["key"], carried)
+    again, _ = type(policy).step(policy, state, obs, goals)  # the same state, the same actions
+    np.testing.assert_allclose(again, actions, rtol=1e-6)
+    nxt, _ = type(policy).step(policy, state2, obs, goals)  # the next step draws new samples from the carried plan
+    assert not np.allclose(nxt, actions)
+
+
+def test_every_policy_has_the_agents_acting_signature_and_vmaps_over_seeds():
+    stack = SeedStack.create(QRLContinuousAgent, CONFIG, seeds=(0, 1))
+    stack = stack.replace(agents=jax.vmap(lambda a, s: perturbed(a, s))(stack.agents, jnp.arange(2)))
+    obs, goals, data = states(4, 11), states(4, 12), states(30, 13)
+    settings = dict(actor={}, lookahead=dict(hold_steps=3, grid_size=3), waypoints=dict(reach=1.0, num_waypoints=20),
+                    mppi=dict(num_samples=16, horizon=3))
+    for name, kw in settings.items():
+        def acts(agent):
+            policy = P.make_policy(name, agent, data, **kw)
+            return policy.step(policy.initial_policy_state(4), obs, goals)[0]
+
+        vmapped = jax.jit(jax.vmap(acts))(stack.agents)
+        assert vmapped.shape == (2, 4, 2) and np.all(np.abs(vmapped) <= 1)
+        for i in range(2):
+            np.testing.assert_allclose(vmapped[i], acts(stack.agent(i)), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_bad_policy_settings_are_named(agent):
+    with pytest.raises(KeyError, match="unknown policy 'nearest'"):
+        P.make_policy("nearest", agent)
+    with pytest.raises(TypeError, match="agent must be a trained QRLContinuousAgent"):
+        P.make_policy("lookahead", object())
+    with pytest.raises(ValueError, match="needs dataset_states"):
+        P.make_policy("waypoints", agent)
+    with pytest.raises(ValueError, match="hold_steps must be an int >= 1"):
+        P.make_policy("lookahead", agent, hold_steps=0)
+    with pytest.raises(ValueError, match="reach must be > 0"):
+        P.make_policy("waypoints", agent, states(5, 0), reach=0.0)
+    with pytest.raises(ValueError, match=r"waypoints must be dataset states \[M >= 1, \(4,\)\]"):
+        P.WaypointPolicy.create(agent, jnp.zeros((5, 3)), 1.0)
+    with pytest.raises(ValueError, match="inner must be 'actor' or 'lookahead'"):
+        P.make_policy("waypoints", agent, states(5, 0), inner="mppi")
+    with pytest.raises(ValueError, match="MPPIPolicy.num_samples must be an int >= 1"):
+        P.make_policy("mppi", agent, num_samples=0)
+    with pytest.raises(ValueError, match="MPPIPolicy.temperature must be > 0"):
+        P.make_policy("mppi", agent, temperature=0.0)
+
+
+def test_waypoints_reuse_the_goal_distances_while_the_goals_stay_and_recompute_when_they_change(agent):
+    obs, goals, waypoints = states(5, 14), states(5, 15), states(40, 16)
+    policy = P.WaypointPolicy.create(agent, waypoints, 1.0)
+    step = jax.jit(type(policy).step)
+    state = policy.initial_policy_state(5)
+    actions, state = step(policy, state, obs, goals)
+    np.testing.assert_allclose(state["goal_distances"], policy.waypoint_goal_distances(goals), rtol=1e-6)
+    np.testing.assert_allclose(actions, policy.act(obs, goals), rtol=1e-6)
+    stale = dict(state, goal_distances=state["goal_distances"][:, ::-1])  # a cached value is used as it is ...
+    assert not np.allclose(step(policy, stale, obs, goals)[0], actions)
+    other = states(5, 17)  # ... until a goal changes
+    moved, state = step(policy, stale, obs, other)
+    np.testing.assert_allclose(moved, policy.act(obs, other), rtol=1e-6)
+    np.testing.assert_allclose(state["goal_distances"], policy.waypoint_goal_distances(other), rtol=1e-6)
