@@ -131,26 +131,30 @@ class WaypointPolicy(flax.struct.PyTreeNode):
     """Subgoals from the quasimetric: among the dataset states w (a fixed subsample, ``waypoints [M, D]``) within
     reach, max_i d_i(s, w) <= ``reach`` (H, in steps), the one nearest the goal, min d(w, g); the goal itself when
     it is within reach or no waypoint is (see the module docstring for why). ``inner`` (the agent's actor, a
-    :class:`LatentLookahead`, any policy with ``step``) then acts towards the chosen target. The waypoints are
-    projected once, when the policy is built (:meth:`create`)."""
+    :class:`LatentLookahead`, any policy with ``step``) then acts towards the chosen target, chosen again every
+    ``replan_every`` steps (and whenever a goal changes). The waypoints are projected once, when the policy is built
+    (:meth:`create`)."""
     agent: QRLContinuousAgent
     inner: Any
     waypoints: jax.Array            # [M, D]
     waypoint_projections: jax.Array  # [num_critics, M, head_dim]
     reach: jax.Array                 # H, steps of learned distance (a leaf: vmappable, no recompilation)
+    replan_every: int = flax.struct.field(pytree_node=False, default=1)
 
     @classmethod
-    def create(cls, agent: QRLContinuousAgent, waypoints: jax.Array, reach: float, inner: Any = None
-               ) -> "WaypointPolicy":
+    def create(cls, agent: QRLContinuousAgent, waypoints: jax.Array, reach: float, inner: Any = None,
+               replan_every: int = 1) -> "WaypointPolicy":
         waypoints = jnp.asarray(waypoints, jnp.float32)
         if waypoints.ndim != 2 or waypoints.shape[0] < 1 or waypoints.shape[1:] != agent.config.obs_shape:
             raise ValueError(f"waypoints must be dataset states [M >= 1, {agent.config.obs_shape}], got "
                              f"{waypoints.shape}")
         if not reach > 0:
             raise ValueError(f"reach must be > 0 (steps of learned distance), got {reach}")
+        if not isinstance(replan_every, int) or replan_every < 1:
+            raise ValueError(f"replan_every must be an int >= 1 (steps), got {replan_every!r}")
         projections = _project(agent, _encode(agent, waypoints))
         return cls(agent=agent, inner=agent if inner is None else inner, waypoints=waypoints,
-                   waypoint_projections=projections, reach=jnp.float32(reach))
+                   waypoint_projections=projections, reach=jnp.float32(reach), replan_every=replan_every)
 
     def waypoint_goal_distances(self, goals: jax.Array) -> jax.Array:
         """max_i d_i(w, g) for every waypoint and goal: ``[N, M]``."""
@@ -178,20 +182,26 @@ class WaypointPolicy(flax.struct.PyTreeNode):
         return targets, info
 
     def initial_policy_state(self, batch_size: int) -> dict[str, Any]:
-        """The inner policy's state and the waypoints' distances to the last goals seen (NaN goals: none yet)."""
-        return dict(inner=self.inner.initial_policy_state(batch_size),
-                    goals=jnp.full((batch_size, *self.waypoints.shape[1:]), jnp.nan),
-                    goal_distances=jnp.zeros((batch_size, self.waypoints.shape[0])))
+        """The inner policy's state, the waypoints' distances to the last goals seen (NaN goals: none yet), the
+        current targets and the steps since they were chosen."""
+        shape = (batch_size, *self.waypoints.shape[1:])
+        return dict(inner=self.inner.initial_policy_state(batch_size), goals=jnp.full(shape, jnp.nan),
+                    goal_distances=jnp.zeros((batch_size, self.waypoints.shape[0])), targets=jnp.zeros(shape),
+                    since_replan=jnp.int32(0))
 
     def step(self, policy_state, observations, goals, prev_actions=None, rng=None):
-        """Targets, then the inner policy's step towards them. d(w, g) is computed again only when a goal changed
-        (an episode's goal stays, so acting costs d(s, w) alone)."""
+        """Targets (chosen again when due), then the inner policy's step towards them. d(w, g) is computed again only
+        when a goal changed (an episode's goal stays, so choosing costs d(s, w) alone)."""
         observations, goals = jnp.broadcast_arrays(jnp.asarray(observations), jnp.asarray(goals))
-        d_wg = jax.lax.cond(jnp.all(goals == policy_state["goals"]), lambda: policy_state["goal_distances"],
+        same_goals = jnp.all(goals == policy_state["goals"])
+        d_wg = jax.lax.cond(same_goals, lambda: policy_state["goal_distances"],
                             lambda: self.waypoint_goal_distances(goals))
-        targets, _ = self.targets(observations, goals, d_wg)
+        due = ~same_goals | (policy_state["since_replan"] % self.replan_every == 0)
+        targets = jax.lax.cond(due, lambda: self.targets(observations, goals, d_wg)[0],
+                               lambda: policy_state["targets"])
         actions, inner = self.inner.step(policy_state["inner"], observations, targets, prev_actions, rng)
-        return actions, dict(inner=inner, goals=goals, goal_distances=d_wg)
+        since = jnp.where(due, 1, policy_state["since_replan"] + 1).astype(jnp.int32)
+        return actions, dict(inner=inner, goals=goals, goal_distances=d_wg, targets=targets, since_replan=since)
 
     def act(self, observations, goals, rng=None):
         """``step`` from a fresh policy state."""
@@ -243,7 +253,7 @@ class MPPIPolicy(flax.struct.PyTreeNode):
 
 
 def _waypoints(agent, dataset_states, reach: float = 20.0, num_waypoints: int = 2000, inner: str = "actor",
-               hold_steps: int = 20, seed: int = 0, **inner_settings):
+               hold_steps: int = 20, replan_every: int = 1, seed: int = 0, **inner_settings):
     if dataset_states is None:
         raise ValueError("the waypoints policy needs dataset_states: the dataset's observations [N, D]")
     states = jnp.asarray(dataset_states, jnp.float32)
@@ -254,7 +264,7 @@ def _waypoints(agent, dataset_states, reach: float = 20.0, num_waypoints: int = 
     if inner not in ("actor", "lookahead"):
         raise ValueError(f"inner must be 'actor' or 'lookahead', got {inner!r}")
     inner_policy = agent if inner == "actor" else LatentLookahead(agent, hold_steps=hold_steps, **inner_settings)
-    return WaypointPolicy.create(agent, states, reach, inner_policy)
+    return WaypointPolicy.create(agent, states, reach, inner_policy, replan_every)
 
 
 @dataclasses.dataclass(frozen=True)

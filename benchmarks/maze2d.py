@@ -269,10 +269,8 @@ def _policy_settings(name: str, scale: Maze2dScale, fixed: dict) -> dict:
         return dict(hold_steps=p.hold_steps, **fixed)
     if name == "waypoints":
         inner = dict(hold_steps=p.hold_steps) if fixed.get("inner") == "lookahead" else {}
-        return dict(reach=p.reach, num_waypoints=p.num_waypoints, **inner, **fixed)
-    if name == "mppi":
-        return dict(num_samples=p.mppi_samples, **fixed)
-    return dict(fixed)
+        return dict(reach=p.reach, num_waypoints=p.num_waypoints, replan_every=p.replan_every, **inner, **fixed)
+    raise ValueError(f"no scale settings for QRL policy {name!r}")
 
 
 def _true_greedy_policy(hold: Callable[[Maze2dScale], int]):
@@ -296,11 +294,12 @@ TABLE: dict[str, Method] = {
     "qrl_lookahead": Method("QRL, latent lookahead", "qrl", _qrl_policy("lookahead"), "addition",
                             settings=lambda s: dict(hold_steps=s.policies.hold_steps)),
     "qrl_waypoints": Method("QRL, waypoints + actor", "qrl", _qrl_policy("waypoints", inner="actor"), "addition",
-                            settings=lambda s: dict(reach=s.policies.reach, num_waypoints=s.policies.num_waypoints)),
+                            settings=lambda s: dict(reach=s.policies.reach, num_waypoints=s.policies.num_waypoints,
+                                                    replan_every=s.policies.replan_every)),
     "qrl_waypoints_lookahead": Method(
         "QRL, waypoints + lookahead", "qrl", _qrl_policy("waypoints", inner="lookahead"), "addition",
         settings=lambda s: dict(reach=s.policies.reach, num_waypoints=s.policies.num_waypoints,
-                                hold_steps=s.policies.hold_steps)),
+                                replan_every=s.policies.replan_every, hold_steps=s.policies.hold_steps)),
     "qrl_grid": Method("QRL critic, grid argmin", "qrl", lambda agent, layout, *_: grid_policy(agent, layout), "check"),
     "qrl_true": Method("QRL critic, true dynamics", "qrl", _true_greedy_policy(lambda s: 1), "check",
                        settings=lambda s: dict(hold_steps=1)),

@@ -200,7 +200,8 @@ def policy_settings(row: Row, scale: Scale, args: Args) -> dict:
         return dict(hold_steps=p.hold_steps)
     if row.policy == "waypoints":
         inner = dict(hold_steps=p.hold_steps) if row.inner == "lookahead" else {}
-        return dict(reach=p.reach, num_waypoints=p.num_waypoints, inner=row.inner, **inner)
+        return dict(reach=p.reach, num_waypoints=p.num_waypoints, replan_every=p.replan_every, inner=row.inner,
+                    **inner)
     return {}
 
 

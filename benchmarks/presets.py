@@ -31,7 +31,8 @@ class QRLPolicySettings:
     """The deployable QRL policies' settings (``agents.qrl_policies``; their choice: docs/studies/qrl_policies.md)."""
     hold_steps: int = 20          # the lookahead's k: each candidate action held k steps in the learned dynamics
     reach: float = 20.0           # the waypoints' H: a waypoint w is within reach when d(s, w) <= H
-    num_waypoints: int = 2000     # dataset states the waypoints are drawn from (a fixed subsample)
+    num_waypoints: int = 1000     # dataset states the waypoints are drawn from (a fixed subsample)
+    replan_every: int = 5         # steps between two choices of waypoint (and whenever the goal changes)
     mppi_samples: int = 10_000    # MPPI at C.3.2's sample count (the scale's mppi_samples is the cpu row's)
     mppi_episodes: int = 10       # its evaluation episodes per (seed, setting): it costs ~150x the 64-sample row
 

@@ -45,7 +45,7 @@ def test_tiny_qrl_run_records_its_convergence_signals_and_its_policies_reuse_it(
     assert trained == ["qrl"]  # QRL trained once, for its three rows
     results = record["results"]["pointmaze-medium-stitch-v0"]
     assert results["qrl_lookahead"]["policy_settings"] == dict(hold_steps=5)
-    assert results["qrl_waypoints_lookahead"]["policy_settings"] == dict(reach=20.0, num_waypoints=100,
+    assert results["qrl_waypoints_lookahead"]["policy_settings"] == dict(reach=20.0, num_waypoints=100, replan_every=5,
                                                                          inner="lookahead", hold_steps=5)
     assert all(len(results[r]["per_seed"][0]["task_success"]) == 5 for r in rows)
     again = ogbench.main(_tiny_argv(tmp_path, rows) + ["--hold-steps", "3"])  # other settings: evaluated again

@@ -185,3 +185,20 @@ def test_waypoints_reuse_the_goal_distances_while_the_goals_stay_and_recompute_w
     moved, state = step(policy, stale, obs, other)
     np.testing.assert_allclose(moved, policy.act(obs, other), rtol=1e-6)
     np.testing.assert_allclose(state["goal_distances"], policy.waypoint_goal_distances(other), rtol=1e-6)
+
+
+def test_waypoints_are_chosen_again_every_replan_every_steps(agent):
+    obs, goals, waypoints = states(5, 18), states(5, 19), states(40, 20)
+    policy = P.WaypointPolicy.create(agent, waypoints, 1.0, replan_every=3)
+    step = jax.jit(type(policy).step)
+    state = policy.initial_policy_state(5)
+    chosen = []
+    for t in range(7):  # the states move; the targets follow them at steps 0, 3 and 6 only
+        here = obs + 0.2 * t
+        _, state = step(policy, state, here, goals)
+        chosen.append(np.asarray(state["targets"]))
+        np.testing.assert_allclose(chosen[-1], policy.targets(obs + 0.2 * (t - t % 3), goals)[0], rtol=1e-6)
+    assert int(state["since_replan"]) == 1
+    assert not np.allclose(chosen[1], policy.targets(obs + 0.2, goals)[0])  # kept, though a replan would move them
+    with pytest.raises(ValueError, match="replan_every must be an int >= 1"):
+        P.WaypointPolicy.create(agent, waypoints, 1.0, replan_every=0)
