@@ -88,8 +88,9 @@ def test_lookahead_picks_the_cheapest_candidate_and_one_step_matches_the_grid_ar
 def test_waypoints_choose_the_reachable_state_nearest_the_goal_by_brute_force(agent):
     obs, goals, waypoints = states(5, 6), states(5, 7), states(40, 8)
     d = lambda a, b: np.asarray(agent.goal_distances(a, b).max(0))  # noqa: E731
-    d_sw = np.stack([d(obs, jnp.broadcast_to(w, obs.shape)) for w in waypoints], 1)       # [5, 40]
-    d_wg = np.stack([d(jnp.broadcast_to(w, goals.shape), goals) for w in waypoints], 1)
+    pairs = lambda a, b: (jnp.broadcast_to(a[:, None], (5, 40, 4)), jnp.broadcast_to(b[None], (5, 40, 4)))  # noqa: E731
+    d_sw = d(*pairs(obs, waypoints))                                                  # [5, 40]: every (s, w)
+    d_wg = d(*pairs(goals, waypoints)[::-1])                                          # every (w, g)
     d_sg = d(obs, goals)
     reach = 1.0  # below every d(s, g); some states have waypoints within it, some none
     policy = P.WaypointPolicy.create(agent, waypoints, reach)
