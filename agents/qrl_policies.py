@@ -15,7 +15,7 @@ also have ``act(observations, goals, rng=None)``. All of them are jit-able and v
 policy built from a :class:`~platonic_rl.agents.seeds.SeedStack`'s stacked agents). Observations, goals and
 dataset states are what the agent sees (normalised as it was trained).
 
-Why more than one step (the maze2d study in docs/studies/maze2d_one_step.md): a transition's learned distance is
+Why more than one step (docs/results.md, maze2d; the choice of k and H: docs/studies/qrl_policies.md): a transition's learned distance is
 at most its cost, 1, so by the triangle inequality one step changes d(s, g) by at most 1 of the hundreds it spans,
 and the critic's ordering errors swamp differences that small. The policies here compare states further apart:
 

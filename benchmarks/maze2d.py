@@ -253,24 +253,19 @@ def _agent_policy(agent, layout, scale, seed, data):
     return host_policy(agent, normaliser(layout))
 
 
-def _qrl_policy(name: str, **fixed):
-    """A row acting with :func:`~platonic_rl.agents.qrl_policies.make_policy`'s policy ``name``; its settings are
-    ``fixed`` plus the scale's (:class:`~platonic_rl.benchmarks.presets.QRLPolicySettings`)."""
+def _qrl_policy(name: str, inner: str | None = None):
+    """A row acting with :func:`~platonic_rl.agents.qrl_policies.make_policy`'s policy ``name`` at the scale's
+    settings (:meth:`~platonic_rl.benchmarks.presets.QRLPolicySettings.policy_kwargs`)."""
     def build(agent, layout, scale, seed, data):
-        return host_policy(make_policy(name, agent, data["observations"], **_policy_settings(name, scale, fixed)),
-                           normaliser(layout))
+        kwargs = scale.policies.policy_kwargs(name, inner)
+        return host_policy(make_policy(name, agent, data["observations"], **kwargs), normaliser(layout))
 
     return build
 
 
-def _policy_settings(name: str, scale: Maze2dScale, fixed: dict) -> dict:
-    p = scale.policies
-    if name == "lookahead":
-        return dict(hold_steps=p.hold_steps, **fixed)
-    if name == "waypoints":
-        inner = dict(hold_steps=p.hold_steps) if fixed.get("inner") == "lookahead" else {}
-        return dict(reach=p.reach, num_waypoints=p.num_waypoints, replan_every=p.replan_every, **inner, **fixed)
-    raise ValueError(f"no scale settings for QRL policy {name!r}")
+def _recorded(name: str, inner: str | None = None) -> Callable[[Maze2dScale], dict]:
+    """The settings a policy row keeps in its record: its policy's, less the inner policy's name."""
+    return lambda scale: {k: v for k, v in scale.policies.policy_kwargs(name, inner).items() if k != "inner"}
 
 
 def _true_greedy_policy(hold: Callable[[Maze2dScale], int]):
@@ -280,34 +275,32 @@ def _true_greedy_policy(hold: Callable[[Maze2dScale], int]):
     return build
 
 
-def _mppi_cpu_policy(agent, layout, scale, seed, data):  # C.3.2's horizon 5, noise 1, lambda 0.01; the scale's samples
-    return host_policy(MPPIPolicy(agent, num_samples=scale.mppi_samples, seed=1000 + seed), normaliser(layout))
+def _mppi_policy(samples: Callable[[Maze2dScale], int]):
+    """MPPI in QRL's learned model (C.3.2's horizon 5, noise 1, lambda 0.01) with ``samples(scale)`` samples."""
+    def build(agent, layout, scale, seed, data):
+        return host_policy(MPPIPolicy(agent, num_samples=samples(scale), seed=1000 + seed), normaliser(layout))
 
-
-def _mppi_paper_policy(agent, layout, scale, seed, data):  # the same at C.3.2's sample count
-    return host_policy(MPPIPolicy(agent, num_samples=scale.policies.mppi_samples, seed=1000 + seed),
-                       normaliser(layout))
+    return build
 
 
 TABLE: dict[str, Method] = {
     "qrl": Method("QRL (+BC)", "qrl", _agent_policy),
     "qrl_lookahead": Method("QRL, latent lookahead", "qrl", _qrl_policy("lookahead"), "addition",
-                            settings=lambda s: dict(hold_steps=s.policies.hold_steps)),
-    "qrl_waypoints": Method("QRL, waypoints + actor", "qrl", _qrl_policy("waypoints", inner="actor"), "addition",
-                            settings=lambda s: dict(reach=s.policies.reach, num_waypoints=s.policies.num_waypoints,
-                                                    replan_every=s.policies.replan_every)),
-    "qrl_waypoints_lookahead": Method(
-        "QRL, waypoints + lookahead", "qrl", _qrl_policy("waypoints", inner="lookahead"), "addition",
-        settings=lambda s: dict(reach=s.policies.reach, num_waypoints=s.policies.num_waypoints,
-                                replan_every=s.policies.replan_every, hold_steps=s.policies.hold_steps)),
+                            settings=_recorded("lookahead")),
+    "qrl_waypoints": Method("QRL, waypoints + actor", "qrl", _qrl_policy("waypoints", "actor"), "addition",
+                            settings=_recorded("waypoints", "actor")),
+    "qrl_waypoints_lookahead": Method("QRL, waypoints + lookahead", "qrl", _qrl_policy("waypoints", "lookahead"),
+                                      "addition", settings=_recorded("waypoints", "lookahead")),
     "qrl_grid": Method("QRL critic, grid argmin", "qrl", lambda agent, layout, *_: grid_policy(agent, layout), "check"),
     "qrl_true": Method("QRL critic, true dynamics", "qrl", _true_greedy_policy(lambda s: 1), "check"),
     "qrl_true_hold": Method("QRL critic, true dyn., held", "qrl", _true_greedy_policy(lambda s: s.critic_hold_steps),
                             "check", settings=lambda s: dict(hold_steps=s.critic_hold_steps)),
     "crl": Method("Contrastive RL (+BC)", "crl", _agent_policy),
     "gcbc": Method("GCBC", "gcbc", _agent_policy),
-    "mppi": Method("MPPI with QRL value", "qrl", _mppi_cpu_policy, episodes=lambda s: s.mppi_episodes),
-    "mppi_paper_samples": Method("MPPI, C.3.2's samples", "qrl", _mppi_paper_policy, "addition",
+    "mppi": Method("MPPI with QRL value", "qrl", _mppi_policy(lambda s: s.mppi_samples),
+                   episodes=lambda s: s.mppi_episodes),
+    "mppi_paper_samples": Method("MPPI, C.3.2's samples", "qrl", _mppi_policy(lambda s: s.policies.mppi_samples),
+                                 "addition",
                                  episodes=lambda s: s.policies.mppi_episodes,
                                  settings=lambda s: dict(mppi_samples=s.policies.mppi_samples)),
     "mppi_true": Method("MPPI, true dynamics", None,

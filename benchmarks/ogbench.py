@@ -194,15 +194,11 @@ def normalised(data: dict, center: np.ndarray, half: np.ndarray) -> dict:
 
 def policy_settings(row: Row, scale: Scale, args: Args) -> dict:
     """The settings of a row's policy: the scale's ``policies``, overridden by the arguments."""
+    if row.policy == "actor":
+        return {}
     p = dataclasses.replace(scale.policies, **{k: v for k, v in dict(
         hold_steps=args.hold_steps, reach=args.reach, num_waypoints=args.num_waypoints).items() if v is not None})
-    if row.policy == "lookahead":
-        return dict(hold_steps=p.hold_steps)
-    if row.policy == "waypoints":
-        inner = dict(hold_steps=p.hold_steps) if row.inner == "lookahead" else {}
-        return dict(reach=p.reach, num_waypoints=p.num_waypoints, replan_every=p.replan_every, inner=row.inner,
-                    **inner)
-    return {}
+    return p.policy_kwargs(row.policy, row.inner)
 
 
 def policy_of(agent, center: np.ndarray, half: np.ndarray, row: Row = ROWS["qrl"], settings: dict | None = None,
