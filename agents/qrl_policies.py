@@ -285,6 +285,31 @@ POLICIES: dict[str, PolicyEntry] = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class PolicySpec:
+    """A policy of :data:`POLICIES` by name and settings, built from an agent when called: what the loops take as
+    an evaluation policy (:mod:`platonic_rl.training.evaluation`), hashable and recorded by its settings.
+
+        spec = PolicySpec.of("lookahead", hold_steps=5)
+        policy = spec(agent)                         # make_policy("lookahead", agent, hold_steps=5)"""
+    name: str
+    settings: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self):
+        if self.name not in POLICIES:
+            raise KeyError(f"unknown policy {self.name!r}; known: {sorted(POLICIES)}")
+
+    @classmethod
+    def of(cls, name: str, **settings) -> "PolicySpec":
+        return cls(name, tuple(sorted(settings.items())))
+
+    def __call__(self, agent: QRLContinuousAgent, dataset_states: jax.Array | None = None) -> Any:
+        return make_policy(self.name, agent, dataset_states, **dict(self.settings))
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(policy=self.name, **dict(self.settings))
+
+
 def make_policy(name: str, agent: QRLContinuousAgent, dataset_states: jax.Array | None = None, **settings) -> Any:
     """Policy ``name`` of :data:`POLICIES` built from a trained agent (and, for ``waypoints``, the dataset's
     states as the agent sees them), with its settings as keywords."""

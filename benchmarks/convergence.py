@@ -191,7 +191,7 @@ def train_and_represent(args: Args, scale: Scale, env_name: str, method: str, in
     observations, goals = agent_inputs(env, inputs["positions"])
     pair_states, pair_goals = jnp.asarray(inputs["pair_states"]), jnp.asarray(inputs["pair_goals"])
     eval_key = jax.random.PRNGKey(EVAL_KEY)
-    read = jax.jit(jax.vmap(lambda agent: (loop.evaluate(agent, eval_key),
+    read = jax.jit(jax.vmap(lambda agent: (loop.evaluate(agent, eval_key)["eval_success"],
                                            representations(method, agent, observations, goals, pair_states,
                                                            pair_goals))))
     start = time.perf_counter()

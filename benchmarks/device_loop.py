@@ -29,7 +29,8 @@ Parts (each saved as it finishes; rerunning skips finished parts and resumes lea
   :data:`FINAL_EVALUATIONS` evaluations. For QRL, a **critic check** then acts on the same ``--check-episodes``
   episodes two ways per seed: by the actor's mode, and by QRL's critic alone (the argmin of the learned one-step
   cost max_i d_i(T_i(f_i(s), a), f_i(g)) over a 9x9 action grid, :func:`~platonic_rl.agents.qrl_diagnostics.
-  grid_argmin_actions`). Where the critic alone succeeds and the actor does not, the actor is what fails. Each
+  grid_argmin_actions`) and, with ``--check-hold-steps``, by the latent lookahead at each k (the deployable policy of
+  :mod:`~platonic_rl.agents.qrl_policies`). Where the critic alone succeeds and the actor does not, the actor is what fails. Each
   finished (env, method) run keeps a ``record.json`` in its run directory; a later call reuses it (checkpoints
   stay on the machine that trained), so runs can be added one env or method at a time.
 
@@ -54,6 +55,7 @@ import numpy as np
 
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent
 from platonic_rl.agents.qrl_diagnostics import grid_argmin_actions
+from platonic_rl.agents.qrl_policies import LatentLookahead
 from platonic_rl.benchmarks import report
 from platonic_rl.benchmarks.presets import (DeviceLoopScale, device_loop_agent_config, device_loop_env,
                                            device_loop_scales)
@@ -87,12 +89,17 @@ class Args:
     reacher_goal: Literal["pose", "fingertip"] = "pose"  # the reacher's goal state (envs.reacher)
     qrl_entropy_init: float | None = None  # QRL's initial entropy weight (default: the scale's)
     check_episodes: int = 64          # episodes of QRL's critic check per seed
+    check_hold_steps: tuple[int, ...] = ()
+    """QRL's check also acts with the latent lookahead (agents.qrl_policies.LatentLookahead: 9x9 grid and the actor's
+    mode, each held k steps in the learned dynamics) at each of these k, on the same episodes."""
     out_dir: str | None = None        # default: results/device_loop/<scale>
     overwrite: bool = False           # measure this call's parts again and retrain its learning runs
 
     def __post_init__(self):
         if self.seeds < 1:
             raise ValueError(f"--seeds must be >= 1, got {self.seeds}")
+        if any(not isinstance(k, int) or k < 1 for k in self.check_hold_steps):
+            raise ValueError(f"--check-hold-steps must be positive ints, got {self.check_hold_steps}")
         for name in ("iterations", "check_episodes"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
@@ -218,21 +225,29 @@ def learning_config(args: Args, scale: DeviceLoopScale) -> DeviceLoopConfig:
     return scale.learning if args.iterations is None else dataclasses.replace(scale.learning, iterations=args.iterations)
 
 
-def critic_check(agents, env: jax_env.GoalEnv, episodes: int, grid_size: int = 9) -> dict:
+def critic_check(agents, env: jax_env.GoalEnv, episodes: int, hold_steps: tuple[int, ...] = (),
+                 grid_size: int = 9) -> dict:
     """QRL's actor against its critic acting alone, per seed (``agents`` with a leading seed axis), on the same
-    ``episodes`` deterministic episodes: success of the actor's mode and of the argmin of the learned one-step cost
-    over a ``grid_size``^2 action grid."""
+    ``episodes`` deterministic episodes: success of the actor's mode, of the argmin of the learned one-step cost
+    over a ``grid_size``^2 action grid and, for each k of ``hold_steps``, of the latent lookahead holding each
+    candidate k steps (``lookahead[k]``)."""
     key = jax.random.PRNGKey(CHECK_KEY)
 
     def one(agent):
         actor = lambda observations, goals, _: agent.step(None, observations, goals)[0]  # noqa: E731
         critic = lambda observations, goals, _: grid_argmin_actions(agent, observations, goals, grid_size)  # noqa: E731
+        success = lambda policy: jnp.mean(jax_env.rollout_acting(env, policy, key, episodes)["success"])  # noqa: E731
         return (jnp.mean(jax_env.rollout(env, actor, key, episodes)["success"]),
-                jnp.mean(jax_env.rollout(env, critic, key, episodes)["success"]))
+                jnp.mean(jax_env.rollout(env, critic, key, episodes)["success"]),
+                [success(LatentLookahead(agent, hold_steps=k, grid_size=grid_size)) for k in hold_steps])
 
-    actor, critic = jax.device_get(jax.jit(jax.vmap(one))(agents))
-    return dict(episodes=episodes, grid=f"{grid_size}x{grid_size}", actor=np.asarray(actor).tolist(),
-                critic_alone=np.asarray(critic).tolist())
+    actor, critic, lookahead = jax.device_get(jax.jit(jax.vmap(one))(agents))
+    check = dict(episodes=episodes, grid=f"{grid_size}x{grid_size}", actor=np.asarray(actor).tolist(),
+                 critic_alone=np.asarray(critic).tolist())
+    if hold_steps:
+        check.update(hold_steps=list(hold_steps),
+                     lookahead={str(k): np.asarray(x).tolist() for k, x in zip(hold_steps, lookahead)})
+    return check
 
 
 def learning_settings(agent_cfg, env: jax_env.GoalEnv, config: DeviceLoopConfig, seeds: tuple[int, ...]) -> dict:
@@ -260,8 +275,11 @@ def run_learning(args: Args, scale: DeviceLoopScale, out: Path) -> dict:
                 record = read_json(saved, "a finished learning run's record")
                 differ = settings_differences(record.get("settings", {}), learning_settings(cfg, env, config, seeds),
                                               ignore=LEARNING_HOST_ONLY)
-                if method == "qrl" and record.get("critic_check", {}).get("episodes") != args.check_episodes:
-                    differ["check_episodes"] = (record.get("critic_check", {}).get("episodes"), args.check_episodes)
+                check = record.get("critic_check", {})
+                if method == "qrl" and check.get("episodes") != args.check_episodes:
+                    differ["check_episodes"] = (check.get("episodes"), args.check_episodes)
+                if method == "qrl" and check.get("hold_steps", []) != list(args.check_hold_steps):
+                    differ["check_hold_steps"] = (check.get("hold_steps", []), list(args.check_hold_steps))
                 if differ:
                     raise ValueError(f"{saved} holds a finished run with other settings than this call's:\n"
                                      f"{describe_differences(differ)}\npass --overwrite to train it again, or "
@@ -277,7 +295,7 @@ def run_learning(args: Args, scale: DeviceLoopScale, out: Path) -> dict:
                           success=[[r[f"eval_success/{s}"] for s in seeds] for r in evaluated],
                           seconds=time.perf_counter() - start, settings=as_json(learning_settings(cfg, env, config, seeds)))
             if method == "qrl":
-                record["critic_check"] = critic_check(agents, env, args.check_episodes)
+                record["critic_check"] = critic_check(agents, env, args.check_episodes, args.check_hold_steps)
             write_json(saved, record)
             results[f"{name}/{method}"] = record
     return results
@@ -327,6 +345,7 @@ def format_tables(record: dict, scale: DeviceLoopScale, args: Args) -> str:
                     check = r["critic_check"]
                     line += (f"   check ({check['episodes']} episodes): actor {np.mean(check['actor']):.2f} / "
                              f"critic alone {np.mean(check['critic_alone']):.2f}")
+                    line += "".join(f" / lookahead k={k} {np.mean(v):.2f}" for k, v in check.get("lookahead", {}).items())
                 lines.append(line)
     return "\n".join(lines)
 

@@ -25,6 +25,8 @@ import tyro
 from platonic_rl.agents.crl import CRLAgent, CRLConfig
 from platonic_rl.agents.ddpg_her import DDPGHERAgent, DDPGHERConfig
 from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
+from platonic_rl.agents.qrl_policies import PolicySpec
+from platonic_rl.training.evaluation import metric_name
 from platonic_rl.training.goal_online import OnlineConfig, evaluate, train_online
 from platonic_rl.training.schedule import eval_seed
 from platonic_rl.agents.qrl_continuous import IMAGE_DEFAULTS, QRLContinuousAgent, QRLContinuousConfig
@@ -81,6 +83,11 @@ class Args:
     """Gradient-step batch size (C.3.3: 256)."""
     qrl_preset: Literal["paper", "cpu"] = "paper"
     """QRL network sizes: "paper" (C.3.3) or "cpu" (256-wide layers, IQE 16 x 32; ~4x faster)."""
+    qrl_lookahead: tuple[int, ...] = ()
+    """QRL's runs also evaluate the latent lookahead (agents.qrl_policies.LatentLookahead) holding each candidate
+    k steps, for each k given, on the actor's evaluation episodes: rows ``qrl_lookahead_k<k>``."""
+    qrl_lookahead_grid: int = 5
+    """The lookahead's candidates per action dimension (Fetch's 4: 5^4 = 625 grid actions, and the actor's mode)."""
     out_dir: str = "results/fetch"
     add_reference_to: str | None = None
     """Instead of training: add the zero-action reference curve to the results.json in this directory (a run
@@ -107,10 +114,23 @@ class Args:
             raise ValueError(f"--env-steps must be the {prefill} env steps of random prefill plus whole cycles of "
                              f"{cycle} env steps ({OnlineConfig.rollouts_per_cycle} episodes x {fetch.EPISODE_LENGTH} "
                              f"steps), else the last cycle runs past the budget; got {self.env_steps}")
+        if any(not isinstance(k, int) or k < 1 for k in self.qrl_lookahead):
+            raise ValueError(f"--qrl-lookahead must be positive ints (steps each action is held), got "
+                             f"{self.qrl_lookahead}")
+        if self.qrl_lookahead and "qrl" not in self.agents:
+            raise ValueError("--qrl-lookahead evaluates QRL's lookahead: --agents must include qrl")
+        if self.qrl_lookahead_grid < 2:
+            raise ValueError(f"--qrl-lookahead-grid must be >= 2, got {self.qrl_lookahead_grid}")
         for name in ("batch_size", "updates_per_cycle", "updates_per_call"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+
+
+def lookahead_policies(args: Args) -> dict:
+    """QRL's evaluation policies of ``--qrl-lookahead``: ``{"lookahead_k<k>": PolicySpec}``."""
+    return {f"lookahead_k{k}": PolicySpec.of("lookahead", hold_steps=k, grid_size=args.qrl_lookahead_grid)
+            for k in args.qrl_lookahead}
 
 
 def smooth(values: np.ndarray, window: int = 5) -> np.ndarray:
@@ -156,7 +176,7 @@ def add_reference(record: dict, task: str) -> dict:
                                   smoothed_mean=smooth(raw).tolist())
     qrl = summary.get("qrl")
     for name, s in summary.items():
-        if qrl is None or name in ("qrl", "zero_action"):
+        if qrl is None or name in ("qrl", "zero_action") or name.startswith("qrl_"):
             continue
         if s["final_success"] < reference + NOT_LEARNED_MARGIN:
             s.update(qrl_sample_efficiency_ratio=None, ratio_undefined="peer not above the zero-action reference")
@@ -181,10 +201,12 @@ def run(args: Args) -> dict:
                                   batch_size=args.batch_size, overwrite=args.overwrite, **overrides)
             configs[name] = dict(agent=dataclasses.asdict(agent_cfg), loop=dataclasses.asdict(config))
             start, run_dir = time.time(), out / f"{name}_seed{seed}"
+            policies = lookahead_policies(args) if name == "qrl" else {}
             if args.from_logs:
                 history = logged_history(run_dir)
             else:
-                _, history = train_online(cls.create(agent_cfg, seed), config, run_dir, desc=f"{name} seed {seed}")
+                _, history = train_online(cls.create(agent_cfg, seed), config, run_dir, desc=f"{name} seed {seed}",
+                                          eval_policies=policies)
             evals = [r for r in history if "eval_success" in r]
             cycle_times = [r.get("cycle_seconds") for r in history]
             curves[name].append(dict(seed=seed, env_steps=[r["env_steps"] for r in evals],
@@ -192,6 +214,10 @@ def run(args: Args) -> dict:
                                      seconds=None if args.from_logs else time.time() - start,
                                      # all cycles, across resumes (None: some were logged before the field)
                                      training_seconds=None if None in cycle_times else sum(cycle_times)))
+            for policy in policies:  # the same runs' evaluations by each policy, as rows of their own
+                curves.setdefault(f"qrl_{policy}", []).append(dict(
+                    seed=seed, env_steps=[r["env_steps"] for r in evals],
+                    success=[r[metric_name(policy)] for r in evals], seconds=None, training_seconds=None))
     if args.from_logs:  # runs in progress: keep the evaluations every seed of an agent has reached
         for runs in curves.values():
             common = min(len(r["env_steps"]) for r in runs)
@@ -250,7 +276,7 @@ def format_table(args: Args, summary: dict) -> str:
              f"{'agent':16s}{'final success (smoothed)':>26s}{'QRL sample-efficiency ratio':>30s}"]
     for name, s in summary.items():
         ratio = s.get("qrl_sample_efficiency_ratio")
-        if name in ("qrl", "zero_action"):
+        if name in ("qrl", "zero_action") or name.startswith("qrl_"):
             ratio_cell = "-"
         elif "ratio_undefined" in s:
             ratio_cell = "- (peer did not learn)"

@@ -136,16 +136,33 @@ def rollout(env: GoalEnv, policy: Callable[[jax.Array, jax.Array, jax.Array], ja
 
     Returns observations ``[N, T + 1, D]``, actions ``[N, T, A]`` (clipped), goals ``[N, D]``, success ``[N]``
     (the goal reached at any step, the start included) and final_success ``[N]``."""
+    return _rollout(env, lambda carried, observations, goals, step_key: (policy(observations, goals, step_key), None),
+                    None, key, num_envs)
+
+
+def rollout_acting(env: GoalEnv, policy: Any, key: jax.Array, num_envs: int) -> dict[str, jax.Array]:
+    """:func:`rollout` with anything of the agents' acting signature (an agent, a policy of
+    :mod:`platonic_rl.agents.qrl_policies`): ``policy.step(policy_state, observations, goals)`` without a key
+    (deterministic), its state carried from ``policy.initial_policy_state(num_envs)``. ``key`` draws the episodes
+    alone, so every policy rolled out with one key meets the same starts and goals."""
+    act = lambda carried, observations, goals, _: policy.step(carried, observations, goals)  # noqa: E731
+    return _rollout(env, act, policy.initial_policy_state(num_envs), key, num_envs)
+
+
+def _rollout(env: GoalEnv, act: Callable, carried: Any, key: jax.Array, num_envs: int) -> dict[str, jax.Array]:
+    """The episodes of :func:`rollout`, ``act(carried, observations, goals, key) -> (actions, carried)``."""
     reset_key, policy_key = jax.random.split(key)
     state = reset_batch(env, reset_key, num_envs)
 
-    def body(state, step_key):
-        actions = jnp.clip(policy(state.observation, state.goal, step_key), -1.0, 1.0)
+    def body(loop, step_key):
+        state, carried = loop
+        actions, carried = act(carried, state.observation, state.goal, step_key)
+        actions = jnp.clip(actions, -1.0, 1.0)
         state = step_batch(env, state, actions)
-        return state, (state.observation, actions, state.success)
+        return (state, carried), (state.observation, actions, state.success)
 
-    final, (observations, actions, successes) = jax.lax.scan(body, state, jax.random.split(policy_key,
-                                                                                           env.episode_length))
+    (final, _), (observations, actions, successes) = jax.lax.scan(
+        body, (state, carried), jax.random.split(policy_key, env.episode_length))
     swap = lambda x: jnp.swapaxes(x, 0, 1)  # noqa: E731
     return dict(observations=jnp.concatenate([state.observation[:, None], swap(observations)], 1),
                 actions=swap(actions), goals=state.goal,

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from platonic_rl.agents.qrl_diagnostics import grid_argmin_actions
+from platonic_rl.agents.qrl_policies import LatentLookahead
 from platonic_rl.benchmarks import device_loop, presets, report
 from platonic_rl.envs import jax_env
 
@@ -28,7 +29,7 @@ def test_learning_records_are_saved_reused_refused_and_retrained(tmp_path, capsy
         return None, rows
 
     monkeypatch.setattr(device_loop, "train_on_device", fake_train)
-    monkeypatch.setattr(device_loop, "critic_check", lambda agents, env, episodes: dict(
+    monkeypatch.setattr(device_loop, "critic_check", lambda agents, env, episodes, hold_steps: dict(
         episodes=episodes, actor=[0.5, 0.5], critic_alone=[0.25, 0.25]))
     args = device_loop.Args(scale="quick", parts=("learning",), envs=("umaze",), methods=("gcbc", "qrl"), seeds=2,
                             out_dir=str(tmp_path))
@@ -48,6 +49,8 @@ def test_learning_records_are_saved_reused_refused_and_retrained(tmp_path, capsy
         device_loop.run(device_loop.Args(**{**vars(args), "iterations": 6}))  # never mixed with another budget
     with pytest.raises(ValueError, match="check_episodes: saved 64, now 8"):  # QRL's check is part of its record
         device_loop.run(device_loop.Args(**{**vars(args), "check_episodes": 8}))
+    with pytest.raises(ValueError, match=r"check_hold_steps: saved \[\], now \[5\]"):
+        device_loop.run(device_loop.Args(**{**vars(args), "check_hold_steps": (5,)}))
     # --overwrite retrains this call's runs and keeps what other calls recorded.
     record = device_loop.run(device_loop.Args(**{**vars(args), "methods": ("gcbc",), "iterations": 6,
                                                  "overwrite": True}))
@@ -85,7 +88,7 @@ def test_quick_benchmark_runs_saves_and_reuses_finished_runs(tmp_path, capsys):
 @pytest.mark.slow  # ~50 s: a QRL device-loop program; grid_argmin_actions is tested fast in tests/test_qrl_diagnostics.py
 def test_qrl_critic_check_acts_per_seed_on_the_same_episodes(tmp_path):
     args = device_loop.Args(scale="quick", parts=("learning",), envs=("reacher",), methods=("qrl",), seeds=2,
-                            iterations=6, check_episodes=16, out_dir=str(tmp_path))
+                            iterations=6, check_episodes=16, check_hold_steps=(3,), out_dir=str(tmp_path))
     record = device_loop.run(args)["learning"]["reacher/qrl"]
     assert record["settings"]["agent"]["entropy_init"] == presets.device_loop_scales()["quick"].qrl_entropy_init
     assert record["settings"]["env"]["goal"] == "pose" and record["settings"]["loop"]["iterations"] == 6
@@ -102,8 +105,11 @@ def test_qrl_critic_check_acts_per_seed_on_the_same_episodes(tmp_path):
     key = jax.random.PRNGKey(device_loop.CHECK_KEY)
     actor = jax_env.rollout(env, lambda o, g, _: agent.step(None, o, g)[0], key, 16)["success"].mean()
     critic = jax_env.rollout(env, lambda o, g, _: grid_argmin_actions(agent, o, g, 9), key, 16)["success"].mean()
+    lookahead = jax_env.rollout(env, lambda o, g, _: LatentLookahead(agent, hold_steps=3).act(o, g), key,
+                                16)["success"].mean()
     # Within one episode of 16: a near-tie in the grid argmin may break differently with and without vmap.
-    np.testing.assert_allclose([check["actor"][1], check["critic_alone"][1]], [actor, critic], atol=1 / 16 + 1e-6)
+    np.testing.assert_allclose([check["actor"][1], check["critic_alone"][1], check["lookahead"]["3"][1]],
+                               [actor, critic, lookahead], atol=1 / 16 + 1e-6)
 
 
 def test_final_success_is_the_mean_of_the_last_evaluations_per_seed():
@@ -113,7 +119,8 @@ def test_final_success_is_the_mean_of_the_last_evaluations_per_seed():
 
 @pytest.mark.parametrize("field, value, message", [
     ("iterations", 0, "--iterations must be a positive int"), ("reacher_goal", "joints", "--reacher-goal must be one of"),
-    ("qrl_entropy_init", 0.0, "--qrl-entropy-init must be > 0"), ("check_episodes", 0, "--check-episodes")])
+    ("qrl_entropy_init", 0.0, "--qrl-entropy-init must be > 0"), ("check_episodes", 0, "--check-episodes"),
+    ("check_hold_steps", (0,), "--check-hold-steps must be positive ints")])
 def test_bad_arguments_name_the_flag(field, value, message):
     with pytest.raises(ValueError, match=message):
         device_loop.Args(**{field: value})

@@ -102,3 +102,27 @@ def test_from_logs_reports_runs_in_progress(tmp_path, monkeypatch):
     assert (tmp_path / "curves.png").is_file() and (tmp_path / "results.json").is_file()
     with pytest.raises(FileNotFoundError, match="no metrics.jsonl"):
         bf.run(dataclasses.replace(args, seeds=(0, 7)))
+
+
+def test_qrl_lookahead_is_a_row_of_the_same_runs(tmp_path, monkeypatch):
+    import json
+
+    for seed in (0, 1):
+        rows = [dict(env_steps=2000 * (i + 1), eval_success=0.1 * i, eval_success_lookahead_k5=0.2 * i + seed / 10,
+                     cycle_seconds=60.0) for i in range(3)]
+        (tmp_path / f"qrl_seed{seed}").mkdir()
+        (tmp_path / f"qrl_seed{seed}" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setattr(bf, "zero_action_success", lambda task, steps, episodes=50: [0.0] * len(steps))
+    args = bf.Args(agents=("qrl",), seeds=(0, 1), env_steps=10_000, out_dir=str(tmp_path),
+                   from_logs=True, qrl_lookahead=(5,))
+    record = bf.run(args)
+    np.testing.assert_allclose([r["success"] for r in record["curves"]["qrl_lookahead_k5"]],
+                               [[0.0, 0.2, 0.4], [0.1, 0.3, 0.5]])
+    assert record["summary"]["qrl_lookahead_k5"]["final_success"] == pytest.approx(0.25)  # mean of 3, then seeds
+    assert "qrl_lookahead_k5" in record["table"]
+    spec = bf.lookahead_policies(args)["lookahead_k5"]
+    assert spec.as_dict() == dict(policy="lookahead", hold_steps=5, grid_size=5)
+    with pytest.raises(ValueError, match="--agents must include qrl"):
+        bf.Args(agents=("crl",), qrl_lookahead=(5,))
+    with pytest.raises(ValueError, match="--qrl-lookahead must be positive ints"):
+        bf.Args(qrl_lookahead=(0,))

@@ -13,9 +13,11 @@ import optax
 import pytest
 
 from platonic_rl.agents import CRLConfig, GCBCConfig, QRLContinuousConfig
-from platonic_rl.envs import mountaincar
+from platonic_rl.agents.common import StatelessPolicy
+from platonic_rl.agents.qrl_policies import LatentLookahead, PolicySpec
+from platonic_rl.envs import jax_env, mountaincar
 from platonic_rl.envs.point_maze import PointMaze
-from platonic_rl.training.device_loop import DeviceLoopConfig, make_loop, make_train, train_on_device
+from platonic_rl.training.device_loop import EVAL_KEY, DeviceLoopConfig, make_loop, make_train, train_on_device
 from platonic_rl.training.run import RunDirectoryError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -76,7 +78,7 @@ SCRIPT = textwrap.dedent("""
     from platonic_rl.training import distributed
     distributed.initialize()
     from platonic_rl.agents import CRLConfig
-    from platonic_rl.envs import mountaincar
+    from platonic_rl.envs import jax_env, mountaincar
     from platonic_rl.training.device_loop import DeviceLoopConfig, make_loop
 
     # MountainCar, not the point maze: the same loop in half the compile time (each process compiles for itself).
@@ -193,3 +195,54 @@ def test_a_nan_stops_the_run_naming_the_iteration_before_saving(tmp_path):
     else:  # say which link broke: the NaN never made (bc_nll finite in the rows) or made and not caught (absent)
         pytest.fail(f"no NonFiniteError; bc_nll per iteration: {[r.get('bc_nll') for r in rows]}")
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["1"]  # the last good state only
+
+
+@dataclasses.dataclass(frozen=True)
+class Line(jax_env.GoalEnv):
+    """A point on a line: start and goal uniform in [-1, 1], each step moves by 0.25 x action, success within 0.1."""
+    obs_dim: int = 1
+    action_dim: int = 1
+    goal_dims: tuple = (0,)
+    episode_length: int = 10
+
+    def init(self, key):
+        start, goal = jax.random.uniform(key, (2, 1), minval=-1.0, maxval=1.0)
+        return start, goal
+
+    def dynamics(self, physics, action):
+        return physics + 0.25 * action
+
+    def observe(self, physics):
+        return physics
+
+    def reached(self, observation, goal):
+        return jnp.abs(observation - goal)[0] < 0.1
+
+
+class Toward(StatelessPolicy):
+    """Full speed towards the goal: on :class:`Line` every episode succeeds (2 apart at most, 2.5 in 10 steps)."""
+
+    def act(self, observations, goals, rng=None):
+        return jnp.clip(4.0 * (goals - observations), -1.0, 1.0)
+
+
+def test_evaluation_policies_act_on_the_agents_episodes(tmp_path):
+    line = Line()
+    qrl = dataclasses.replace(QRL, obs_dim=1)
+    short = dataclasses.replace(TINY, iterations=2, unroll=5, eval_every=2, eval_episodes=16)
+    lookahead = PolicySpec.of("lookahead", hold_steps=2, grid_size=3)
+    policies = {"actor": lambda agent: agent, "toward": lambda agent: Toward(), "lookahead": lookahead}
+    agents, rows = train_on_device(qrl, line, short, seed=(0, 1), run_dir=tmp_path / "run", eval_policies=policies)
+    (r,) = [r for r in rows if "eval_success" in r]
+    assert r["eval_success_toward"] == 1.0 and r["eval_success"] < 1.0
+    key = jax.random.fold_in(jax.random.PRNGKey(EVAL_KEY), 2)
+    for seed in (0, 1):
+        assert r[f"eval_success_actor/{seed}"] == r[f"eval_success/{seed}"]  # the same episodes
+        agent = jax.tree.map(lambda x: x[seed], agents)
+        act = lambda o, g, _: LatentLookahead(agent, hold_steps=2, grid_size=3).act(o, g)  # noqa: E731
+        expected = jnp.mean(jax.jit(lambda: jax_env.rollout(line, act, key, short.eval_episodes)["success"])())
+        assert r[f"eval_success_lookahead/{seed}"] == pytest.approx(float(expected))
+    with pytest.raises(RunDirectoryError, match="eval_policies"):  # what is evaluated is part of the run
+        train_on_device(qrl, line, short, seed=(0, 1), run_dir=tmp_path / "run", eval_policies={"actor": lookahead})
+    with pytest.raises(TypeError, match=r"eval_policies\['x'\] must be callable"):
+        make_loop(qrl, line, short, eval_policies={"x": 1})

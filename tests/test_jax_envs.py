@@ -246,3 +246,22 @@ def test_normalized_view_keeps_the_envs_success():
     assert np.abs(np.asarray(state.observation)).max() <= 1.5
     with pytest.raises(ValueError, match="center must have obs_dim=4 entries"):
         jax_env.Normalized(PointMaze("medium"), (0.0,), (1.0, 1.0, 1.0, 1.0))
+
+
+def test_rollout_acting_carries_the_policy_state_on_the_same_episodes():
+    class Counter:
+        """Acts with (steps taken so far) / 100, counting in its policy state."""
+
+        def initial_policy_state(self, batch_size):
+            return jnp.zeros((batch_size, 1))
+
+        def step(self, policy_state, observations, goals, prev_actions=None, rng=None):
+            return jnp.repeat(policy_state / 100, 2, axis=1), policy_state + 1
+
+    env, key = PointMaze("umaze", episode_length=6), jax.random.PRNGKey(3)
+    out = jax.jit(lambda k: jax_env.rollout_acting(env, Counter(), k, 4))(key)
+    np.testing.assert_allclose(out["actions"], np.broadcast_to(np.arange(6)[None, :, None] / 100, (4, 6, 2)), atol=1e-7)
+    plain = jax_env.rollout(env, lambda o, g, _: jnp.zeros((o.shape[0], 2)), key, 4)
+    # The key alone draws the episodes (jitted against not: float32 rounding apart).
+    np.testing.assert_allclose(out["goals"], plain["goals"], atol=1e-6)
+    np.testing.assert_allclose(out["observations"][:, 0], plain["observations"][:, 0], atol=1e-6)

@@ -129,3 +129,30 @@ def test_the_episodes_of_one_evaluation_are_all_different():
     env.close()
     first = np.concatenate(starts)
     assert first.shape == (12, 20) and len(np.unique(first[:, 10:], axis=0)) == 12  # 12 distinct goals
+
+
+def test_evaluation_policies_act_on_the_agents_episodes(tmp_path):
+    from platonic_rl.agents.contract import host_policy
+    from platonic_rl.agents.qrl_policies import LatentLookahead, PolicySpec
+    from platonic_rl.training.goal_online import evaluate, make_goal_env
+    from platonic_rl.training.schedule import eval_seed
+
+    loop = dataclasses.replace(TOY, env_steps=300)
+    lookahead = PolicySpec.of("lookahead", hold_steps=2, grid_size=2)
+    policies = {"actor": lambda agent: agent, "lookahead": lookahead}
+    agent, history = train_online(QRLContinuousAgent.create(QRL_TINY, 0), loop, tmp_path, eval_policies=policies)
+    evaluated = [r for r in history if "eval_success" in r]
+    assert evaluated and all(r["eval_success_actor"] == r["eval_success"] for r in evaluated)  # the same episodes
+    # The last evaluation is the trained agent's lookahead on the evaluation's episodes.
+    env = make_goal_env("reach", 2)
+    try:
+        expected = evaluate(host_policy(LatentLookahead(agent, hold_steps=2, grid_size=2)), env, 2,
+                            seed=eval_seed(history[-1]["env_steps"]))
+    finally:
+        env.close()
+    assert evaluated[-1]["eval_success_lookahead"] == expected
+    recorded = json.loads((tmp_path / "config.json").read_text())["settings"]["eval_policies"]
+    assert recorded == {"actor": "test_evaluation_policies_act_on_the_agents_episodes.<locals>.<lambda>",
+                        "lookahead": {"policy": "lookahead", "grid_size": 2, "hold_steps": 2}}
+    with pytest.raises(ValueError, match="eval_success_<name>"):
+        train_online(agent, loop, eval_policies={"a/b": lookahead})

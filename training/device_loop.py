@@ -16,7 +16,8 @@ PureJaxRL): a functional goal env (:mod:`platonic_rl.envs.jax_env`) steps ``num_
    on :class:`~platonic_rl.envs.replay.GoalSampler` batches (future-state goals, P(k) ~ discount^k, masked to
    the goal dimensions; rewards -1); every ``eval_every`` iterations (and after the last) ``eval_episodes``
    deterministic episodes whose starts and goals depend only on the iteration (the same for every seed and
-   agent), success = the goal reached at any step.
+   agent), success = the goal reached at any step; ``eval_policies`` (:mod:`platonic_rl.training.evaluation`)
+   act on the same episodes, logged as ``eval_success_<name>``.
 
 Everything is a pure function of the key: ``jax.vmap(train)`` over keys trains several seeds in one program,
 and seed i of it equals a lone run of seed i. With ``mesh`` (a ``jax.sharding.Mesh`` with a ``"data"`` axis, over
@@ -45,6 +46,7 @@ from platonic_rl.common.progress import progress_bar
 from platonic_rl.agents.contract import check_agent
 from platonic_rl.envs import jax_env
 from platonic_rl.envs.replay import EpisodeBuffer, GoalSampler
+from platonic_rl.training.evaluation import check_eval_policies, describe, metric_name
 from platonic_rl.training.goal_online import explore
 from platonic_rl.training.run import RunDirectory, agent_settings, finish_row
 from platonic_rl.training.schedule import checkpoint_due
@@ -134,6 +136,7 @@ class DeviceLoop:
     env: jax_env.GoalEnv
     config: DeviceLoopConfig
     mesh: Any = None
+    eval_policies: tuple = ()         # ((name, build(agent) -> policy), ...): evaluated beside the agent
 
     # -------------------------------------------------------------------------------- placement
     def _split(self, tree):
@@ -206,10 +209,14 @@ class DeviceLoop:
         explore_success = jnp.where(ended, jnp.mean(success.astype(jnp.float32)), jnp.nan)
         return jax.lax.cond(ended, store_and_reset, lambda s: s, state), explore_success
 
-    def evaluate(self, agent, key: jax.Array) -> jax.Array:
-        """Success rate of ``agent``'s deterministic policy over ``eval_episodes`` episodes drawn from ``key``."""
-        policy = lambda observations, goals, _: agent.step(None, observations, goals)[0]  # noqa: E731
-        return jnp.mean(jax_env.rollout(self.env, policy, key, self.config.eval_episodes)["success"])
+    def evaluate(self, agent, key: jax.Array) -> dict[str, jax.Array]:
+        """Success rates over ``eval_episodes`` episodes drawn from ``key``: ``eval_success`` of ``agent``'s
+        deterministic policy, ``eval_success_<name>`` of each evaluation policy built from it, on the same
+        episodes."""
+        success = lambda policy: jnp.mean(  # noqa: E731
+            jax_env.rollout_acting(self.env, policy, key, self.config.eval_episodes)["success"])
+        return dict(eval_success=success(agent),
+                    **{metric_name(name): success(build(agent)) for name, build in self.eval_policies})
 
     def iterate(self, state: LoopState) -> tuple[LoopState, dict]:
         """One iteration: collect, update, maybe evaluate. Returns the state and the iteration's metrics."""
@@ -221,10 +228,14 @@ class DeviceLoop:
         iteration = state.iteration + 1
         due = (iteration % config.eval_every == 0) | (iteration == config.iterations)
         eval_key = jax.random.fold_in(jax.random.PRNGKey(EVAL_KEY), iteration)
-        eval_success = jax.lax.cond(due, lambda: self.evaluate(agent, eval_key), lambda: jnp.float32(jnp.nan))
-        row = dict(metrics, env_steps=state.env_steps, explore_success=explore_success, eval_success=eval_success,
+        not_due = {name: jnp.float32(jnp.nan) for name in self.evaluate_names()}
+        evaluations = jax.lax.cond(due, lambda: self.evaluate(agent, eval_key), lambda: not_due)
+        row = dict(metrics, env_steps=state.env_steps, explore_success=explore_success, **evaluations,
                    **{f"finite/{name}": jnp.all(value) for name, value in finite.items()})
         return state.replace(agent=agent, key=key, iteration=iteration), row
+
+    def evaluate_names(self) -> list[str]:
+        return ["eval_success", *(metric_name(name) for name, _ in self.eval_policies)]
 
     def run(self, state: LoopState, iterations: int) -> tuple[LoopState, dict]:
         return jax.lax.scan(lambda s, _: self.iterate(s), state, None, length=iterations)
@@ -259,10 +270,13 @@ def _as_dict(state: LoopState) -> dict:
 
 
 def make_loop(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig, agent_class=None,
-              mesh=None) -> DeviceLoop:
+              mesh=None, eval_policies=None) -> DeviceLoop:
     """The device loop of ``agent_config``'s agent (or ``agent_class``, any agent of the contract whose
-    ``create(config, key)`` builds it) on ``env``; checks that they fit before anything is traced."""
+    ``create(config, key)`` builds it) on ``env``; checks that they fit before anything is traced.
+    ``eval_policies``: ``{name: build(agent) -> policy}`` evaluated beside the agent
+    (:mod:`platonic_rl.training.evaluation`)."""
     config.check(env)
+    eval_policies = check_eval_policies(eval_policies)
     agent_class = agent_class or _agent_class(agent_config)
     obs_dim, action_dim = getattr(agent_config, "obs_dim", None), getattr(agent_config, "action_dim", None)
     if obs_dim != env.obs_dim or action_dim != env.action_dim:
@@ -276,15 +290,15 @@ def make_loop(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig, agen
             if getattr(config, name) % devices:
                 raise ValueError(f"make_loop: DeviceLoopConfig.{name}={getattr(config, name)} must be a multiple of "
                                  f"the mesh's {devices} devices on its 'data' axis")
-    return DeviceLoop(agent_class, agent_config, env, config, mesh)
+    return DeviceLoop(agent_class, agent_config, env, config, mesh, eval_policies)
 
 
 def make_train(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig, agent_class=None,
-               mesh=None) -> Callable[[jax.Array], tuple[Any, dict]]:
+               mesh=None, eval_policies=None) -> Callable[[jax.Array], tuple[Any, dict]]:
     """``train(key) -> (agent, metrics)``: the whole run as one pure function (jit it; vmap it over keys for
     seeds). ``metrics`` holds one entry per iteration (``eval_success`` and ``explore_success`` are NaN where
     nothing was evaluated or no episode ended)."""
-    return make_loop(agent_config, env, config, agent_class, mesh).train
+    return make_loop(agent_config, env, config, agent_class, mesh, eval_policies).train
 
 
 # ------------------------------------------------------------------------------- host-driven runs
@@ -295,7 +309,8 @@ HOST_ONLY = ("chunk_iterations", "checkpoint_every")  # change neither the progr
 
 def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig, seed: int | tuple[int, ...] = 0,
                     run_dir: str | Path | None = None, resume: bool = True, overwrite: bool = False,
-                    desc: str = "device loop", agent_class=None, mesh=None) -> tuple[Any, list[dict]]:
+                    desc: str = "device loop", agent_class=None, mesh=None,
+                    eval_policies=None) -> tuple[Any, list[dict]]:
     """The device loop in compiled chunks of ``config.chunk_iterations`` iterations, with a progress bar in env
     steps, metrics rows (one per iteration) and, with ``run_dir``, checkpoints of the whole
     :class:`LoopState` every ``checkpoint_every`` chunks; a resumed run continues exactly (it equals an
@@ -303,9 +318,10 @@ def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig
     at the first iteration with a NaN or infinity, before saving it (its checkpoints stay the last good state).
 
     ``seed`` a tuple: those seeds in one vmapped program (the agent's leaves gain a leading seed axis); rows hold
-    each metric's mean over seeds and ``eval_success/<seed>`` per seed. A single-seed run may be continued with
+    each metric's mean over seeds and ``eval_success/<seed>`` (and ``eval_success_<name>/<seed>`` for each of
+    ``eval_policies``) per seed. A single-seed run may be continued with
     a larger ``iterations`` (its buffer grows); a vmapped one resumes with the same budget."""
-    loop = make_loop(agent_config, env, config, agent_class, mesh)
+    loop = make_loop(agent_config, env, config, agent_class, mesh, eval_policies)
     seeds = tuple(int(s) for s in seed) if isinstance(seed, (tuple, list)) else None
     if seeds is not None and (not seeds or len(set(seeds)) != len(seeds)):
         raise ValueError(f"train_on_device: seeds must be distinct ints, got {seed}")
@@ -315,7 +331,8 @@ def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig
     run = None
     if run_dir is not None:
         settings = dict(**agent_settings(state.agent), seed=list(seeds) if seeds else seed, env=env_settings(env),
-                        loop={k: v for k, v in dataclasses.asdict(config).items() if k not in HOST_ONLY})
+                        loop={k: v for k, v in dataclasses.asdict(config).items() if k not in HOST_ONLY},
+                        **(dict(eval_policies=describe(loop.eval_policies)) if loop.eval_policies else {}))
         run = RunDirectory.open(run_dir, settings, resume=resume, overwrite=overwrite,
                                 resumable=("loop.iterations",) if seeds is None else (), step_key="iteration")
         state = LoopState(**run.restore(_as_dict(state), budget=config.iterations, resize_buffer=seeds is None))
@@ -340,8 +357,8 @@ def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig
                     if k.startswith("finite/") or np.all(np.isnan(v[i])):
                         continue
                     row[k] = float(np.mean(v[i]))
-                    if seeds is not None and k == "eval_success":
-                        row.update({f"eval_success/{s}": float(x) for s, x in zip(seeds, v[i])})
+                    if seeds is not None and k.startswith("eval_success"):
+                        row.update({f"{k}/{s}": float(x) for s, x in zip(seeds, v[i])})
                 row["env_steps"] = int(np.max(metrics["env_steps"][i]))
                 last = first + i + 1 == config.iterations
                 finish_row(run, rows, row, first + i + 1, _as_dict(state),

@@ -24,17 +24,18 @@ import functools
 import math
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from platonic_rl.common.progress import progress_bar
-from platonic_rl.agents.contract import check_agent
+from platonic_rl.agents.contract import check_agent, host_policy
 from platonic_rl.envs import fetch
 from platonic_rl.envs.goal_env import GoalEnvAdapter, make_gymnasium_vector_env
 from platonic_rl.envs.replay import EpisodeBuffer, GoalSampler
+from platonic_rl.training.evaluation import check_eval_policies, describe, metric_name
 from platonic_rl.training.run import RunDirectory, agent_settings, finish_row
 from platonic_rl.training.schedule import (EXPLORATION_STREAM, EvaluationSchedule, checkpoint_due, episode_seed,
                                            episode_seeds, eval_seed)
@@ -190,7 +191,8 @@ RESUMABLE = ("env_steps", "resume", "overwrite", "checkpoint_every", "updates_pe
 
 
 def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None, desc: str = "online",
-                 make_env: Callable[[int], object] | None = None):
+                 make_env: Callable[[int], object] | None = None,
+                 eval_policies: Mapping[str, Callable] | None = None):
     """Train ``agent`` online on ``config.task``. Returns ``(agent, history)``; ``history`` is the list of
     logged rows (env_steps, mean update metrics, eval_success where evaluated, the cycle's wall-clock
     cycle_seconds), including those of earlier invocations of a resumed run.
@@ -198,10 +200,14 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
     ``make_env(num_envs)``: your own env, a gymnasium vector env of goal envs (dict observations
     ``observation`` / ``achieved_goal`` / ``desired_goal``, ``info["is_success"]``, fixed-length episodes),
     wrapped in :class:`~platonic_rl.envs.goal_env.GoalEnvAdapter` -- or that adapter itself, e.g. to give
-    ``goal_dims``; default: :func:`make_goal_env`."""
+    ``goal_dims``; default: :func:`make_goal_env`.
+
+    ``eval_policies``: ``{name: build(agent) -> policy}``, policies evaluated on the same episodes as the agent at
+    every evaluation, logged as ``eval_success_<name>`` (:mod:`platonic_rl.training.evaluation`)."""
     if config.episode_length is not None or config.task in fetch.TASKS:
         config.check_budget()  # before any env is made (else once the env tells its episode length)
     check_agent(agent)
+    eval_policies = check_eval_policies(eval_policies)
     image = config.obs == "image"
     def build(num_envs: int) -> GoalEnvAdapter:
         if make_env is None:
@@ -232,6 +238,7 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
         if run_dir is not None:
             loop = {k: v for k, v in dataclasses.asdict(config).items() if k not in RESUMABLE or k == "env_steps"}
             settings = dict(**agent_settings(agent), loop=loop, episode_seeds=EPISODE_SEEDS,
+                            **(dict(eval_policies=describe(eval_policies)) if eval_policies else {}),
                             env=dict(goal_dims=list(env.goal_dims), obs_dim=env.obs_dim, action_dim=env.action_dim))
             run = RunDirectory.open(run_dir, settings, resume=config.resume, overwrite=config.overwrite,
                                     resumable=("loop.env_steps",), step_key="env_steps")
@@ -274,6 +281,10 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
                 greedy = lambda o, g: np.asarray(_greedy(state["agent"], o, g))  # noqa: E731
                 row["eval_success"] = evaluate(greedy, eval_env, config.eval_episodes,
                                                seed=eval_seed(state["env_steps"]), renderer=eval_renderer)
+                for name, build in eval_policies:  # the same episodes
+                    row[metric_name(name)] = evaluate(host_policy(build(state["agent"])), eval_env,
+                                                      config.eval_episodes, seed=eval_seed(state["env_steps"]),
+                                                      renderer=eval_renderer)
                 bar.set_postfix(success=f"{row['eval_success']:.2f}")
             row["cycle_seconds"] = time.perf_counter() - cycle_start  # rollouts + updates + evaluation, wall clock
             bar.update(int(state["env_steps"]) - before)
