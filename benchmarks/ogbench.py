@@ -103,6 +103,7 @@ class Scale:
     episodes_per_task: int      # OGBench: 50
     dataset_episodes: int | None  # None: OGBench's (1,000 navigate, 5,000 stitch)
     note: str
+    log_every: int              # updates between logged rows, whatever the budget (so a run can be continued)
     policies: QRLPolicySettings = QRLPolicySettings()  # the deployable QRL rows' settings (MPPI's are unused here)
 
 
@@ -113,10 +114,10 @@ def scales() -> dict[str, Scale]:
     Measured on 2 cores, 3 seeds vmapped: QRL 79 ms per update (about 26 min), Contrastive RL 11 ms, GCBC 3 ms."""
     return {
         "tiny": Scale(32, 300, 300, 64, 2, 20, note="tiny: a smoke run, NOT comparable to OGBench's numbers",
-                      policies=QRLPolicySettings(hold_steps=5, num_waypoints=100)),
+                      log_every=10, policies=QRLPolicySettings(hold_steps=5, num_waypoints=100)),
         "cpu": Scale(128, 20_000, 20_000, 256, 50, None,
                      note="cpu: width 128, batch 256, 20k updates (1/200 of OGBench's samples); OGBench's numbers are "
-                          "at 1M updates of batch 1024 with 3 x 512 networks"),
+                          "at 1M updates of batch 1024 with 3 x 512 networks", log_every=1000),
     }
 
 
@@ -131,7 +132,12 @@ class Args:
     """How future-state goals are drawn (see the module docstring)."""
     dataset_seed: int = 0
     qrl_updates: int | None = None
-    """QRL's updates (default: the scale's); a QRL run directory with a smaller budget continues to this one."""
+    """QRL's updates (default: the scale's, or the ladder's last); a QRL run directory with a smaller budget continues
+    to this one."""
+    qrl_ladder: tuple[int, ...] = ()
+    """QRL budgets to evaluate on the way: QRL trains once, its run continued from budget to budget, and the selected
+    QRL rows are evaluated at each (``evals/<dataset>-<row>@updates=<budget>.json``, with the critic's signals there)
+    before the table's budget, ``--qrl-updates``, which must not be below the last."""
     other_updates: int | None = None
     """Contrastive RL's and GCBC's updates (default: the scale's)."""
     episodes_per_task: int | None = None
@@ -154,6 +160,14 @@ class Args:
             raise ValueError(f"--seeds must be distinct, got {self.seeds}")
         if self.reach is not None and not self.reach > 0:
             raise ValueError(f"--reach must be > 0 (steps of learned distance), got {self.reach}")
+        if any(not isinstance(b, int) or b < 1 for b in self.qrl_ladder) or list(self.qrl_ladder) != sorted(
+                set(self.qrl_ladder)):
+            raise ValueError(f"--qrl-ladder must be increasing positive budgets, got {self.qrl_ladder}")
+        if self.qrl_ladder and self.qrl_updates is not None and self.qrl_updates < self.qrl_ladder[-1]:
+            raise ValueError(f"--qrl-updates={self.qrl_updates} is below the ladder's last budget "
+                             f"{self.qrl_ladder[-1]}: the run continues through the ladder and cannot go back")
+        if self.qrl_ladder and not any(ROWS[m].trains == "qrl" for m in self.methods):
+            raise ValueError("--qrl-ladder evaluates QRL's rows: --methods must include one (qrl, qrl_lookahead, ...)")
         for name in ("qrl_updates", "other_updates", "episodes_per_task", "hold_steps", "num_waypoints"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -168,8 +182,11 @@ def method_setup(method: str, scale: Scale, updates: int, goals: str = "ogbench"
         raise ValueError(f"goals must be 'ogbench' or 'geometric', got {goals!r}")
     actor_future = "uniform" if goals == "ogbench" else "geometric"
     hidden = (scale.width,) * 2
-    train = TrainConfig(steps=updates, batch_size=scale.batch_size, log_every=max(updates // 20, 1),
-                        checkpoint_every=max(updates // 4, 1), progress=True)
+    if updates % scale.log_every:
+        raise ValueError(f"{method}'s budget of {updates} updates must be a multiple of the scale's {scale.log_every} "
+                         "updates between logged rows (--qrl-updates, --qrl-ladder, --other-updates)")
+    train = TrainConfig(steps=updates, batch_size=scale.batch_size, log_every=scale.log_every,
+                        checkpoint_every=scale.log_every * max(updates // (4 * scale.log_every), 1), progress=True)
     if method == "qrl":  # the registry's offline preset at the scale's sizes
         config = agents.make_config(
             "qrl_continuous", preset="offline", obs_dim=2, action_dim=2, encoder_hidden=hidden,
@@ -240,10 +257,17 @@ def run_name(dataset: str, method: str, goals: str) -> str:
     return f"{dataset}-{method}" + ("-geometric" if goals == "geometric" and method != "crl" else "")
 
 
+def updates_of(method: str, scale: Scale, args: Args) -> int:
+    """The table's budget of a trained method: QRL's ``--qrl-updates``, else the ladder's last, else the scale's."""
+    if method == "qrl":
+        return args.qrl_updates or (args.qrl_ladder[-1] if args.qrl_ladder else scale.qrl_updates)
+    return args.other_updates or scale.other_updates
+
+
 def train_one(dataset: str, method: str, data: dict, scale: Scale, args: Args, out: Path) -> tuple[SeedStack, dict]:
     """One trained method's seeds on one dataset (or its finished run read back) and what its record keeps of the
     training."""
-    updates = (args.qrl_updates or scale.qrl_updates) if method == "qrl" else (args.other_updates or scale.other_updates)
+    updates = updates_of(method, scale, args)
     agent_class, config, train, sampling = method_setup(method, scale, updates, args.goals)
     stack = SeedStack.create(agent_class, config, args.seeds)
     sampler = PerSeed(SegmentGoalSampler.create(data, train.batch_size, **sampling), len(args.seeds))
@@ -291,12 +315,58 @@ def format_table(results: dict, args: Args, scale: Scale, references: dict | Non
     return "\n".join(lines)
 
 
+def evaluated(path: Path, row: Row, updates: int, scale: Scale, args: Args) -> dict | None:
+    """The record at ``path`` if it holds this row at this budget and these policy settings (and ``--overwrite`` is
+    off), else None."""
+    if args.overwrite or not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    if record.get("policy_settings", {}) != policy_settings(row, scale, args) or record.get("updates") != updates:
+        return None  # made with other settings: evaluated again
+    return record
+
+
+def run_ladder(dataset: str, data: dict, extent, scale: Scale, args: Args, out: Path) -> dict:
+    """``--qrl-ladder``: QRL trained through each budget in turn (one run, continued), its selected rows evaluated at
+    each; ``{budget: {row: record}}``."""
+    rows = [m for m in args.methods if ROWS[m].trains == "qrl"]
+    ladder = {}
+    for i, budget in enumerate(args.qrl_ladder):
+        rung = dataclasses.replace(args, qrl_updates=budget, qrl_ladder=(), overwrite=args.overwrite and i == 0)
+        stack = None
+        for method in rows:
+            path = out / "evals" / f"{run_name(dataset, method, args.goals)}@updates={budget}.json"
+            record = evaluated(path, ROWS[method], budget, scale, args)
+            if record is None:
+                stack = stack or train_one(dataset, "qrl", data, scale, rung, out)
+                record = evaluate_row(dataset, method, *stack, data, extent, scale, rung)
+                path.write_text(json.dumps(record, indent=1, default=report._plain))
+            ladder.setdefault(budget, {})[method] = record
+            print(f"  ladder {budget:,} updates, {method}: {record['mean']:.1f} ± {record['std']:.1f}", flush=True)
+    return ladder
+
+
+LADDER_SIGNALS = ("critic0/lagrange_multiplier", "critic0/violation", "critic0/mean_goal_distance")
+
+
+def format_ladder(ladders: dict) -> str:
+    """Per dataset and budget: each QRL row's success and the critic's signals at that budget."""
+    lines = ["QRL budget ladder: success (%) per row, and the first critic's signals (seed mean) at each budget"]
+    for dataset, ladder in ladders.items():
+        for budget, rows in ladder.items():
+            signals = next(iter(rows.values())).get("signals", {})
+            cells = "  ".join(f"{m} {r['mean']:.1f} ± {r['std']:.1f}" for m, r in rows.items())
+            read = "  ".join(f"{k.split('/')[-1]} {signals[k]:.3g}" for k in LADDER_SIGNALS if k in signals)
+            lines.append(f"{dataset:<30} {budget:>8,}  {cells}  |  {read}")
+    return "\n".join(lines)
+
+
 def run(args: Args) -> dict:
     start = time.time()
     scale = scales()[args.scale]
     out = Path(args.out_dir or f"results/ogbench/{args.scale}")
     (out / "evals").mkdir(parents=True, exist_ok=True)
-    results, datasets, references = {}, {}, {}
+    results, datasets, references, ladders = {}, {}, {}, {}
     episodes = args.episodes_per_task or scale.episodes_per_task
     for dataset in args.datasets:
         path = ogbench_maze.make_dataset(dataset, args.dataset_seed, scale.dataset_episodes, args.data_root)
@@ -309,24 +379,33 @@ def run(args: Args) -> dict:
         data = normalised(data, *extent)
         references[dataset] = straight_line_reference(dataset, episodes, out)
         print(f"  straight line (no learning): {references[dataset]['success']:.1f}", flush=True)
+        if args.qrl_ladder:
+            ladders[dataset] = run_ladder(dataset, data, extent, scale, args, out)
         stacks = {}
         for method in args.methods:
             eval_path = out / "evals" / f"{run_name(dataset, method, args.goals)}.json"
             row = ROWS[method]
-            record = json.loads(eval_path.read_text()) if eval_path.is_file() and not args.overwrite else None
-            if record is not None and record.get("policy_settings", {}) != policy_settings(row, scale, args):
-                record = None  # made with other policy settings: evaluated again
+            # After a ladder QRL's run continues: it is not cleared again.
+            table_args = dataclasses.replace(args, overwrite=args.overwrite and not (args.qrl_ladder and
+                                                                                  row.trains == "qrl"))
+            budget = updates_of(row.trains, scale, args)
+            record = ladders.get(dataset, {}).get(budget, {}).get(method) if row.trains == "qrl" else None
+            if record is not None:  # the ladder's last rung is the table's budget
+                eval_path.write_text(json.dumps(record, indent=1, default=report._plain))
+            record = record or evaluated(eval_path, row, budget, scale, args)
             if record is None:
                 if row.trains not in stacks:
-                    stacks[row.trains] = train_one(dataset, row.trains, data, scale, args, out)
-                record = evaluate_row(dataset, method, *stacks[row.trains], data, extent, scale, args)
+                    stacks[row.trains] = train_one(dataset, row.trains, data, scale, table_args, out)
+                record = evaluate_row(dataset, method, *stacks[row.trains], data, extent, scale, table_args)
                 eval_path.write_text(json.dumps(record, indent=1, default=report._plain))
             results.setdefault(dataset, {})[method] = record
             print(f"  {method}: {record['mean']:.1f} ± {record['std']:.1f} ({record['updates']:,} updates, "
                   f"{record['train_seconds']:.0f} s training, {record['eval_seconds']:.0f} s evaluation)", flush=True)
     table = format_table(results, args, scale, references)
+    if ladders:
+        table += "\n\n" + format_ladder(ladders)
     record = dict(scale=args.scale, scale_settings=dataclasses.asdict(scale), datasets=datasets, results=results,
-                  straight_line=references, paper=PAPER)
+                  straight_line=references, paper=PAPER, **(dict(ladder=ladders) if ladders else {}))
     return report.save_run(out, "platonic_rl.benchmarks.ogbench", args, record, table,
                            total_seconds=time.time() - start)
 

@@ -89,3 +89,46 @@ def test_every_method_has_a_config_and_the_paper_every_cell():
         "d-qrl-geometric"
     with pytest.raises(ValueError, match="goals must be"):
         ogbench.method_setup("gcbc", scale, 10, "random")
+
+
+def test_the_qrl_ladder_continues_one_run_and_evaluates_each_budget(tmp_path, monkeypatch, capsys):
+    trained, evaluated = [], []
+
+    def fake_train(dataset, method, data, scale, args, out):
+        updates = ogbench.updates_of(method, scale, args)
+        trained.append((method, updates, args.overwrite))
+        return None, dict(updates=updates, train_seconds=1.0, signals={"critic0/lagrange_multiplier": updates / 100.0})
+
+    def fake_evaluate(dataset, method, stack, training, data, extent, scale, args):
+        evaluated.append((method, training["updates"]))
+        return dict(method=method, policy_settings=ogbench.policy_settings(ogbench.ROWS[method], scale, args),
+                    **training, mean=training["updates"] / 10.0, std=0.0, eval_seconds=1.0)
+
+    monkeypatch.setattr(ogbench, "train_one", fake_train)
+    monkeypatch.setattr(ogbench, "evaluate_row", fake_evaluate)
+    monkeypatch.setattr(ogbench, "straight_line_reference", lambda dataset, episodes, out: dict(success=10.0))
+    monkeypatch.setattr(ogbench.ogbench_maze, "make_dataset", lambda *a, **k: "data")
+    monkeypatch.setattr(ogbench, "load_dataset", lambda path: dict(
+        observations=np.zeros((4, 2), np.float32), next_observations=np.zeros((4, 2), np.float32),
+        actions=np.zeros((4, 2), np.float32), segment_end=np.array([0, 1, 0, 1], bool)))
+    args = ogbench.Args(scale="tiny", datasets=("pointmaze-medium-navigate-v0",), methods=("qrl", "gcbc"), seeds=(0,),
+                        qrl_ladder=(100, 200), out_dir=str(tmp_path))
+    record = ogbench.run(args)
+    # QRL through 100 then 200 (the table's budget: the ladder's last, whose record the table takes), GCBC once.
+    assert trained == [("qrl", 100, False), ("qrl", 200, False), ("gcbc", 300, False)]
+    assert evaluated == [("qrl", 100), ("qrl", 200), ("gcbc", 300)]
+    ladder = record["ladder"]["pointmaze-medium-navigate-v0"]
+    assert {b: r["qrl"]["mean"] for b, r in ladder.items()} == {100: 10.0, 200: 20.0}
+    assert (tmp_path / "evals" / "pointmaze-medium-navigate-v0-qrl@updates=100.json").is_file()
+    assert "multiplier 2" in record["table"] and record["results"]["pointmaze-medium-navigate-v0"]["qrl"]["updates"] == 200
+    trained.clear(), evaluated.clear()
+    ogbench.run(args)  # every budget recorded: nothing trained or evaluated again
+    assert trained == [] and evaluated == []
+    ogbench.run(ogbench.Args(**{**vars(args), "qrl_ladder": (100, 200, 400)}))  # a rung more: only it (and the table)
+    assert trained == [("qrl", 400, False)] and evaluated == [("qrl", 400)]
+    with pytest.raises(ValueError, match="below the ladder's last budget 400"):
+        ogbench.Args(qrl_ladder=(100, 400), qrl_updates=200)
+    with pytest.raises(ValueError, match="increasing positive budgets"):
+        ogbench.Args(qrl_ladder=(200, 100))
+    with pytest.raises(ValueError, match="--methods must include one"):
+        ogbench.Args(qrl_ladder=(100,), methods=("gcbc",))
