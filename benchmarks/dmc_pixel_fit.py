@@ -23,7 +23,7 @@ one per episode, :func:`collect`), and the world model alone (eq. 5.4's model st
   the model has fitted but does not generalise from.
 
 Each setting's curve is saved in ``<out-dir>/<setting>/record.json`` as soon as it finishes, so a run split over
-sittings skips finished settings (a record made with other settings is refused). The frames are rendered anew each
+several calls skips finished settings (a record made with other settings is refused). The frames are rendered anew each
 call that fits something (about 12 s per episode for the two variants). Saves ``results.json``, ``fit.png`` (the
 four scores against updates) and ``reconstructions.png`` (held-out frames and the reconstruction of each setting
 fitted in this call).

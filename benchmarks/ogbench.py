@@ -10,7 +10,7 @@ Needs ``pip install -e ".[ogbench]"``. For each dataset: the dataset (generated 
 seeds trained as one ``jit(vmap(update))`` (:class:`~platonic_rl.agents.seeds.SeedStack`) by the offline loop in a
 resumable run directory ``<out>/runs/<dataset>-<method>``, then OGBench's evaluation per seed. Each finished (dataset,
 method) is stored in ``<out>/evals/`` and reused when the command is run again, so a long table is filled over
-several sittings. Inputs (observations and goals, both the point's (x, y)) are normalised by the maze's extent.
+several calls. Inputs (observations and goals, both the point's (x, y)) are normalised by the maze's extent.
 
 The methods, at every scale (only the sizes and budgets change):
 

@@ -279,7 +279,7 @@ def test_cka_on_uncentred_float32_features_matches_float64_reference(unbiased):
         yn = np.float64(y) / np.linalg.norm(np.float64(y), axis=1, keepdims=True)
         tol = 2e-5 if offset < 100 else 1e-4  # at 1000 the normalised float32 rows keep less of their spread
         assert float(cka(x, y, unbiased=unbiased)) == pytest.approx(_numpy_cka(xn, yn, unbiased), abs=tol)
-    # The numbers: offset 10, normalised, unbiased -> 0.4388, equal to CKNNA with every neighbour.
+    # Hand-checked numbers: offset 10, normalised, unbiased -> 0.4388, equal to CKNNA with every neighbour.
     if unbiased:
         x, y = np.float32(a + 10), np.float32(b + 10)
         assert float(cka(x, y, unbiased=True)) == pytest.approx(0.43877, abs=1e-4)
