@@ -63,18 +63,30 @@ def _jitted_step(policy_class):
     return jax.jit(policy_class.step)
 
 
-def host_policy(policy: Any, preprocess: Callable = lambda x: x) -> Callable:
-    """``(observations, goals) -> actions`` as NumPy, for the host-side evaluations (``envs.maze2d.evaluate``,
-    ``envs.ogbench_maze.evaluate``, ``training.goal_online.evaluate``), from anything with the acting signature (an
-    agent, a policy of :mod:`platonic_rl.agents.qrl_policies`): its jitted ``step`` on ``preprocess``-ed
-    observations and goals, without a key (deterministic), the policy state carried from call to call from
-    ``initial_policy_state`` of the first call's batch. One per evaluation: the state is not reset."""
-    step, carried = _jitted_step(type(policy)), {}
+class HostPolicy:
+    """``(observations, goals) -> actions`` as NumPy from anything with the acting signature: its jitted ``step`` on
+    ``preprocess``-ed observations and goals, without a key (deterministic), the policy state carried from call to
+    call from ``initial_policy_state`` of the first call's batch until :meth:`reset` (the evaluations call it before
+    each batch of new episodes)."""
 
-    def act(observations, goals):
-        if "state" not in carried:
-            carried["state"] = policy.initial_policy_state(np.shape(observations)[0])
-        actions, carried["state"] = step(policy, carried["state"], preprocess(observations), preprocess(goals))
+    def __init__(self, policy: Any, preprocess: Callable = lambda x: x):
+        self.policy, self.preprocess, self._step, self._state = policy, preprocess, _jitted_step(type(policy)), None
+
+    def reset(self) -> None:
+        """Start new episodes: the next call begins from ``initial_policy_state``."""
+        self._state = None
+
+    def __call__(self, observations, goals):
+        if self._state is None:
+            self._state = (self.policy.initial_policy_state(np.shape(observations)[0]),)
+        actions, state = self._step(self.policy, self._state[0], self.preprocess(observations),
+                                    self.preprocess(goals))
+        self._state = (state,)
         return np.asarray(actions)
 
-    return act
+
+def host_policy(policy: Any, preprocess: Callable = lambda x: x) -> HostPolicy:
+    """A :class:`HostPolicy` for the host-side evaluations (``envs.maze2d.evaluate``, ``envs.ogbench_maze.evaluate``,
+    ``training.goal_online.evaluate``, which reset it before each batch of episodes) from anything with the acting
+    signature (an agent, a policy of :mod:`platonic_rl.agents.qrl_policies`)."""
+    return HostPolicy(policy, preprocess)

@@ -208,7 +208,13 @@ def run(args: Args) -> dict:
                 _, history = train_online(cls.create(agent_cfg, seed), config, run_dir, desc=f"{name} seed {seed}",
                                           eval_policies=policies)
             evals = [r for r in history if "eval_success" in r]
-            cycle_times = [r.get("cycle_seconds") for r in history]
+            missing = [p for p in policies if evals and metric_name(p) not in evals[-1]]
+            if missing:
+                raise ValueError(f"--qrl-lookahead: {run_dir} was trained without evaluating {missing}; drop "
+                                 "--qrl-lookahead to report it, or train it with that flag")
+            # the cycles' wall clock without the evaluation policies' episodes, so that agents' times compare
+            cycle_times = [None if r.get("cycle_seconds") is None else r["cycle_seconds"]
+                           - r.get("eval_policies_seconds", 0.0) for r in history]
             curves[name].append(dict(seed=seed, env_steps=[r["env_steps"] for r in evals],
                                      success=[r["eval_success"] for r in evals],
                                      seconds=None if args.from_logs else time.time() - start,

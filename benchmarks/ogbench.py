@@ -168,6 +168,12 @@ class Args:
                              f"{self.qrl_ladder[-1]}: the run continues through the ladder and cannot go back")
         if self.qrl_ladder and not any(ROWS[m].trains == "qrl" for m in self.methods):
             raise ValueError("--qrl-ladder evaluates QRL's rows: --methods must include one (qrl, qrl_lookahead, ...)")
+        log_every = scales()[self.scale].log_every
+        for name, budgets in (("qrl-updates", [self.qrl_updates]), ("other-updates", [self.other_updates]),
+                              ("qrl-ladder", self.qrl_ladder)):
+            if any(b is not None and b > 0 and b % log_every for b in budgets):
+                raise ValueError(f"--{name} must be multiples of the {self.scale} scale's {log_every} updates between "
+                                 f"logged rows (so a run can be continued to a larger budget), got {budgets}")
         for name in ("qrl_updates", "other_updates", "episodes_per_task", "hold_steps", "num_waypoints"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -326,6 +332,11 @@ def evaluated(path: Path, row: Row, updates: int, scale: Scale, args: Args) -> d
     return record
 
 
+def trained_updates(run_dir: Path) -> int:
+    """The latest checkpointed update of a run directory (its ``checkpoints/<step>/``), 0 if none."""
+    return max((int(p.name) for p in (run_dir / "checkpoints").glob("*") if p.name.isdigit()), default=0)
+
+
 def run_ladder(dataset: str, data: dict, extent, scale: Scale, args: Args, out: Path) -> dict:
     """``--qrl-ladder``: QRL trained through each budget in turn (one run, continued), its selected rows evaluated at
     each; ``{budget: {row: record}}``."""
@@ -338,6 +349,11 @@ def run_ladder(dataset: str, data: dict, extent, scale: Scale, args: Args, out: 
             path = out / "evals" / f"{run_name(dataset, method, args.goals)}@updates={budget}.json"
             record = evaluated(path, ROWS[method], budget, scale, args)
             if record is None:
+                done = trained_updates(out / "runs" / run_name(dataset, "qrl", args.goals))
+                if stack is None and done > budget and not args.overwrite:  # (--overwrite clears it first)
+                    raise ValueError(f"--qrl-ladder: {dataset}'s QRL has no record at {budget:,} updates and its run is "
+                                     f"already at {done:,}, and a run cannot go back: ladder from {done:,} up, or pass "
+                                     "--overwrite to train the ladder afresh")
                 stack = stack or train_one(dataset, "qrl", data, scale, rung, out)
                 record = evaluate_row(dataset, method, *stack, data, extent, scale, rung)
                 path.write_text(json.dumps(record, indent=1, default=report._plain))

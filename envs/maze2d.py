@@ -387,6 +387,8 @@ def evaluate(policy: Callable[[np.ndarray, np.ndarray], np.ndarray], layout: str
     states [N, 4]) -> actions [N, 2]``. Returns returns, normalised scores (per episode and their mean),
     the goals and, for the first ``keep_trajectories`` episodes, their positions ``[T + 1, 2]``."""
     layout = get_layout(layout)
+    if callable(getattr(policy, "reset", None)):  # a policy with state (agents.contract.HostPolicy): new episodes
+        policy.reset()
     env = Maze2D(layout, episodes)
     obs = env.reset(seed=seed, mode=mode)
     goal = goal_states(env.goals)

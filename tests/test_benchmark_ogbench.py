@@ -1,5 +1,6 @@
 """The OGBench point-maze benchmark: a tiny run trains, evaluates as OGBench does, saves its record and reuses
 finished (dataset, method) pairs; bad arguments are refused."""
+import dataclasses
 import json
 
 import numpy as np
@@ -126,6 +127,19 @@ def test_the_qrl_ladder_continues_one_run_and_evaluates_each_budget(tmp_path, mo
     assert trained == [] and evaluated == []
     ogbench.run(ogbench.Args(**{**vars(args), "qrl_ladder": (100, 200, 400)}))  # a rung more: only it (and the table)
     assert trained == [("qrl", 400, False)] and evaluated == [("qrl", 400)]
+    (tmp_path / "runs" / "pointmaze-medium-navigate-v0-qrl" / "checkpoints" / "400").mkdir(parents=True)
+    with pytest.raises(ValueError, match="no record at 300 updates and its run is already at 400"):
+        ogbench.run(ogbench.Args(**{**vars(args), "qrl_ladder": (100, 300, 400)}))  # a run cannot go back
+    trained.clear()
+    ogbench.run(ogbench.Args(**{**vars(args), "overwrite": True}))  # cleared once, at the first rung
+    assert trained == [("qrl", 100, True), ("qrl", 200, False), ("gcbc", 300, True)]
+    with pytest.raises(ValueError, match="--qrl-ladder must be multiples of the cpu scale's 1000 updates"):
+        ogbench.Args(scale="cpu", qrl_ladder=(1500,))
+    # A run continues from budget to budget: its settings at two budgets differ only where a resumed run may.
+    from platonic_rl.training.offline import RESUMABLE_SETTINGS
+    first, second = (dataclasses.asdict(ogbench.method_setup("qrl", ogbench.scales()["cpu"], n)[2])
+                     for n in (20_000, 40_000))
+    assert {k for k in first if first[k] != second[k]} <= set(RESUMABLE_SETTINGS)
     with pytest.raises(ValueError, match="below the ladder's last budget 400"):
         ogbench.Args(qrl_ladder=(100, 400), qrl_updates=200)
     with pytest.raises(ValueError, match="increasing positive budgets"):

@@ -106,3 +106,34 @@ def test_the_registry_builds_every_agent_by_name_with_config_overrides():
         agents.make("ppo")
     with pytest.raises(TypeError, match="unexpected keyword"):
         agents.make_config("gcbc", widths=(4,))
+
+
+def test_host_policy_carries_the_policy_state_until_reset_and_evaluations_reset_it():
+    import flax.struct
+    import jax.numpy as jnp
+
+    from platonic_rl.agents.contract import host_policy
+    from platonic_rl.training.goal_online import evaluate
+
+    class Clock(flax.struct.PyTreeNode):
+        """Acts with the number of steps taken since its state began."""
+
+        def initial_policy_state(self, batch_size):
+            return jnp.zeros((batch_size, 1))
+
+        def step(self, policy_state, observations, goals, prev_actions=None, rng=None):
+            return policy_state, policy_state + 1
+
+    policy, obs = host_policy(Clock()), np.zeros((2, 3), np.float32)
+    assert [float(policy(obs, obs)[0, 0]) for _ in range(3)] == [0.0, 1.0, 2.0]
+    policy.reset()
+    assert float(policy(obs, obs)[0, 0]) == 0.0
+
+    class ThreeStepEnv:  # success when the policy's third action is 2: it began the batch's episodes afresh
+        num_envs = 2
+
+        def rollout(self, policy, seed, renderer=None):
+            actions = [policy(obs, obs) for _ in range(3)]
+            return dict(success=actions[-1][:, 0] == 2.0)
+
+    assert evaluate(policy, ThreeStepEnv(), episodes=6, seed=0) == 1.0  # three batches, each from a fresh state

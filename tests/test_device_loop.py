@@ -246,3 +246,27 @@ def test_evaluation_policies_act_on_the_agents_episodes(tmp_path):
         train_on_device(qrl, line, short, seed=(0, 1), run_dir=tmp_path / "run", eval_policies={"actor": lookahead})
     with pytest.raises(TypeError, match=r"eval_policies\['x'\] must be callable"):
         make_loop(qrl, line, short, eval_policies={"x": 1})
+
+
+def test_vmapped_seeds_evaluate_only_when_due():
+    """Under vmap a batched predicate turns lax.cond into both branches and a select: the loop keeps the iteration
+    count unbatched, so the evaluation episodes run only at evaluations (counted by a callback in a policy)."""
+    calls = []
+
+    class Counted(StatelessPolicy):
+        def act(self, observations, goals, rng=None):
+            return jnp.zeros((observations.shape[0], 1))
+
+        def initial_policy_state(self, batch_size):
+            jax.debug.callback(lambda: calls.append(1))
+            return None
+
+    config = GCBCConfig(obs_dim=2, action_dim=1, hidden=(8,))
+    _, rows = train_on_device(config, CAR, TINY, seed=(0, 1), eval_policies={"counted": lambda agent: Counted()})
+    assert [r["iteration"] for r in rows if "eval_success_counted" in r] == [3, 6]
+    assert 0 < len(calls) <= 2 * 2  # two evaluations of (at most) two seeds; every iteration would make 12
+    calls.clear()
+    jax.jit(jax.vmap(make_train(config, CAR, TINY, eval_policies={"counted": lambda agent: Counted()})))(
+        jnp.stack([jax.random.PRNGKey(0), jax.random.PRNGKey(1)]))
+    jax.effects_barrier()
+    assert 0 < len(calls) <= 2 * 2

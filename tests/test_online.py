@@ -143,6 +143,7 @@ def test_evaluation_policies_act_on_the_agents_episodes(tmp_path):
     agent, history = train_online(QRLContinuousAgent.create(QRL_TINY, 0), loop, tmp_path, eval_policies=policies)
     evaluated = [r for r in history if "eval_success" in r]
     assert evaluated and all(r["eval_success_actor"] == r["eval_success"] for r in evaluated)  # the same episodes
+    assert all(0 < r["eval_policies_seconds"] < r["cycle_seconds"] for r in evaluated)
     # The last evaluation is the trained agent's lookahead on the evaluation's episodes.
     env = make_goal_env("reach", 2)
     try:

@@ -218,30 +218,35 @@ class DeviceLoop:
         return dict(eval_success=success(agent),
                     **{metric_name(name): success(build(agent)) for name, build in self.eval_policies})
 
-    def iterate(self, state: LoopState) -> tuple[LoopState, dict]:
-        """One iteration: collect, update, maybe evaluate. Returns the state and the iteration's metrics."""
+    def iterate(self, state: LoopState, iteration: jax.Array | None = None) -> tuple[LoopState, dict]:
+        """One iteration: collect, update, maybe evaluate. Returns the state and the iteration's metrics.
+        ``iteration``: its number, ``state.iteration + 1``; vmapped runs pass it unbatched, so that the evaluation
+        stays a branch taken only when due (under vmap a batched predicate makes ``lax.cond`` run both branches)."""
         config = self.config
         key, collect_key, update_key = jax.random.split(state.key, 3)
         state, explore_success = self._collect(state, collect_key)
         agent, metrics, finite = update_steps(state.agent, self._sampler(state.buffer),
                                               jax.random.split(update_key, config.updates_per_iteration))
-        iteration = state.iteration + 1
+        iteration = state.iteration + 1 if iteration is None else iteration
         due = (iteration % config.eval_every == 0) | (iteration == config.iterations)
         eval_key = jax.random.fold_in(jax.random.PRNGKey(EVAL_KEY), iteration)
         not_due = {name: jnp.float32(jnp.nan) for name in self.evaluate_names()}
         evaluations = jax.lax.cond(due, lambda: self.evaluate(agent, eval_key), lambda: not_due)
         row = dict(metrics, env_steps=state.env_steps, explore_success=explore_success, **evaluations,
                    **{f"finite/{name}": jnp.all(value) for name, value in finite.items()})
-        return state.replace(agent=agent, key=key, iteration=iteration), row
+        return state.replace(agent=agent, key=key, iteration=state.iteration + 1), row
 
     def evaluate_names(self) -> list[str]:
         return ["eval_success", *(metric_name(name) for name, _ in self.eval_policies)]
 
-    def run(self, state: LoopState, iterations: int) -> tuple[LoopState, dict]:
-        return jax.lax.scan(lambda s, _: self.iterate(s), state, None, length=iterations)
+    def run(self, state: LoopState, iterations: int, done: jax.Array | int | None = None) -> tuple[LoopState, dict]:
+        """``iterations`` iterations after the ``done`` ones (default ``state.iteration``; give it unbatched when
+        vmapping over seeds: see :meth:`iterate`)."""
+        done = state.iteration if done is None else done
+        return jax.lax.scan(self.iterate, state, done + 1 + jnp.arange(iterations, dtype=jnp.int32))
 
     def train(self, key: jax.Array) -> tuple[Any, dict]:
-        state, metrics = self.run(self.init(key), self.config.iterations)
+        state, metrics = self.run(self.init(key), self.config.iterations, done=0)
         return state.agent, metrics
 
     def jitted(self, vmapped: bool = False):
@@ -296,8 +301,8 @@ def make_loop(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig, agen
 def make_train(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig, agent_class=None,
                mesh=None, eval_policies=None) -> Callable[[jax.Array], tuple[Any, dict]]:
     """``train(key) -> (agent, metrics)``: the whole run as one pure function (jit it; vmap it over keys for
-    seeds). ``metrics`` holds one entry per iteration (``eval_success`` and ``explore_success`` are NaN where
-    nothing was evaluated or no episode ended)."""
+    seeds). ``metrics`` holds one entry per iteration (``eval_success``, ``eval_success_<name>`` of
+    ``eval_policies`` and ``explore_success`` are NaN where nothing was evaluated or no episode ended)."""
     return make_loop(agent_config, env, config, agent_class, mesh, eval_policies).train
 
 
@@ -377,7 +382,8 @@ def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig
 def _compile(loop: DeviceLoop, vmapped: bool):
     if vmapped:
         return (jax.jit(jax.vmap(loop.init)),
-                jax.jit(lambda s, n: jax.vmap(lambda x: loop.run(x, n))(s), static_argnums=1))
+                jax.jit(lambda s, n: jax.vmap(lambda x, done: loop.run(x, n, done), in_axes=(0, None))(
+                    s, s.iteration[0]), static_argnums=1))  # seeds in lockstep: one unbatched count
     return jax.jit(loop.init), jax.jit(loop.run, static_argnums=1)
 
 
