@@ -234,11 +234,9 @@ def critic_check(agents, env: jax_env.GoalEnv, episodes: int, hold_steps: tuple[
     key = jax.random.PRNGKey(CHECK_KEY)
 
     def one(agent):
-        actor = lambda observations, goals, _: agent.step(None, observations, goals)[0]  # noqa: E731
         critic = lambda observations, goals, _: grid_argmin_actions(agent, observations, goals, grid_size)  # noqa: E731
         success = lambda policy: jnp.mean(jax_env.rollout_acting(env, policy, key, episodes)["success"])  # noqa: E731
-        return (jnp.mean(jax_env.rollout(env, actor, key, episodes)["success"]),
-                jnp.mean(jax_env.rollout(env, critic, key, episodes)["success"]),
+        return (success(agent), jnp.mean(jax_env.rollout(env, critic, key, episodes)["success"]),
                 [success(LatentLookahead(agent, hold_steps=k, grid_size=grid_size)) for k in hold_steps])
 
     actor, critic, lookahead = jax.device_get(jax.jit(jax.vmap(one))(agents))

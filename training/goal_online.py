@@ -153,9 +153,6 @@ def explore(agent, observations, goals, key, noise: float):
     return jnp.clip(actions + noise * jax.random.normal(noise_key, actions.shape), -1.0, 1.0)
 
 
-_greedy = jax.jit(lambda agent, observations, goals: agent.step(None, observations, goals)[0])
-
-
 def evaluate(policy, env: GoalEnvAdapter, episodes: int, seed: int, renderer=None) -> float:
     """Success rate of ``policy(obs, goals) -> actions`` over ``episodes`` episodes, run in batches of ``env``'s
     size (a :class:`~platonic_rl.envs.goal_env.GoalEnvAdapter`; for your own vector env, wrap it first). Every
@@ -280,8 +277,7 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
             row = {"env_steps": int(state["env_steps"]), "cycle": cycle + 1, "explore_success": explore_success,
                    **{k: float(v) for k, v in metrics.items()}}
             if evaluations.due(int(state["env_steps"]), final=int(state["env_steps"]) >= config.env_steps):
-                greedy = lambda o, g: np.asarray(_greedy(state["agent"], o, g))  # noqa: E731
-                row["eval_success"] = evaluate(greedy, eval_env, config.eval_episodes,
+                row["eval_success"] = evaluate(host_policy(state["agent"]), eval_env, config.eval_episodes,
                                                seed=eval_seed(state["env_steps"]), renderer=eval_renderer)
                 policies_start = time.perf_counter()
                 for name, build in eval_policies:  # the same episodes
