@@ -27,8 +27,8 @@ import jax  # noqa: E402
 import pytest  # noqa: E402
 
 # Many tests compile the same programs (the same tiny agents, in several files and in both xdist workers, and the
-# same single operations run outside jit): they share XLA's compiled executables through one on-disk cache per test
-# session, made by the first process (the xdist controller; workers inherit its environment) and removed when it
+# same single operations run outside jit): they share XLA's compiled executables through one on-disk cache per pytest
+# run, made by the first process (the xdist controller; workers inherit its environment) and removed when it
 # ends. Every compile is cached, however short: reading a single operation's executable back takes about 2 ms,
 # compiling it about 20 ms. Only the jax config is set, so the subprocesses some tests start (the multi-process
 # tests) compile for themselves.
