@@ -71,22 +71,33 @@ def _head(agent: QRLContinuousAgent, p1: jax.Array, p2: jax.Array) -> jax.Array:
 
 
 def held_action_costs(agent: QRLContinuousAgent, observations: jax.Array, goals: jax.Array, candidates: jax.Array,
-                      hold_steps: int) -> jax.Array:
+                      hold_steps: int, cap_to_goal_distance: bool = False) -> jax.Array:
     """max_i d_i(T_i^k(f_i(s), a), f_i(g)) for every candidate action a held ``hold_steps`` = k steps in the
-    learned latent dynamics. ``observations``, ``goals``: ``[N, D]``; ``candidates``: ``[N, G, A]``; returns
-    ``[N, G]``."""
+    learned latent dynamics. With ``cap_to_goal_distance``, a state's actions are held k_s = min(k, ceil d(s, g))
+    steps instead (at least 1): no longer than the learned number of steps to the goal, so that near the goal a
+    held action is not scored where it would have carried the agent past it. ``observations``, ``goals``:
+    ``[N, D]``; ``candidates``: ``[N, G, A]``; returns ``[N, G]``."""
     if hold_steps < 1:
         raise ValueError(f"hold_steps must be >= 1, got {hold_steps}")
     critic = agent.critic
     z, z_goal = _encode(agent, observations), _encode(agent, goals)   # [C, N, L]
+    p_goal = _project(agent, z_goal)
+    if cap_to_goal_distance:
+        steps = jnp.clip(jnp.ceil(_head(agent, _project(agent, z), p_goal)), 1, hold_steps)   # [N]
+    else:
+        steps = jnp.full(observations.shape[0], hold_steps)
 
-    def rollout(params, z0):  # z0 [N, L] -> T^k(z0, a) for every candidate: [N, G, L]
+    def rollout(params, z0):  # z0 [N, L] -> T^{k_s}(z0, a) for every candidate: [N, G, L]
         z_g = jnp.broadcast_to(z0[:, None], (*candidates.shape[:2], z0.shape[-1]))
-        step = lambda _, zt: critic.apply(params, zt, candidates, method="dynamics")  # noqa: E731
+
+        def step(t, zt):
+            z_next = critic.apply(params, zt, candidates, method="dynamics")
+            return jnp.where((t < steps)[:, None, None], z_next, zt)
+
         return jax.lax.fori_loop(0, hold_steps, step, z_g)
 
     z_after = jax.vmap(rollout)(agent.critic_params, z)               # [C, N, G, L]
-    return _head(agent, _project(agent, z_after), _project(agent, z_goal)[:, :, None])
+    return _head(agent, _project(agent, z_after), p_goal[:, :, None])
 
 
 # ------------------------------------------------------------------------------------ policies
@@ -96,9 +107,12 @@ class LatentLookahead(StatelessPolicy, flax.struct.PyTreeNode):
     """Act with the candidate action whose k-step held rollout in the learned dynamics ends nearest the goal:
     argmin_a max_i d_i(T_i^k(f_i(s), a), f_i(g)) (:func:`held_action_costs`). Candidates: a ``grid_size``^A grid
     over [-1, 1]^A, the actor's mode and, when ``step``/``act`` get a key, ``actor_samples`` samples of the actor.
-    ``hold_steps`` 1 with the grid alone is :func:`~platonic_rl.agents.qrl_diagnostics.grid_argmin_actions`."""
+    ``hold_steps`` 1 with the grid alone is :func:`~platonic_rl.agents.qrl_diagnostics.grid_argmin_actions`.
+    ``cap_to_goal_distance``: hold each state's actions at most its learned distance to the goal (see
+    :func:`held_action_costs`)."""
     agent: QRLContinuousAgent
     hold_steps: int = flax.struct.field(pytree_node=False, default=20)
+    cap_to_goal_distance: bool = flax.struct.field(pytree_node=False, default=False)
     grid_size: int = flax.struct.field(pytree_node=False, default=9)
     actor_samples: int = flax.struct.field(pytree_node=False, default=0)
 
@@ -107,6 +121,8 @@ class LatentLookahead(StatelessPolicy, flax.struct.PyTreeNode):
             value = getattr(self, name)
             if not isinstance(value, int) or value < low:
                 raise ValueError(f"LatentLookahead.{name} must be an int >= {low}, got {value!r}")
+        if not isinstance(self.cap_to_goal_distance, bool):
+            raise ValueError(f"LatentLookahead.cap_to_goal_distance must be a bool, got {self.cap_to_goal_distance!r}")
 
     def candidates(self, observations: jax.Array, goals: jax.Array, rng: jax.Array | None = None) -> jax.Array:
         """``[N, G, A]``: the grid, the actor's mode and (with ``rng``) the actor's samples, per state."""
@@ -123,7 +139,8 @@ class LatentLookahead(StatelessPolicy, flax.struct.PyTreeNode):
         """The best candidate per state, ``[N, A]``."""
         observations, goals = jnp.broadcast_arrays(jnp.asarray(observations), jnp.asarray(goals))
         candidates = self.candidates(observations, goals, rng)
-        costs = held_action_costs(self.agent, observations, goals, candidates, self.hold_steps)
+        costs = held_action_costs(self.agent, observations, goals, candidates, self.hold_steps,
+                                  self.cap_to_goal_distance)
         return jnp.take_along_axis(candidates, jnp.argmin(costs, 1)[:, None, None], 1)[:, 0]
 
 

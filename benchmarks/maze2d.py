@@ -311,13 +311,17 @@ TABLE: dict[str, Method] = {
 assert tuple(TABLE) == METHODS
 
 
-def ladder_rung(rung: str) -> tuple[str, int | float]:
+def ladder_rung(rung: str) -> tuple[str, int | float | bool]:
     """``"NAME=VALUE"`` -> (NAME, VALUE) for a field of :class:`~platonic_rl.benchmarks.presets.QRLPolicySettings`,
-    the value of the field's type."""
+    the value of the field's type (a bool as ``true`` or ``false``)."""
     name, sep, value = rung.partition("=")
     fields = {f.name: f.type for f in dataclasses.fields(QRLPolicySettings)}
     if not sep or name not in fields:
         raise ValueError(f"--ladder entries must be NAME=VALUE with NAME one of {sorted(fields)}, got {rung!r}")
+    if fields[name] in ("bool", bool):
+        if value.lower() not in ("true", "false"):
+            raise ValueError(f"--ladder {rung!r}: {name} takes true or false, got {value!r}")
+        return name, value.lower() == "true"
     try:
         number = int(value) if fields[name] in ("int", int) else float(value)
     except ValueError:
@@ -367,8 +371,10 @@ def evaluate_method(method: str, stack: SeedStack | None, layout: maze2d.Layout,
 
 
 def record_is_current(record: dict, method: str, scale: Maze2dScale) -> bool:
-    """Whether a row's stored record was made with the settings the scale now gives it."""
-    return all(record.get(key) == value for key, value in TABLE[method].settings(scale).items())
+    """Whether a row's stored record was made with the settings the scale now gives it (a policy setting the record
+    lacks was made at that setting's default: the record is older than the setting)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(QRLPolicySettings)}
+    return all(record.get(key, defaults.get(key)) == value for key, value in TABLE[method].settings(scale).items())
 
 
 def resting_grid(layout: maze2d.Layout, per_cell: int = 8) -> tuple[np.ndarray, np.ndarray]:
@@ -496,7 +502,7 @@ def format_ladder(ladder: dict) -> str:
 def _rung_order(rung: str) -> tuple:
     row, _, setting = rung.partition("@")
     name, _, value = setting.partition("=")
-    return row, name, float(value)
+    return row, name, float(value == "True") if value in ("False", "True") else float(value)
 
 
 def plot_values(path: Path, maps: dict, title: str) -> None:

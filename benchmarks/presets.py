@@ -35,14 +35,16 @@ class QRLPolicySettings:
     replan_every: int = 5         # steps between two choices of waypoint (and whenever the goal changes)
     mppi_samples: int = 10_000    # MPPI at C.3.2's sample count (the scale's mppi_samples is the cpu row's)
     mppi_episodes: int = 10       # its evaluation episodes per (seed, setting): it costs ~150x the 64-sample row
+    cap_to_goal_distance: bool = False  # the lookahead holds each action at most d(s, g) steps (LatentLookahead)
 
     def policy_kwargs(self, policy: str, inner: str | None = None) -> dict:
         """``make_policy``'s settings for the ``lookahead`` or the ``waypoints`` (with ``inner``) policy."""
+        lookahead = dict(hold_steps=self.hold_steps, cap_to_goal_distance=self.cap_to_goal_distance)
         if policy == "lookahead":
-            return dict(hold_steps=self.hold_steps)
+            return lookahead
         if policy == "waypoints":
             kwargs = dict(reach=self.reach, num_waypoints=self.num_waypoints, replan_every=self.replan_every, inner=inner)
-            return kwargs | (dict(hold_steps=self.hold_steps) if inner == "lookahead" else {})
+            return kwargs | (lookahead if inner == "lookahead" else {})
         raise ValueError(f"policy must be 'lookahead' or 'waypoints' (the ones these settings describe), got {policy!r}")
 
 

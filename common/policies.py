@@ -116,3 +116,11 @@ def tanh_normal_log_prob(mean: jax.Array, log_std: jax.Array, actions: jax.Array
     right = jax.scipy.special.log_ndtr((mean - edge) / std) - log_width   # log P(u >= edge) - log(1 - threshold)
     per_dim = jnp.where(actions <= -threshold, left, jnp.where(actions >= threshold, right, interior))
     return jnp.sum(per_dim, axis=-1)
+
+
+def start_episodes(policy) -> None:
+    """Tell a host-side policy that new episodes begin: a policy with state across calls (e.g.
+    ``agents.contract.HostPolicy``, whose ``reset`` returns it to its initial state) is reset; a plain callable is
+    left alone. The host evaluations call it before each batch of new episodes."""
+    if callable(getattr(policy, "reset", None)):
+        policy.reset()

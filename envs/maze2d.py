@@ -62,6 +62,7 @@ from typing import Callable
 import jax.numpy as jnp
 import numpy as np
 
+from platonic_rl.common.policies import start_episodes
 from platonic_rl.envs.temporary_files import private_temporary_directory
 
 # D4RL's maze strings ('#' wall, 'O' free, 'G' the goal cell), rows separated by '\'.
@@ -387,8 +388,7 @@ def evaluate(policy: Callable[[np.ndarray, np.ndarray], np.ndarray], layout: str
     states [N, 4]) -> actions [N, 2]``. Returns returns, normalised scores (per episode and their mean),
     the goals and, for the first ``keep_trajectories`` episodes, their positions ``[T + 1, 2]``."""
     layout = get_layout(layout)
-    if callable(getattr(policy, "reset", None)):  # a policy with state (agents.contract.HostPolicy): new episodes
-        policy.reset()
+    start_episodes(policy)
     env = Maze2D(layout, episodes)
     obs = env.reset(seed=seed, mode=mode)
     goal = goal_states(env.goals)

@@ -40,6 +40,7 @@ from typing import Callable
 
 import numpy as np
 
+from platonic_rl.common.policies import start_episodes
 from platonic_rl.envs.maze2d import grid_distances
 from platonic_rl.envs.temporary_files import private_temporary_directory
 
@@ -285,8 +286,7 @@ def evaluate(policy: Callable[[np.ndarray, np.ndarray], np.ndarray], name: str, 
         for k, env in enumerate(envs):
             env.reset(seed=seed * 100_003 + k)
         for task in range(1, NUM_TASKS + 1):
-            if callable(getattr(policy, "reset", None)):  # a policy with state (agents.contract.HostPolicy)
-                policy.reset()
+            start_episodes(policy)
             resets = [env.reset(options=dict(task_id=task)) for env in envs]
             obs = np.stack([ob for ob, _ in resets]).astype(np.float32)
             goals = np.stack([info["goal"] for _, info in resets]).astype(np.float32)

@@ -342,6 +342,26 @@ def test_qrl_plan_costs_sum_the_learned_q_along_the_latent_rollout():
     assert d.shape == (2, 1) and np.all(np.asarray(d) >= 0)
 
 
+def test_ladder_rungs_take_each_policy_settings_type_and_old_records_stand_at_new_settings_defaults():
+    from platonic_rl.benchmarks import maze2d as bench
+    from platonic_rl.benchmarks import presets
+
+    assert bench.ladder_rung("hold_steps=5") == ("hold_steps", 5)
+    assert bench.ladder_rung("reach=40") == ("reach", 40.0)
+    assert bench.ladder_rung("cap_to_goal_distance=true") == ("cap_to_goal_distance", True)
+    assert bench.ladder_rung("cap_to_goal_distance=False") == ("cap_to_goal_distance", False)
+    with pytest.raises(ValueError, match="cap_to_goal_distance takes true or false, got 'yes'"):
+        bench.ladder_rung("cap_to_goal_distance=yes")
+    with pytest.raises(ValueError, match="NAME one of"):
+        bench.ladder_rung("horizon=5")
+    scale = presets.maze2d_scales()["cpu"]
+    old = dict(hold_steps=scale.policies.hold_steps)  # made before cap_to_goal_distance existed: at its default
+    assert bench.record_is_current(old, "qrl_lookahead", scale)
+    capped = dataclasses.replace(scale, policies=dataclasses.replace(scale.policies, cap_to_goal_distance=True))
+    assert not bench.record_is_current(old, "qrl_lookahead", capped)
+    assert bench.record_is_current(dict(old, cap_to_goal_distance=True), "qrl_lookahead", capped)
+
+
 def _small_scale(bench, updates: int, small_networks: bool):
     """The quick scale with ``updates`` updates per method and, with ``small_networks``, 16-wide networks and 8
     MPPI samples (the quick scale's 64-wide networks make the run's compiles and episodes slow on 2 cores)."""

@@ -54,6 +54,30 @@ def test_held_costs_equal_the_dynamics_applied_k_times_by_hand(agent):
                                .max(0), rtol=1e-5, atol=1e-5)
 
 
+def test_capped_holds_last_at_most_the_learned_distance_to_the_goal(agent):
+    """With cap_to_goal_distance a state's actions are held k_s = min(k, ceil d(s, g)) steps, at least 1: per
+    state, the uncapped costs at its own k_s. The goals mix near ones (k_s < k) and far ones (k_s = k)."""
+    obs = states(8, 6)
+    goals = jnp.concatenate([obs[:4] + 0.02 * states(4, 7), states(4, 8)])
+    distances = np.asarray(agent.goal_distances(obs, goals).max(0))
+    k = max(2, int(np.ceil(np.median(distances))))
+    own_k = np.clip(np.ceil(distances), 1, k).astype(int)
+    assert (own_k < k).any() and (own_k == k).any(), (distances, k)
+    candidates = jnp.broadcast_to(action_grid(3, 2), (8, 9, 2))
+    capped = P.held_action_costs(agent, obs, goals, candidates, hold_steps=k, cap_to_goal_distance=True)
+    for i, k_i in enumerate(own_k):
+        np.testing.assert_allclose(capped[i], P.held_action_costs(agent, obs[i:i + 1], goals[i:i + 1],
+                                                                  candidates[i:i + 1], hold_steps=int(k_i))[0],
+                                   rtol=1e-5, atol=1e-5)
+    uncapped = P.held_action_costs(agent, obs, goals, candidates, hold_steps=k)
+    assert not np.allclose(capped[own_k < k], uncapped[own_k < k])
+    policy = P.LatentLookahead(agent, hold_steps=k, grid_size=3, cap_to_goal_distance=True)
+    chosen = policy.act(obs, goals)
+    costs = P.held_action_costs(agent, obs, goals, policy.candidates(obs, goals), k, cap_to_goal_distance=True)
+    np.testing.assert_allclose(chosen, jnp.take_along_axis(policy.candidates(obs, goals),
+                                                           jnp.argmin(costs, 1)[:, None, None], 1)[:, 0])
+
+
 def test_identity_dynamics_make_every_candidate_cost_the_current_distance():
     """A fresh agent's residual dynamics are zero (T(z, a) = z), so holding any action any number of steps leaves
     d(f(s), f(g)): by hand, every candidate's cost is the state's own distance to the goal."""
@@ -160,6 +184,8 @@ def test_bad_policy_settings_are_named(agent):
         P.make_policy("waypoints", agent)
     with pytest.raises(ValueError, match="hold_steps must be an int >= 1"):
         P.make_policy("lookahead", agent, hold_steps=0)
+    with pytest.raises(ValueError, match="cap_to_goal_distance must be a bool"):
+        P.make_policy("lookahead", agent, cap_to_goal_distance=1)
     with pytest.raises(ValueError, match="reach must be > 0"):
         P.make_policy("waypoints", agent, states(5, 0), reach=0.0)
     with pytest.raises(ValueError, match=r"waypoints must be dataset states \[M >= 1, \(4,\)\]"):

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from platonic_rl.common.policies import start_episodes
 from platonic_rl.common.progress import progress_bar
 from platonic_rl.agents.contract import check_agent, host_policy
 from platonic_rl.envs import fetch
@@ -165,8 +166,7 @@ def evaluate(policy, env: GoalEnvAdapter, episodes: int, seed: int, renderer=Non
     seeds = episode_seeds(seed, batches * env.num_envs)
     successes = []
     for i in range(batches):
-        if callable(getattr(policy, "reset", None)):  # a policy with state (agents.contract.HostPolicy): new episodes
-            policy.reset()
+        start_episodes(policy)
         out = env.rollout(policy, seed=seeds[i * env.num_envs:(i + 1) * env.num_envs], renderer=renderer)
         successes.append(out["success"])
     return float(np.concatenate(successes)[:episodes].mean())
