@@ -20,7 +20,7 @@ def test_command_quotes_arguments_and_defaults_to_this_process(monkeypatch):
     assert cmd.startswith("python -m platonic_rl.benchmarks.fetch --out-dir ")
     assert shlex.split(cmd) == ["python", "-m", "platonic_rl.benchmarks.fetch", "--out-dir", "my runs/a b",
                                 "--seeds", "0", "1", "x'y"]
-    monkeypatch.setattr("sys.argv", ["/usr/bin/platonic-rl-fetch", "--env", "push"])
+    monkeypatch.setattr("sys.argv", ["/usr/lib/python3/platonic_rl/benchmarks/fetch.py", "--env", "push"])
     assert report.command("platonic_rl.benchmarks.fetch") == "python -m platonic_rl.benchmarks.fetch --env push"
 
 
