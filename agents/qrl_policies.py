@@ -112,9 +112,9 @@ class LatentLookahead(StatelessPolicy, flax.struct.PyTreeNode):
     :func:`held_action_costs`)."""
     agent: QRLContinuousAgent
     hold_steps: int = flax.struct.field(pytree_node=False, default=20)
-    cap_to_goal_distance: bool = flax.struct.field(pytree_node=False, default=False)
     grid_size: int = flax.struct.field(pytree_node=False, default=9)
     actor_samples: int = flax.struct.field(pytree_node=False, default=0)
+    cap_to_goal_distance: bool = flax.struct.field(pytree_node=False, default=False)
 
     def __post_init__(self):
         for name, low in (("hold_steps", 1), ("grid_size", 2), ("actor_samples", 0)):

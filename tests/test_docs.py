@@ -28,11 +28,17 @@ def code_blocks(text: str, language: str) -> list[str]:
     return [body for lang, body in FENCE.findall(text) if lang == language]
 
 
+def blank(match: re.Match) -> str:
+    """The match with every character but newlines replaced by a space: line numbers stay where they were."""
+    return re.sub(r"[^\n]", " ", match.group(0))
+
+
 def prose(text: str) -> str:
-    """``text`` without fenced blocks, indented code blocks and inline code spans (what is rendered as text)."""
-    text = FENCE.sub("", text)
-    text = re.sub(r"^(?: {4}|\t).*$", "", text, flags=re.M)
-    return re.sub(r"`[^`\n]*`", "", text)
+    """``text`` as rendered text, line for line: fenced blocks, indented code blocks (not nested list items) and
+    inline code spans blanked."""
+    text = FENCE.sub(blank, text)
+    text = re.sub(r"^(?: {4}|\t)(?![-*] |\d+\. ).*$", blank, text, flags=re.M)
+    return re.sub(r"`[^`\n]*`", blank, text)
 
 
 def commands(text: str) -> list[list[str]]:

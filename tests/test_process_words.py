@@ -15,12 +15,11 @@ import tokenize
 from pathlib import Path
 
 import pytest
+from test_docs import prose  # tests/test_docs.py: Markdown as rendered text, line for line
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("agents", "benchmarks", "common", "denoised", "envs", "qrl", "replearn", "training", "tests")
 THIS = Path(__file__).resolve()
-# Sections left out of the scan, as (page, heading): none at present.
-EXEMPT_SECTIONS: set[tuple[Path, str]] = set()
 
 # Patterns for every scanned text (Markdown prose, Python comments and strings).
 WORK = {
@@ -43,36 +42,6 @@ CLAIM = {
 }
 WORK_RE = {name: re.compile(p, re.I) for name, p in WORK.items()}
 CLAIM_RE = {name: re.compile(p, re.I) for name, p in CLAIM.items()}
-FENCE = re.compile(r"^```.*?^```[^\n]*$", flags=re.S | re.M)
-
-
-def blank(match: re.Match) -> str:
-    """The match with every character but newlines replaced by a space: line numbers stay where they were."""
-    return re.sub(r"[^\n]", " ", match.group(0))
-
-
-def markdown_prose(text: str) -> str:
-    """``text`` as rendered prose, line for line: fenced blocks, indented code and inline code spans blanked."""
-    text = FENCE.sub(blank, text)
-    text = re.sub(r"^(?: {4}|\t)(?![-*] |\d+\. ).*$", blank, text, flags=re.M)
-    return re.sub(r"`[^`\n]*`", blank, text)
-
-
-def without_sections(text: str, headings: set[str]) -> str:
-    """``text`` with each section under one of ``headings`` (to the next heading of its level or above) blanked."""
-    lines = text.split("\n")
-    skipping = 0
-    for i, line in enumerate(lines):
-        level = len(line) - len(line.lstrip("#")) if line.startswith("#") and " " in line else 0
-        if skipping and level and level <= skipping:
-            skipping = 0
-        if line.rstrip() in headings:
-            skipping = level
-        if skipping:
-            lines[i] = ""
-    return "\n".join(lines)
-
-
 def find(text: str, patterns: dict[str, re.Pattern]) -> list[tuple[int, str, str]]:
     """(line, pattern name, matched words) of every match of ``patterns`` in ``text`` (a match may run over a line
     break, as prose wraps), lines counted from 1, in the order of the text."""
@@ -102,9 +71,7 @@ def python_files() -> list[Path]:
 
 
 def scan_markdown(page: Path) -> list[tuple[int, str, str]]:
-    text = page.read_text()
-    text = without_sections(text, {heading for exempt, heading in EXEMPT_SECTIONS if exempt == page})
-    return find(markdown_prose(text), {**WORK_RE, **CLAIM_RE})
+    return find(prose(page.read_text()), {**WORK_RE, **CLAIM_RE})
 
 
 def scan_python(path: Path) -> list[tuple[int, str, str]]:
@@ -140,16 +107,13 @@ def test_the_scanner_finds_planted_words_and_leaves_legitimate_ones():
         "the target (criterion)": "The target (QRL >= 0.9 on umaze) is not met",
     }
     for name, text in planted.items():
-        assert name in {found for _, found, _ in find(markdown_prose(text), {**WORK_RE, **CLAIM_RE})}, name
+        assert name in {found for _, found, _ in find(prose(text), {**WORK_RE, **CLAIM_RE})}, name
     legitimate = ("α adapted towards the target entropy", "soft target network updates", "y took the target, which "
                   "no action moves", "the fingertip within 0.05 of the target", "one on-disk cache per pytest session",
                   "`the target is met` in code", "the claim is met on cheetah")
     for text in legitimate:
-        assert not find(markdown_prose(text), {**WORK_RE, **CLAIM_RE}), text
+        assert not find(prose(text), {**WORK_RE, **CLAIM_RE}), text
     # Python: comments and strings are read, code is not.
     source = "session = make()  # as issue 12 asks\nx = 'run in two sittings'\n"
     assert [(line, name) for line, name, _ in find(python_words(source), WORK_RE)] == \
         [(1, "issue number"), (2, "sitting")]
-    # An exempt section is skipped up to the next heading of its level, and only it.
-    text = "## a\nthe target is met\n### b\nthe target is met\n## c\nthe target is met\n"
-    assert [line for line, _, _ in find(without_sections(text, {"## a"}), CLAIM_RE)] == [6]
