@@ -29,7 +29,8 @@ import tyro
 from platonic_rl.agents.qrl import QRLAgent, QRLConfig
 from platonic_rl.benchmarks import report
 from platonic_rl.envs import mountaincar as mc
-from platonic_rl.training.offline import mountaincar_presets, train_offline
+from platonic_rl.benchmarks.presets import mountaincar_presets
+from platonic_rl.training.offline import train_offline
 
 # 9 goal states spread over the state space, as (position bin, velocity bin) on the 160 x 160 grid:
 # positions -0.86 / -0.29 / +0.27 x velocities -0.026 / +0.0004 / +0.027. Each is reachable exactly
@@ -55,9 +56,8 @@ LABELS = {
 METHODS = ("qrl_single", "qrl_multi", "l2_multi")
 
 
-# Scale-downs of C.3.1 (3x1024 MLPs, latent 256, IQE 16x32, batch 4096, 5e5 steps), shared with the
-# `python -m platonic_rl.training.offline` CLI: quick (a smoke run), cpu (8-10 min of training per method on 2 CPU
-# cores), paper (C.3.1).
+# Scale-downs of C.3.1 (3x1024 MLPs, latent 256, IQE 16x32, batch 4096, 5e5 steps): quick (a smoke run), cpu (8-10
+# min of training per method on 2 CPU cores), paper (C.3.1); see benchmarks.presets.mountaincar_presets.
 PRESETS = mountaincar_presets()
 COMPARABLE_SCALES = ("cpu", "paper")  # quick is a smoke run: its scores are not comparable to the paper's
 

@@ -26,9 +26,10 @@ def test_goals_and_oracles():
 def test_benchmark_pipeline_with_a_small_network(tmp_path, monkeypatch):
     """The whole run (dataset, training, evaluation from all 25,600 states, table, picture, record) with a
     16-wide QRL: the quick preset's network is what makes the smoke run below slow on 2 cores."""
-    from platonic_rl.training.offline import TrainConfig, _mountaincar_config
+    from platonic_rl.benchmarks.presets import mountaincar_qrl_config
+    from platonic_rl.training.offline import TrainConfig
 
-    small = (_mountaincar_config(16, 1, 8, 2, 4, 20, lr=1e-3), TrainConfig(steps=20, batch_size=64, log_every=10))
+    small = (mountaincar_qrl_config(16, 1, 8, 2, 4, 20, lr=1e-3), TrainConfig(steps=20, batch_size=64, log_every=10))
     monkeypatch.setitem(bench.PRESETS, "quick", small)
     record = bench.run(bench.Args(scale="quick", methods=("qrl_single", "qrl_multi"), steps=20, out_dir=str(tmp_path)))
     saved = json.loads((tmp_path / "results.json").read_text())

@@ -10,22 +10,17 @@ are :func:`~platonic_rl.training.updates.update_steps`, and the run directory is
 :class:`~platonic_rl.training.run.RunDirectory`. The sampler's key is part of the checkpoint, so a resumed run
 reproduces an uninterrupted one exactly.
 
-CLI (QRL on the discretised MountainCar dataset, presets shared with ``benchmarks.mountaincar``)::
-
-    python -m platonic_rl.training.offline --scale quick --agent.goal-mode single   # ~1 min; scored at the end
-    python -m platonic_rl.training.offline --help                                  # every setting of the cpu preset
+QRL on the discretised MountainCar dataset from the command line: ``python -m platonic_rl.benchmarks.mountaincar``.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import math
 import os
-import sys
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -33,7 +28,6 @@ import numpy as np
 
 from platonic_rl.common.progress import progress_bar
 from platonic_rl.agents.contract import check_agent
-from platonic_rl.agents.qrl import QRLAgent, QRLConfig
 from platonic_rl.envs import ogbench_maze
 from platonic_rl.envs.replay import DatasetSampler
 from platonic_rl.training.run import RunDirectory, agent_settings, finish_row
@@ -280,115 +274,3 @@ def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str
         if run:
             run.close()
     return agent, history
-
-
-# ---------------------------------------------------------------------------------------------- CLI
-
-
-def _mountaincar_config(width: int, depth: int, latent: int, components: int, dim_per_component: int,
-                        steps: int, lr: float) -> QRLConfig:
-    """A scale-down of C.3.1 (same objective), observations normalised to about [-1, 1] in the encoder."""
-    from platonic_rl.envs import mountaincar as mc
-
-    hidden = (width,) * depth
-    return QRLConfig(obs_center=mc.OBS_CENTER, obs_scale=mc.OBS_SCALE, encoder_hidden=hidden, latent_dim=latent,
-                     projector_hidden=hidden[:max(depth - 1, 1)], iqe_components=components,
-                     iqe_dim_per_component=dim_per_component, l2_dim=components * dim_per_component,
-                     dynamics_hidden=hidden, learning_rate=lr, cosine_decay_steps=steps)
-
-
-def mountaincar_presets() -> dict[str, tuple[QRLConfig, TrainConfig]]:
-    """QRL on MountainCar at three scales, shared by this CLI and ``benchmarks.mountaincar``:
-
-    * ``quick``: 2x128 MLPs, latent 64, IQE 8x16, batch 256, 3k steps -- a smoke run (about a minute on 2
-      CPU cores), not comparable to the paper;
-    * ``cpu``: 2x256 MLPs, latent 128, IQE 8x16, batch 256, 30k steps (8-10 min on 2 CPU cores);
-    * ``paper``: C.3.1 -- 3x1024 MLPs, latent 256, IQE 16x32, transition weight 75, lr 5e-4 cosine,
-      lambda lr 0.3, batch 4096, 5e5 steps (accelerator-sized).
-
-    Every preset normalises observations (the velocity spans only +-0.07)."""
-    from platonic_rl.envs import mountaincar as mc
-
-    paper = QRLConfig(obs_center=mc.OBS_CENTER, obs_scale=mc.OBS_SCALE)
-    return {
-        "quick": (_mountaincar_config(128, 2, 64, 8, 16, 3_000, lr=1e-3), TrainConfig(steps=3_000, batch_size=256)),
-        "cpu": (_mountaincar_config(256, 2, 128, 8, 16, 30_000, lr=1e-3), TrainConfig(steps=30_000, batch_size=256)),
-        "paper": (paper, TrainConfig(steps=500_000, batch_size=4096, log_every=1000, checkpoint_every=50_000)),
-    }
-
-
-@dataclasses.dataclass(frozen=True)
-class MountainCarTrainArgs:
-    """Train QRL on the offline discretised-MountainCar dataset (appendix C.3.1), then score its greedy
-    policy towards the top of the hill from all 25,600 states (Table 4.1's first column). ``--scale``
-    picks a preset (quick: a smoke run; cpu: the default, ~10 min on 2 CPU cores; paper: C.3.1) and
-    ``--help`` after it shows that preset's values; any ``--agent.*``/``--train.*`` flag overrides them.
-    The cosine learning-rate schedule follows ``--train.steps`` unless ``--agent.cosine-decay-steps`` is
-    given."""
-
-    scale: Literal["quick", "cpu", "paper"] = "cpu"
-    seed: int = 0
-    """Seeds the dataset, the agent and the batch sampler (``--train.seed`` is set from it)."""
-    run_dir: str | None = None
-    """Default: runs/qrl_mountaincar/<scale>-<goal mode>-<head>-seed<seed>."""
-    train: TrainConfig = TrainConfig()
-    agent: QRLConfig = QRLConfig()
-
-    def default_run_dir(self) -> str:
-        return f"runs/qrl_mountaincar/{self.scale}-{self.agent.goal_mode}-{self.agent.head}-seed{self.seed}"
-
-
-def parse_args(argv: list[str] | None = None) -> MountainCarTrainArgs:
-    """Parse ``--scale`` first, then every other flag with that preset's values as defaults."""
-    import argparse
-
-    import tyro
-
-    argv = sys.argv[1:] if argv is None else list(argv)
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--scale", choices=["quick", "cpu", "paper"], default="cpu")
-    known, rest = pre.parse_known_args(argv)
-    agent, train = mountaincar_presets()[known.scale]
-    args = tyro.cli(MountainCarTrainArgs, args=rest, prog="python -m platonic_rl.training.offline",
-                    default=MountainCarTrainArgs(scale=known.scale, train=train, agent=agent))
-    if args.agent.cosine_decay_steps == agent.cosine_decay_steps and args.train.steps != train.steps \
-            and agent.cosine_decay_steps is not None:
-        args = dataclasses.replace(args, agent=dataclasses.replace(args.agent, cosine_decay_steps=args.train.steps))
-    return dataclasses.replace(args, train=dataclasses.replace(args.train, seed=args.seed))
-
-
-def evaluate_top_of_hill(agent: QRLAgent) -> dict:
-    """Greedy episodes towards the top of the hill from all 25,600 discrete states (Table 4.1's score)."""
-    from platonic_rl.envs import mountaincar as mc
-
-    obs = mc.to_observation(mc.all_states())
-    goals = jnp.broadcast_to(jnp.asarray(mc.GENERAL_GOAL), obs.shape)
-    policy = np.asarray(jax.jit(QRLAgent.act)(agent, obs, goals))
-    return mc.score_policy(policy, mc.goal_mask())
-
-
-def main(argv: list[str] | None = None) -> dict:
-    from platonic_rl.envs import mountaincar
-
-    args = parse_args(argv)
-    run_dir = args.run_dir or args.default_run_dir()
-    print(f"scale {args.scale!r}: {args.train.steps:,} steps of batch {args.train.batch_size}, "
-          f"encoder {args.agent.encoder_hidden}; run directory {run_dir}")
-    dataset = mountaincar.generate_dataset(args.seed)
-    agent = QRLAgent.create(args.agent, args.seed)
-    agent, history = train_offline(agent, dataset.as_batch(), args.train, run_dir)
-    evaluation = evaluate_top_of_hill(agent)
-    result = dict(scale=args.scale, steps=args.train.steps, final_metrics=history[-1],
-                  top_of_hill=evaluation)
-    (Path(run_dir) / "evaluation.json").write_text(json.dumps(result, indent=1))
-    print(json.dumps(history[-1], indent=1))
-    print(f"top of hill, greedy from all 25,600 states: score {evaluation['score']:.2f} "
-          f"(success {evaluation['success_rate']:.3f}); paper Table 4.1: 97.69 single-goal, 95.89 multi-goal. "
-          f"Scale {args.scale!r} ran" + (" -- a smoke run; only --scale cpu/paper compare to the paper."
-                                         if args.scale == "quick" else "."))
-    print(f"saved {Path(run_dir) / 'evaluation.json'}")
-    return result
-
-
-if __name__ == "__main__":
-    main()
