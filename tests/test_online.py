@@ -66,10 +66,14 @@ def test_splitting_a_cycle_into_calls_gives_the_same_updates():
 
 
 @pytest.mark.slow  # ~6 s; Contrastive RL trains in this loop in docs/environments.md's own-env example, which runs fast
-def test_contrastive_rl_runs():  # (GCBC runs in the episode-seed test below)
+def test_contrastive_rl_trains_deterministically():  # (GCBC runs in the episode-seed test below)
     agent = CRLAgent.create(CRLConfig(hidden=(16,), repr_dim=4, actor_hidden=(8,)), 0)
-    _, history = train_online(agent, dataclasses.replace(TOY, env_steps=300))
+    (trained, history), (again, _) = [train_online(agent, dataclasses.replace(TOY, env_steps=300)) for _ in range(2)]
     assert np.isfinite([v for r in history for v in r.values()]).all()
+    for before, after, repeated in zip(*(jax.tree.leaves((a.critic_params, a.actor_params))
+                                         for a in (agent, trained, again))):
+        assert not np.allclose(before, after)  # every parameter moved
+        np.testing.assert_array_equal(after, repeated)  # and the same run gives the same agent
 
 
 @pytest.mark.slow  # ~45 s: renders, compiles a conv update; the pieces have fast tests of their own

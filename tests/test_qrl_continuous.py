@@ -109,10 +109,17 @@ def test_actor_learns_to_move_towards_the_goal_under_a_known_critic():
 
 
 @pytest.mark.slow  # ~25 s; agents vmapping over seeds is also checked in tests/test_multidevice.py
-def test_seeds_vmap():
+def test_seeds_vmapped_update_as_each_seed_alone():
     agents = jax.vmap(lambda s: QRLContinuousAgent.create(TINY, s))(jnp.arange(3))
-    _, metrics = jax.jit(jax.vmap(QRLContinuousAgent.update, in_axes=(0, None)))(agents, batch())
+    updated, metrics = jax.jit(jax.vmap(QRLContinuousAgent.update, in_axes=(0, None)))(agents, batch())
     assert metrics["actor_loss"].shape == (3,)
+    for seed in range(3):
+        alone, alone_metrics = jax.jit(QRLContinuousAgent.update)(QRLContinuousAgent.create(TINY, seed), batch())
+        for name, value in alone_metrics.items():  # float32 sums in another order: a few ulps of each value
+            np.testing.assert_allclose(metrics[name][seed], value, rtol=1e-5, atol=1e-6, err_msg=name)
+        for vmapped, lone in zip(jax.tree.leaves(jax.tree.map(lambda x: x[seed], updated)), jax.tree.leaves(alone)):
+            np.testing.assert_allclose(vmapped, lone, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(metrics["actor_loss"][0], metrics["actor_loss"][1])  # the seeds are different agents
 
 
 def test_bad_batches_and_configs():
