@@ -127,7 +127,7 @@ def test_bad_arguments_name_the_flag(field, value, message):
 
 
 @pytest.mark.slow  # ~60 s: Brax's physics and a device-loop program compile
-def test_brax_reacher_learns_through_the_benchmark_and_its_record_is_reused(tmp_path, capsys):
+def test_brax_reacher_runs_through_the_benchmark_and_its_record_is_reused(tmp_path, capsys):
     pytest.importorskip("brax")
     args = device_loop.Args(scale="quick", parts=("learning",), envs=("brax-reacher",), methods=("gcbc",), seeds=2,
                             out_dir=str(tmp_path))
