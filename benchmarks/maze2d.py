@@ -626,7 +626,7 @@ def run(args: Args) -> dict:
             info = dict(source=str(path), **maze2d.dataset_info(path))
         data = maze2d.load_dataset(path, layout)
         info.update(transitions=len(data["actions"]), episodes=int(data["segment_end"].sum()))
-        (out / "evals" / f"{layout_name}-{DATASET_RECORD}.json").write_text(json.dumps(info, default=report._plain))
+        (out / "evals" / f"{layout_name}-{DATASET_RECORD}.json").write_text(json.dumps(info, default=report.plain))
         print(f"maze2d-{layout_name}: {info['transitions']:,} transitions in {info['episodes']:,} episodes ({path})")
         data = normalised_data(data, layout)
         stacks, histories = {}, {}
@@ -648,7 +648,7 @@ def run(args: Args) -> dict:
             t = time.time()
             result = evaluate_method(method, stacks.get(trained), layout, args, scale, data)
             result["eval_seconds"] = time.time() - t
-            eval_path.write_text(json.dumps(result, default=report._plain))
+            eval_path.write_text(json.dumps(result, default=report.plain))
             print(f"  {method}: single {result['single']['mean']:.1f}, multi {result['multi']['mean']:.1f} "
                   f"({result['eval_seconds']:.0f} s to evaluate, {1e3 * result['seconds_per_action']:.1f} ms per "
                   f"action)")
@@ -665,12 +665,12 @@ def run(args: Args) -> dict:
                     stacks[trained], histories[trained] = train_method(
                         trained, scale, data, args.seeds, runs / f"{layout_name}-{trained}", overwrite=False)
                 result = evaluate_method(method, stacks[trained], layout, args, rung_scale, data)
-                path.write_text(json.dumps(result, default=report._plain))
+                path.write_text(json.dumps(result, default=report.plain))
                 print(f"  {method} @ {name}={value}: single {result['single']['mean']:.1f}, multi "
                       f"{result['multi']['mean']:.1f} ({1e3 * result['seconds_per_action']:.1f} ms per action)")
         if "qrl" in stacks:
             critic = critic_record(stacks["qrl"], histories["qrl"], data, layout, args.seeds)
-            critic_path.write_text(json.dumps(critic, default=report._plain))
+            critic_path.write_text(json.dumps(critic, default=report.plain))
             print(f"  QRL's training signals: {signals.describe(critic['signals'])}")
             for setting in ("single goal", "random goals"):
                 gaps = [g[setting]["mean_gap"] for g in critic["actor_gap"]]

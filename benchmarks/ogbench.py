@@ -356,7 +356,7 @@ def run_ladder(dataset: str, data: dict, extent, scale: Scale, args: Args, out: 
                                      "--overwrite to train the ladder afresh")
                 stack = stack or train_one(dataset, "qrl", data, scale, rung, out)
                 record = evaluate_row(dataset, method, *stack, data, extent, scale, rung)
-                path.write_text(json.dumps(record, indent=1, default=report._plain))
+                path.write_text(json.dumps(record, indent=1, default=report.plain))
             ladder.setdefault(budget, {})[method] = record
             print(f"  ladder {budget:,} updates, {method}: {record['mean']:.1f} ± {record['std']:.1f}", flush=True)
     return ladder
@@ -407,13 +407,13 @@ def run(args: Args) -> dict:
             budget = updates_of(row.trains, scale, args)
             record = ladders.get(dataset, {}).get(budget, {}).get(method) if row.trains == "qrl" else None
             if record is not None:  # the ladder's last rung is the table's budget
-                eval_path.write_text(json.dumps(record, indent=1, default=report._plain))
+                eval_path.write_text(json.dumps(record, indent=1, default=report.plain))
             record = record or evaluated(eval_path, row, budget, scale, args)
             if record is None:
                 if row.trains not in stacks:
                     stacks[row.trains] = train_one(dataset, row.trains, data, scale, table_args, out)
                 record = evaluate_row(dataset, method, *stacks[row.trains], data, extent, scale, table_args)
-                eval_path.write_text(json.dumps(record, indent=1, default=report._plain))
+                eval_path.write_text(json.dumps(record, indent=1, default=report.plain))
             results.setdefault(dataset, {})[method] = record
             print(f"  {method}: {record['mean']:.1f} ± {record['std']:.1f} ({record['updates']:,} updates, "
                   f"{record['train_seconds']:.0f} s training, {record['eval_seconds']:.0f} s evaluation)", flush=True)

@@ -86,7 +86,7 @@ def _write(out: Path, saved: dict, plots: Mapping[str, Callable[[Path], Any]] | 
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "results.json"]
     # results.json first: a plot that fails must not lose the results of a long run.
-    paths[0].write_text(json.dumps(saved, indent=1, default=_plain))
+    paths[0].write_text(json.dumps(saved, indent=1, default=plain))
     for name, draw in (plots or {}).items():
         draw(out / name)
         paths.append(out / name)
@@ -101,7 +101,7 @@ def suptitle(fig, title: str, fontsize: float = 12) -> None:
     fig.suptitle("\n".join(textwrap.fill(line, width) for line in title.split("\n")), fontsize=fontsize)
 
 
-def _plain(value):
+def plain(value):
     """NumPy and JAX scalars and arrays as Python numbers and lists, other numbers as floats (``json.dumps``'s
     ``default``)."""
     if hasattr(value, "tolist"):

@@ -2,6 +2,7 @@
 log-densities of given actions."""
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 import flax.linen as nn
@@ -124,3 +125,11 @@ def start_episodes(policy) -> None:
     left alone. The host evaluations call it before each batch of new episodes."""
     if callable(getattr(policy, "reset", None)):
         policy.reset()
+
+
+@functools.partial(jax.jit, static_argnames=("noise",))
+def explore(agent, observations, goals, key, noise: float):
+    """The agent's sampled action plus N(0, noise^2), clipped to [-1, 1] (every online loop's exploration)."""
+    policy_key, noise_key = jax.random.split(key)
+    actions, _ = agent.step(None, observations, goals, None, policy_key)
+    return jnp.clip(actions + noise * jax.random.normal(noise_key, actions.shape), -1.0, 1.0)

@@ -12,7 +12,7 @@ the goal and all others zero, as :class:`~platonic_rl.envs.goal_env.GoalEnvAdapt
 envs), the sparse reward (1 when the goal is reached, else 0), ``success`` (reached at this step) and ``done``
 (the episode's last step: episodes run exactly ``episode_length`` steps). Actions are clipped to [-1, 1].
 
-:func:`rollout` runs whole batched episodes in one ``lax.scan``; :class:`GymnasiumVectorEnv` shows any
+:func:`rollout` runs whole batched episodes in one ``lax.scan``; :class:`~platonic_rl.envs.jax_gymnasium.GymnasiumVectorEnv` shows any
 GoalEnv as a gymnasium vector env of goal envs (dict observations, ``info["is_success"]``, autoreset on the
 next step), so the host loops and users' own gymnasium code run the same dynamics.
 """
@@ -198,11 +198,3 @@ def measure_steps_per_second(env: GoalEnv, num_envs: int, steps: int = 1000, see
         jax.block_until_ready(run(key))
         best = min(best, time.perf_counter() - start)
     return num_envs * steps / best
-
-
-def __getattr__(name: str):
-    if name == "GymnasiumVectorEnv":  # it needs gymnasium, imported on first use only (accelerator images lack it)
-        from platonic_rl.envs.jax_gymnasium import GymnasiumVectorEnv
-
-        return GymnasiumVectorEnv
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -206,7 +206,7 @@ def cell_of(positions: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------ shortest paths
 
 
-_MOVES = ((-1, 0), (1, 0), (0, -1), (0, 1))
+GRID_MOVES = ((-1, 0), (1, 0), (0, -1), (0, 1))
 
 
 def cell_distances(layout: str | Layout, target: tuple[int, int]) -> np.ndarray:
@@ -227,7 +227,7 @@ def grid_distances(walls: np.ndarray, target: tuple[int, int]) -> np.ndarray:
     queue = deque([target])
     while queue:
         i, j = queue.popleft()
-        for di, dj in _MOVES:
+        for di, dj in GRID_MOVES:
             n = (i + di, j + dj)
             if not walls[n] and dist[n] == np.inf:
                 dist[n] = dist[i, j] + 1
@@ -242,7 +242,7 @@ def shortest_path(layout: str | Layout, start: tuple[int, int], target: tuple[in
     if not np.isfinite(dist[cell]):
         raise ValueError(f"no path from cell {cell} to {tuple(target)}")
     while dist[cell] > 0:
-        cell = min(((cell[0] + di, cell[1] + dj) for di, dj in _MOVES), key=lambda n: dist[n])
+        cell = min(((cell[0] + di, cell[1] + dj) for di, dj in GRID_MOVES), key=lambda n: dist[n])
         path.append(cell)
     return path or [tuple(int(t) for t in target)]
 
@@ -406,7 +406,7 @@ def evaluate(policy: Callable[[np.ndarray, np.ndarray], np.ndarray], layout: str
 # ------------------------------------------------------------------------------------ datasets
 
 
-def _check_noise(action_noise) -> float:
+def check_action_noise(action_noise) -> float:
     if isinstance(action_noise, bool) or not isinstance(action_noise, (int, float, np.floating, np.integer)) \
             or not np.isfinite(action_noise) or action_noise < 0:
         raise ValueError(f"action_noise must be a finite standard deviation >= 0, got {action_noise!r}")
@@ -427,7 +427,7 @@ def generate(layout: str | Layout, size: int | None = None, seed: int = 0, progr
     size = layout.dataset_size if size is None else size
     if not isinstance(size, (int, np.integer)) or size < 2:
         raise ValueError(f"size must be an int >= 2 (transitions), got {size!r}")
-    action_noise = _check_noise(action_noise)
+    action_noise = check_action_noise(action_noise)
     rng = np.random.default_rng(seed)
     noise_rng = np.random.default_rng([seed, 1])  # its own stream: the targets do not depend on the noise level
     env = Maze2D(layout, 1)
@@ -469,7 +469,7 @@ def dataset_id(layout: str | Layout, size: int, seed: int, action_noise: float =
     """The Minari id of a generated dataset; the action noise is part of it (``noise0p5`` for 0.5, ``noise0`` for
     the noise-free controller: Minari ids take no dots), and ``v1`` marks the generator that adds it (``v0``
     datasets had no noise)."""
-    noise = f"{_check_noise(action_noise):g}".replace(".", "p")
+    noise = f"{check_action_noise(action_noise):g}".replace(".", "p")
     return f"platonic-rl/maze2d-{get_layout(layout).name}-{size}-noise{noise}-seed{seed}-v1"
 
 
@@ -529,7 +529,7 @@ def make_dataset(layout: str | Layout, size: int | None = None, seed: int = 0, r
     :func:`write_minari`) and read from ``root`` (default :func:`default_root`) afterwards. Returns its path."""
     layout = get_layout(layout)
     size = layout.dataset_size if size is None else size
-    action_noise = _check_noise(action_noise)
+    action_noise = check_action_noise(action_noise)
     root = Path(root) if root is not None else default_root()
     name = dataset_id(layout, size, seed, action_noise)
     path = root / name

@@ -53,7 +53,7 @@ def next_cell_table(layout: str | maze2d.Layout) -> np.ndarray:
             if a == b:
                 table[a, b] = b
                 continue
-            step = min(((cell[0] + di, cell[1] + dj) for di, dj in maze2d._MOVES), key=lambda n: dist[n])
+            step = min(((cell[0] + di, cell[1] + dj) for di, dj in maze2d.GRID_MOVES), key=lambda n: dist[n])
             table[a, b] = index[step]
     return table
 
@@ -96,7 +96,7 @@ def generate(layout: str, trajectories: int, steps: int, key: jax.Array, action_
     for name, value in (("trajectories", trajectories), ("steps", steps)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
-    action_noise = maze2d._check_noise(action_noise)
+    action_noise = maze2d.check_action_noise(action_noise)
     # The noise scale is traced, not static: noisy and noise-free data share one compiled program.
     out = jax.jit(_generate, static_argnums=(0, 1, 2))(layout_obj.name, int(trajectories), int(steps), key,
                                                          jnp.float32(action_noise))

@@ -194,8 +194,10 @@ def test_rollout_is_batched_and_seeded():
 
 
 def test_gymnasium_view_runs_in_the_host_adapter_with_autoreset():
+    from platonic_rl.envs.jax_gymnasium import GymnasiumVectorEnv
+
     env = PointMaze("umaze", episode_length=10)
-    vector = jax_env.GymnasiumVectorEnv(env, num_envs=3)
+    vector = GymnasiumVectorEnv(env, num_envs=3)
     adapter = GoalEnvAdapter(vector)
     assert adapter.goal_dims == (0, 1) and adapter.episode_length == 10
     out = adapter.rollout(lambda o, g: np.ones((len(o), 2)), seed=0)
@@ -223,8 +225,10 @@ def test_bad_input_names_the_argument():
     env = PointMaze("umaze")
     with pytest.raises(ValueError, match=r"action must have shape \(2,\)"):
         env.step(env.reset(jax.random.PRNGKey(0)), jnp.zeros(3))
+    from platonic_rl.envs.jax_gymnasium import GymnasiumVectorEnv
+
     with pytest.raises(ValueError, match="num_envs must be a positive int"):
-        jax_env.GymnasiumVectorEnv(env, 0)
+        GymnasiumVectorEnv(env, 0)
 
 
 def test_envs_are_hashable_static_configs():

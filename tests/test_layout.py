@@ -128,3 +128,81 @@ def test_the_longest_first_schedule_names_test_files_that_exist():
     assert len(set(names)) == len(names)
     missing = [n for n in names if not (ROOT / "tests" / n).is_file()]
     assert not missing, f"tests/conftest.py LONGEST_FIRST names files that do not exist: {missing}"
+
+
+def module_name(path: Path) -> str:
+    return "platonic_rl." + ".".join(path.relative_to(ROOT).with_suffix("").parts)
+
+
+def suite_imports(path: Path) -> set[str]:
+    """The suite's modules ``path`` imports (at any depth of the file, ``from package import module`` included)."""
+    known = {module_name(p) for p in python_files()}
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in known}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out |= {node.module} & known
+            out |= {f"{node.module}.{a.name}" for a in node.names} & known
+    return out - {module_name(path)}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every cycle found by a depth-first search of ``graph`` (module -> modules it imports), each once."""
+    cycles, state = [], {}
+
+    def visit(node, stack):
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return cycles
+
+
+def test_no_two_files_import_each_other_even_lazily():
+    graph = {module_name(p): suite_imports(p) for p in python_files()}
+    cycles = import_cycles(graph)
+    assert not cycles, "import cycles between the suite's files:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def private_uses(source: str) -> list[tuple[int, str]]:
+    """(line, name) of each private name of another suite module used here: ``from platonic_rl.x import _y`` and
+    ``x._y`` where ``x`` was imported as a suite module."""
+    tree = ast.parse(source)
+    aliases, out = set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            aliases |= {a.asname or a.name for a in node.names if a.name.startswith("platonic_rl.")}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("platonic_rl"):
+            out += [(node.lineno, f"{node.module}.{a.name}") for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")]
+            aliases |= {a.asname or a.name for a in node.names if not a.name.startswith("_")}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            base = ast.unparse(node.value)
+            if base in aliases:
+                out.append((node.lineno, f"{base}.{node.attr}"))
+    return out
+
+
+def test_no_module_uses_another_modules_private_names():
+    used = [f"{p.relative_to(ROOT)}:{line} uses {name}" for p in python_files() for line, name in private_uses(
+        p.read_text())]
+    assert not used, "a private name used outside its module (make it public, or move the code):\n" + "\n".join(used)
+
+
+def test_the_cycle_and_private_name_readers_see_what_they_look_for():
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+    source = ("from platonic_rl.benchmarks import report\nimport platonic_rl.envs.maze2d as m\n"
+              "from platonic_rl.agents.qrl import _secret, public\nx = report._plain(1) + m._walls + public._z\n"
+              "y = self._own + report.plain\n")
+    assert sorted(private_uses(source)) == [(3, "platonic_rl.agents.qrl._secret"), (4, "m._walls"),
+                                            (4, "public._z"), (4, "report._plain")]

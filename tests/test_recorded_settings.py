@@ -29,7 +29,7 @@ def settings_differing(record: dict) -> dict:
 
     module, arguments = recorded_command(record)
     args = tyro.cli(importlib.import_module(module).Args, args=arguments)
-    today = json.loads(json.dumps(dataclasses.asdict(args), default=report._plain))
+    today = json.loads(json.dumps(dataclasses.asdict(args), default=report.plain))
     return {k: (v, today[k]) for k, v in record["args"].items() if k in today and today[k] != v}
 
 

@@ -42,12 +42,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from platonic_rl.common.policies import explore
 from platonic_rl.common.progress import progress_bar
 from platonic_rl.agents.contract import check_agent
 from platonic_rl.envs import jax_env
 from platonic_rl.envs.replay import EpisodeBuffer, GoalSampler
 from platonic_rl.training.evaluation import check_eval_policies, describe, metric_name
-from platonic_rl.training.goal_online import explore
 from platonic_rl.training.run import RunDirectory, agent_settings, finish_row
 from platonic_rl.training.schedule import checkpoint_due
 from platonic_rl.training.updates import check_finite, update_steps

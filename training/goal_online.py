@@ -20,7 +20,6 @@ counters and keys, so a resumed run continues exactly.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from platonic_rl.common.policies import start_episodes
+from platonic_rl.common.policies import explore, start_episodes
 from platonic_rl.common.progress import progress_bar
 from platonic_rl.agents.contract import check_agent, host_policy
 from platonic_rl.envs import fetch
@@ -144,14 +143,6 @@ def train_cycle(agent, buffer: EpisodeBuffer, key, goal_mask, config: "OnlineCon
     per_call = updates_per_call(config.updates_per_call, config.updates_per_cycle, convolutions=config.obs == "image")
     sampler = GoalSampler(buffer, goal_mask, config.batch_size, config.p_future, config.discount)
     return update_in_calls(agent, sampler, keys, per_call, first_step)
-
-
-@functools.partial(jax.jit, static_argnames=("noise",))
-def explore(agent, observations, goals, key, noise: float):
-    """The agent's sampled action plus N(0, noise^2), clipped to [-1, 1] (every online loop's exploration)."""
-    policy_key, noise_key = jax.random.split(key)
-    actions, _ = agent.step(None, observations, goals, None, policy_key)
-    return jnp.clip(actions + noise * jax.random.normal(noise_key, actions.shape), -1.0, 1.0)
 
 
 def evaluate(policy, env: GoalEnvAdapter, episodes: int, seed: int, renderer=None) -> float:
