@@ -345,12 +345,17 @@ def run_ladder(dataset: str, data: dict, extent, scale: Scale, args: Args, out: 
     for i, budget in enumerate(args.qrl_ladder):
         rung = dataclasses.replace(args, qrl_updates=budget, qrl_ladder=(), overwrite=args.overwrite and i == 0)
         stack = None
+        paths = {m: out / "evals" / f"{run_name(dataset, m, args.goals)}@updates={budget}.json" for m in rows}
+        records = {m: evaluated(paths[m], ROWS[m], budget, scale, args) for m in rows}
         for method in rows:
-            path = out / "evals" / f"{run_name(dataset, method, args.goals)}@updates={budget}.json"
-            record = evaluated(path, ROWS[method], budget, scale, args)
+            path, record = paths[method], records[method]
             if record is None:
                 done = trained_updates(out / "runs" / run_name(dataset, "qrl", args.goals))
                 if stack is None and done > budget and not args.overwrite:  # (--overwrite clears it first)
+                    if any(r is not None for r in records.values()):  # a row added after the run passed this rung
+                        print(f"  ladder {budget:,} updates, {method}: not evaluated (added after the run passed "
+                              f"this budget; it is at {done:,})", flush=True)
+                        continue
                     raise ValueError(f"--qrl-ladder: {dataset}'s QRL has no record at {budget:,} updates and its run is "
                                      f"already at {done:,}, and a run cannot go back: ladder from {done:,} up, or pass "
                                      "--overwrite to train the ladder afresh")

@@ -130,6 +130,14 @@ def test_the_qrl_ladder_continues_one_run_and_evaluates_each_budget(tmp_path, mo
     (tmp_path / "runs" / "pointmaze-medium-navigate-v0-qrl" / "checkpoints" / "400").mkdir(parents=True)
     with pytest.raises(ValueError, match="no record at 300 updates and its run is already at 400"):
         ogbench.run(ogbench.Args(**{**vars(args), "qrl_ladder": (100, 300, 400)}))  # a run cannot go back
+    # A row added after the run passed a rung is evaluated from the rungs the run has not passed.
+    trained.clear(), evaluated.clear()
+    record = ogbench.run(ogbench.Args(**{**vars(args), "methods": ("qrl", "qrl_lookahead", "gcbc"),
+                                         "qrl_ladder": (100, 200, 400)}))
+    assert evaluated == [("qrl_lookahead", 400)] and trained == [("qrl", 400, False)]
+    assert set(record["ladder"]["pointmaze-medium-navigate-v0"][200]) == {"qrl"}
+    assert set(record["ladder"]["pointmaze-medium-navigate-v0"][400]) == {"qrl", "qrl_lookahead"}
+    assert "qrl_lookahead: not evaluated (added after the run passed this budget; it is at 400)" in capsys.readouterr().out
     trained.clear()
     ogbench.run(ogbench.Args(**{**vars(args), "overwrite": True}))  # cleared once, at the first rung
     assert trained == [("qrl", 100, True), ("qrl", 200, False), ("gcbc", 300, True)]
