@@ -63,7 +63,8 @@ from platonic_rl.benchmarks.timing import time_device_loop
 from platonic_rl.envs import jax_env, maze2d
 from platonic_rl.envs.point_maze import PointMaze
 from platonic_rl.envs.reacher import GOALS, Reacher
-from platonic_rl.training.device_loop import HOST_ONLY, DeviceLoopConfig, env_settings, train_on_device
+from platonic_rl.common.settings import HOST, fields_on_resume
+from platonic_rl.training.device_loop import DeviceLoopConfig, env_settings, train_on_device
 from platonic_rl.training.goal_online import OnlineConfig, train_online
 from platonic_rl.training.run import as_json, describe_differences, read_json, settings_differences, write_json
 
@@ -254,7 +255,7 @@ def learning_settings(agent_cfg, env: jax_env.GoalEnv, config: DeviceLoopConfig,
     return dict(agent=agent_cfg, env=env_settings(env), seeds=list(seeds), loop=config)
 
 
-LEARNING_HOST_ONLY = tuple(f"loop.{k}" for k in HOST_ONLY)
+LEARNING_HOST_ONLY = tuple(f"loop.{k}" for k in fields_on_resume(DeviceLoopConfig, HOST))
 
 
 def run_learning(args: Args, scale: DeviceLoopScale, out: Path) -> dict:

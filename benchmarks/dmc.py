@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 import tyro
 
+from platonic_rl.common.settings import HOST, fields_on_resume
 from platonic_rl.agents.denoised_mdp import ActorKind, DenoisedMDPAgent, DenoisedMDPConfig
 from platonic_rl.benchmarks import report
 from platonic_rl.benchmarks.presets import DMC_BETAS as BETAS  # noqa: F401 -- Table D.5, read as dmc.BETAS
@@ -390,7 +391,7 @@ def seconds_per_10k(history: list[dict], prefill_steps: int) -> float | None:
 
 
 def _loop_settings(loop: DMCOnlineConfig) -> dict:
-    return {k: v for k, v in dataclasses.asdict(loop).items() if k not in loop.HOST_ONLY}
+    return {k: v for k, v in dataclasses.asdict(loop).items() if k not in fields_on_resume(loop, HOST)}
 
 
 def finished_record(run_dir: Path, config: DenoisedMDPConfig, loop: DMCOnlineConfig, args: Args) -> dict | None:
@@ -407,7 +408,7 @@ def finished_record(run_dir: Path, config: DenoisedMDPConfig, loop: DMCOnlineCon
     keys = ("agent_config", "loop", "probe_settings")
     differ = settings_differences({k: record[k] for k in keys if k in record},
                                   dict(agent_config=config, loop=loop, probe_settings=probe_settings(args)),
-                                  ignore=tuple(f"loop.{k}" for k in loop.HOST_ONLY + loop.unused_fields()))
+                                  ignore=tuple(f"loop.{k}" for k in fields_on_resume(loop, HOST) + loop.unused_fields()))
     probe_only = bool(differ) and all(name.startswith("probe_settings.") for name in differ)
     grows = "loop.env_steps" in differ and differ["loop.env_steps"][1] > differ["loop.env_steps"][0]
     if grows and all(name == "loop.env_steps" or name.startswith("probe_settings.") for name in differ):

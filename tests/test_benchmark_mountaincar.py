@@ -55,3 +55,16 @@ def test_benchmark_smoke_run(tmp_path):
     assert 0 <= summary["top_of_hill"] <= 100 and np.isfinite(summary["spearman_top_of_hill"])
     assert (tmp_path / "values.png").stat().st_size > 10_000
     assert "QRL multi-goal" in record["table"]
+
+
+def test_the_presets_normalise_observations_and_grow_from_quick_to_paper():
+    from platonic_rl.benchmarks.presets import mountaincar_presets
+
+    presets = mountaincar_presets()
+    assert list(presets) == ["quick", "cpu", "paper"]
+    (quick, quick_train), (cpu, cpu_train), (paper, paper_train) = presets.values()
+    assert all(config.obs_scale is not None for config, _ in presets.values())  # the velocity spans only +-0.07
+    assert quick.encoder_hidden == (128, 128) and cpu.encoder_hidden == (256, 256)
+    assert (quick_train.steps, cpu_train.steps, paper_train.steps) == (3_000, 30_000, 500_000)
+    assert quick.cosine_decay_steps == quick_train.steps and cpu.cosine_decay_steps == cpu_train.steps
+    assert paper_train.batch_size == 4096  # C.3.1

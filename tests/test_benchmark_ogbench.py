@@ -144,10 +144,10 @@ def test_the_qrl_ladder_continues_one_run_and_evaluates_each_budget(tmp_path, mo
     with pytest.raises(ValueError, match="--qrl-ladder must be multiples of the cpu scale's 1000 updates"):
         ogbench.Args(scale="cpu", qrl_ladder=(1500,))
     # A run continues from budget to budget: its settings at two budgets differ only where a resumed run may.
-    from platonic_rl.training.offline import RESUMABLE_SETTINGS
-    first, second = (dataclasses.asdict(ogbench.method_setup("qrl", ogbench.scales()["cpu"], n)[2])
-                     for n in (20_000, 40_000))
-    assert {k for k in first if first[k] != second[k]} <= set(RESUMABLE_SETTINGS)
+    from platonic_rl.common.settings import fields_on_resume
+    first, second = (ogbench.method_setup("qrl", ogbench.scales()["cpu"], n)[2] for n in (20_000, 40_000))
+    first, second = dataclasses.asdict(first), dataclasses.asdict(second)
+    assert {k for k in first if first[k] != second[k]} <= set(fields_on_resume(ogbench.TrainConfig))
     with pytest.raises(ValueError, match="below the ladder's last budget 400"):
         ogbench.Args(qrl_ladder=(100, 400), qrl_updates=200)
     with pytest.raises(ValueError, match="increasing positive budgets"):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("dm_control")
+from platonic_rl.common.settings import BUDGET, HOST, fields_on_resume
 from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig  # noqa: E402
 from platonic_rl.training import world_model  # noqa: E402
 from platonic_rl.training.run import RunDirectoryError  # noqa: E402
@@ -79,9 +80,9 @@ def test_a_run_resumes_with_new_host_settings_budget_and_capacity_but_not_new_le
     agent = SimpleNamespace(config=dict(model="toy"))
     open_run_directory(tmp_path, agent, TOY).close()
     host = dict(resume=True, overwrite=False, checkpoint_every=TOY.checkpoint_every + 3, updates_per_call=1)
-    assert set(host) == set(DMCOnlineConfig.HOST_ONLY)
+    assert set(host) == set(fields_on_resume(DMCOnlineConfig, HOST))
     grown = dict(env_steps=TOY.env_steps * 2, buffer_episodes=40)
-    assert set(grown) == set(DMCOnlineConfig.GROWABLE)
+    assert set(grown) == set(fields_on_resume(DMCOnlineConfig, BUDGET))
     open_run_directory(tmp_path, agent, dataclasses.replace(TOY, **host, **grown)).close()
     for name, value in (("batch_size", TOY.batch_size + 1), ("updates_per_collect", TOY.updates_per_collect * 2)):
         with pytest.raises(RunDirectoryError, match=f"loop.{name}: saved"):

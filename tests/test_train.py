@@ -102,19 +102,3 @@ def test_resuming_with_other_settings_is_refused_and_changes_nothing(tmp_path):
     # A larger budget (and other display settings) may change: that continues the run.
     train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, updates_per_call=5), run)
     assert json.loads((run / "config.json").read_text())["settings"]["train_config"]["batch_size"] == 32
-
-
-def test_the_cli_presets_name_their_run_directories_and_follow_the_steps():
-    from platonic_rl.training import offline as train
-
-    quick, cpu = train.parse_args(["--scale", "quick"]), train.parse_args([])
-    assert cpu.scale == "cpu" and cpu.agent.encoder_hidden == (256, 256) and cpu.train.steps == 30_000
-    assert quick.agent.encoder_hidden == (128, 128) and quick.agent.obs_scale is not None  # normalised
-    assert quick.default_run_dir() != cpu.default_run_dir()
-    assert train.parse_args(["--seed", "1"]).default_run_dir().endswith("seed1")
-    assert train.parse_args(["--seed", "1"]).train.seed == 1
-    short = train.parse_args(["--scale", "quick", "--train.steps", "1000", "--agent.goal-mode", "single"])
-    assert short.agent.cosine_decay_steps == 1000 and short.agent.goal_mode == "single"
-    assert "single" in short.default_run_dir()
-    fixed = train.parse_args(["--scale", "quick", "--train.steps", "1000", "--agent.cosine-decay-steps", "7"])
-    assert fixed.agent.cosine_decay_steps == 7

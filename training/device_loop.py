@@ -44,6 +44,7 @@ from flax import struct
 
 from platonic_rl.common.policies import explore
 from platonic_rl.common.progress import progress_bar
+from platonic_rl.common.settings import HOST, budget, fields_on_resume, host_setting
 from platonic_rl.agents.contract import check_agent
 from platonic_rl.envs import jax_env
 from platonic_rl.envs.replay import EpisodeBuffer, GoalSampler
@@ -60,7 +61,7 @@ class DeviceLoopConfig:
     num_envs: int = 256
     unroll: int = 50                  # env steps per env per iteration; must divide the env's episode length
     updates_per_iteration: int = 8
-    iterations: int = 100             # training iterations after the prefill
+    iterations: int = budget(100)     # training iterations after the prefill
     prefill_episodes: int = 256       # random-action episodes first (rounded up to whole batches of num_envs)
     batch_size: int = 256
     exploration_noise: float = 0.3
@@ -69,8 +70,8 @@ class DeviceLoopConfig:
     eval_every: int = 10              # iterations (and after the last)
     eval_episodes: int = 64
     buffer_episodes: int | None = None  # replay capacity; None: every episode of the budget
-    chunk_iterations: int = 10        # iterations per compiled call in train_on_device
-    checkpoint_every: int = 1         # chunks (train_on_device); 0 disables
+    chunk_iterations: int = host_setting(10)  # iterations per compiled call in train_on_device
+    checkpoint_every: int = host_setting(1)   # chunks (train_on_device); 0 disables
 
     def __post_init__(self):
         for name in ("num_envs", "unroll", "updates_per_iteration", "iterations", "prefill_episodes", "batch_size",
@@ -309,9 +310,6 @@ def make_train(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig, age
 # ------------------------------------------------------------------------------- host-driven runs
 
 
-HOST_ONLY = ("chunk_iterations", "checkpoint_every")  # change neither the program nor its results: not recorded
-
-
 def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig, seed: int | tuple[int, ...] = 0,
                     run_dir: str | Path | None = None, resume: bool = True, overwrite: bool = False,
                     desc: str = "device loop", agent_class=None, mesh=None,
@@ -336,7 +334,8 @@ def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig
     run = None
     if run_dir is not None:
         settings = dict(**agent_settings(state.agent), seed=list(seeds) if seeds else seed, env=env_settings(env),
-                        loop={k: v for k, v in dataclasses.asdict(config).items() if k not in HOST_ONLY},
+                        loop={k: v for k, v in dataclasses.asdict(config).items()
+                              if k not in fields_on_resume(config, HOST)},  # they change neither program nor results
                         **(dict(eval_policies=describe(loop.eval_policies)) if loop.eval_policies else {}))
         run = RunDirectory.open(run_dir, settings, resume=resume, overwrite=overwrite,
                                 resumable=("loop.iterations",) if seeds is None else (), step_key="iteration")

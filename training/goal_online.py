@@ -31,6 +31,7 @@ import numpy as np
 
 from platonic_rl.common.policies import explore, start_episodes
 from platonic_rl.common.progress import progress_bar
+from platonic_rl.common.settings import budget, fields_on_resume, host_setting
 from platonic_rl.agents.contract import check_agent, host_policy
 from platonic_rl.envs import fetch
 from platonic_rl.envs.goal_env import GoalEnvAdapter, make_gymnasium_vector_env
@@ -48,7 +49,7 @@ class OnlineConfig:
     """A Fetch task ("reach", "push", "slide"), a registered gymnasium goal env id, or a name for the env
     that ``make_env`` builds."""
     obs: str = "state"               # "state" | "image" (64x64 RGB frames and goal images)
-    env_steps: int = 20_000          # total budget, prefill included
+    env_steps: int = budget(20_000)  # total budget, prefill included
     prefill_episodes: int = 200
     rollouts_per_cycle: int = 10
     updates_per_cycle: int = 500     # 125 for image observations
@@ -59,12 +60,12 @@ class OnlineConfig:
     p_future: float = 1.0            # else a random buffer state as the goal
     discount: float = 0.99           # of the future-goal offset distribution
     seed: int = 0
-    checkpoint_every: int = 10       # cycles; 0 disables
-    resume: bool = True
-    buffer_episodes: int | None = None  # replay capacity; None: everything the budget can collect
-    overwrite: bool = False          # clear run_dir first (a fresh run into a used directory is refused)
+    checkpoint_every: int = host_setting(10)  # cycles; 0 disables
+    resume: bool = host_setting(True)
+    buffer_episodes: int | None = budget(None)  # replay capacity; None: everything the budget can collect
+    overwrite: bool = host_setting(False)  # clear run_dir first (a fresh run into a used directory is refused)
     episode_length: int | None = None  # None: the env's (Fetch: 50; else its spec's max_episode_steps)
-    updates_per_call: int | None = None
+    updates_per_call: int | None = host_setting(None)
     """Gradient steps per compiled call (a divisor of updates_per_cycle); None: the whole cycle in one call,
     except for images on the CPU backend: one call per step, because XLA:CPU runs convolutions inside a loop
     body ~7x slower than outside (jax-ml/jax#12868; 4.7 s vs 0.67 s per image-QRL update here)."""
@@ -175,11 +176,6 @@ def make_goal_env(task: str, num_envs: int) -> GoalEnvAdapter:
 # (so consecutive batches replayed each other's episodes) lacks it, and is refused rather than resumed differently.
 EPISODE_SEEDS = "one reset seed per episode"
 
-# Loop settings that may change when a run is continued: the budget, and what changes neither the updates
-# nor the logged rows.
-RESUMABLE = ("env_steps", "resume", "overwrite", "checkpoint_every", "updates_per_call", "buffer_episodes")
-
-
 def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None, desc: str = "online",
                  make_env: Callable[[int], object] | None = None,
                  eval_policies: Mapping[str, Callable] | None = None):
@@ -226,7 +222,8 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
         key = jax.random.PRNGKey(config.seed)
         state = dict(agent=agent, buffer=buffer, key=key, env_steps=jnp.int32(0), cycle=jnp.int32(0))
         if run_dir is not None:
-            loop = {k: v for k, v in dataclasses.asdict(config).items() if k not in RESUMABLE or k == "env_steps"}
+            resumable = set(fields_on_resume(config)) - {"env_steps"}  # the budget is recorded, and may grow
+            loop = {k: v for k, v in dataclasses.asdict(config).items() if k not in resumable}
             settings = dict(**agent_settings(agent), loop=loop, episode_seeds=EPISODE_SEEDS,
                             **(dict(eval_policies=describe(eval_policies)) if eval_policies else {}),
                             env=dict(goal_dims=list(env.goal_dims), obs_dim=env.obs_dim, action_dim=env.action_dim))

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from platonic_rl.common.progress import progress_bar
+from platonic_rl.common.settings import budget, fields_on_resume, host_setting
 from platonic_rl.agents.contract import check_agent
 from platonic_rl.envs import ogbench_maze
 from platonic_rl.envs.replay import DatasetSampler
@@ -37,26 +38,26 @@ from platonic_rl.training.updates import chain_keys, check_finite, update_steps
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    steps: int = 20_000
+    steps: int = budget(20_000)
     """Total gradient steps."""
     batch_size: int = 1024
     seed: int = 0
     """Seed of the batch sampler (the agent has its own seed)."""
     log_every: int = 500
     """Updates per metrics row (the row holds their means)."""
-    updates_per_call: int | None = None
+    updates_per_call: int | None = host_setting(None)
     """Updates per compiled call (a ``lax.scan``); the progress bar moves after each call. Must divide
     log_every; None: gcd(100, log_every). Any split gives the same result; larger calls save dispatch and
     host-sync time on small networks."""
-    checkpoint_every: int = 5_000
+    checkpoint_every: int = host_setting(5_000)
     """Must be a multiple of log_every. 0 disables checkpoints."""
-    keep_checkpoints: int = 2
-    resume: bool = True
+    keep_checkpoints: int = host_setting(2)
+    resume: bool = host_setting(True)
     """Continue from the latest checkpoint in run_dir if there is one (refused if the run's settings differ)."""
-    overwrite: bool = False
+    overwrite: bool = host_setting(False)
     """Clear run_dir first (a fresh run into a directory that holds one is refused otherwise)."""
-    progress: bool = True
-    tensorboard: bool = False
+    progress: bool = host_setting(True)
+    tensorboard: bool = host_setting(False)
     """Also write TensorBoard event files to run_dir/tensorboard (needs the tensorboard extra)."""
 
     def __post_init__(self):
@@ -126,12 +127,6 @@ def _raise_rows(key: str, rows: np.ndarray, bad: np.ndarray, what: str) -> None:
                      f"({len(flagged)} of {len(rows)} rows are bad)")
 
 
-# TrainConfig fields that may differ when a run is continued: the budget (a run can be extended) and
-# settings that change neither the updates nor the metrics rows.
-RESUMABLE_SETTINGS = ("steps", "resume", "overwrite", "progress", "updates_per_call", "checkpoint_every",
-                      "keep_checkpoints", "tensorboard")
-
-
 def data_fingerprint(data: dict[str, Any]) -> dict[str, dict]:
     """Shape, dtype and a SHA-256 prefix of every array: enough to tell two datasets apart."""
     fingerprint = {}
@@ -153,9 +148,10 @@ def sampler_settings(sampler) -> dict:
 
 
 def run_settings(agent, config: TrainConfig, data: dict[str, Any], sampler=None) -> dict:
-    """What defines an offline run (all but RESUMABLE_SETTINGS), as it is stored in ``config.json``."""
+    """What defines an offline run (all but the fields a resume may change), as it is stored in ``config.json``."""
+    resumable = fields_on_resume(config)
     settings = dict(**agent_settings(agent),
-                    train_config={k: v for k, v in dataclasses.asdict(config).items() if k not in RESUMABLE_SETTINGS},
+                    train_config={k: v for k, v in dataclasses.asdict(config).items() if k not in resumable},
                     data=data_fingerprint(data))
     if sampler is not None:
         settings["sampler"] = sampler_settings(sampler)
@@ -213,8 +209,8 @@ def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str
     With ``run_dir``: a :class:`~platonic_rl.training.run.RunDirectory` holding the run's settings (agent
     config, train config, a fingerprint of the data), its metrics and checkpoints of ``{agent, sampler key}``
     every ``checkpoint_every`` steps (and at the end). With ``config.resume`` the latest checkpoint is restored
-    first, if the stored settings are the same (only ``RESUMABLE_SETTINGS``, e.g. a larger ``steps``, may
-    change); a fresh run into a directory holding one needs ``config.overwrite``. A NaN or an infinity in
+    first, if the stored settings are the same (only the fields declared ``budget`` or ``host_setting`` may change,
+    e.g. a larger ``steps``); a fresh run into a directory holding one needs ``config.overwrite``. A NaN or an infinity in
     any metric or in the agent's state stops the run (:class:`~platonic_rl.training.updates.NonFiniteError`)
     before it is checkpointed.
     """

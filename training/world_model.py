@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from platonic_rl.common.progress import progress_bar
+from platonic_rl.common.settings import budget, fields_on_resume, host_setting
 from platonic_rl.agents.contract import check_agent
 from platonic_rl.denoised.model import features, rollout_x
 from platonic_rl.envs.dmc import EPISODE_STEPS, DMCEnv
@@ -39,7 +40,7 @@ from platonic_rl.training.updates import update_in_calls, updates_per_call
 class DMCOnlineConfig:
     task: str = "cheetah-run"
     variant: str = "noiseless"
-    env_steps: int = 100_000
+    env_steps: int = budget(100_000)
     prefill_steps: int = 5_000
     updates_per_collect: int = 100     # per episode = per 1000 env steps
     action_repeat: int = 2
@@ -58,16 +59,18 @@ class DMCOnlineConfig:
     video_dir: str | None = None       # pixels: a folder of background videos (default: procedural)
     cheap_visuals: bool = False        # pixels: shadows, reflections and multisampling off
     seed: int = 0
-    checkpoint_every: int = 5          # episodes; 0 disables
-    resume: bool = True
-    overwrite: bool = False            # clear run_dir first (a fresh run into a used directory is refused)
-    buffer_episodes: int | None = None  # replay capacity; None: every episode the budget collects (a run
-                                        # resumed with a larger env_steps gets its buffer enlarged)
-    updates_per_call: int | None = None
+    checkpoint_every: int = host_setting(5)  # episodes; 0 disables
+    resume: bool = host_setting(True)
+    overwrite: bool = host_setting(False)  # clear run_dir first (a fresh run into a used directory is refused)
+    buffer_episodes: int | None = budget(None)  # replay capacity; None: every episode the budget collects (a run
+                                                # resumed with a larger env_steps gets its buffer enlarged: the
+                                                # saved buffer is resized, keeping every episode, or refused)
+    updates_per_call: int | None = host_setting(None)
     """Gradient steps per compiled call (a divisor of updates_per_collect); None: all of an episode's in one call,
     except for a pixel model with XLA's convolutions (``conv_impl="xla"``) on the CPU backend: one per call (XLA:CPU
     runs convolutions inside a loop body several times slower, jax-ml/jax#12868; the default conv_impl has none on
-    CPU). The updates and their batches do not depend on the split."""
+    CPU). The updates and their batches do not depend on the split (the same updates, summed in another order
+    within float32 rounding): a run directory resumes, and a benchmark's record matches, whatever it holds."""
 
     def __post_init__(self):
         for name in ("env_steps", "updates_per_collect", "action_repeat", "batch_size", "chunk", "eval_every",
@@ -84,13 +87,6 @@ class DMCOnlineConfig:
     @property
     def episode_length(self) -> int:
         return EPISODE_STEPS // self.action_repeat
-
-    # Fields that change no result (updates_per_call: the same updates, summed in another order within float32
-    # rounding): a run directory resumes, and a benchmark's record matches, whatever they hold.
-    HOST_ONLY: ClassVar[tuple[str, ...]] = ("resume", "overwrite", "checkpoint_every", "updates_per_call")
-    # Fields a run directory resumes with a new value: the budget, and the replay capacity (the saved buffer is
-    # resized, keeping every episode, or the resume is refused).
-    GROWABLE: ClassVar[tuple[str, ...]] = ("env_steps", "buffer_episodes")
 
     def unused_fields(self) -> tuple[str, ...]:
         """Fields that change nothing for this run: the distractor source of a noiseless or pixel run (whose
@@ -207,15 +203,14 @@ def evaluate(env: DMCEnv, agent, seeds) -> list[float]:
 
 def open_run_directory(run_dir: str | Path, agent, config: DMCOnlineConfig) -> RunDirectory:
     """``run_dir`` opened for ``agent`` trained under ``config`` (:meth:`RunDirectory.open`). A run saved there
-    resumes if only the budget or replay capacity (``DMCOnlineConfig.GROWABLE``), host-only fields
-    (``DMCOnlineConfig.HOST_ONLY``) or fields unused by this run (:meth:`DMCOnlineConfig.unused_fields`) differ; other
+    resumes if only the fields declared ``budget`` or ``host_setting`` (the budget, the replay capacity, how the host
+    drives the run: :func:`~platonic_rl.common.settings.fields_on_resume`) or fields unused by this run (:meth:`DMCOnlineConfig.unused_fields`) differ; other
     differences are refused."""
     # The loop's config itself (not a dict of it), so that fields added later with their old behaviour as the
     # default, or named in SAVED_WITHOUT_FIELD, match runs saved before them.
     return RunDirectory.open(run_dir, dict(**agent_settings(agent), loop=config), resume=config.resume,
                              overwrite=config.overwrite, step_key="env_steps",
-                             resumable=tuple(f"loop.{k}" for k in config.GROWABLE + config.HOST_ONLY
-                                             + config.unused_fields()))
+                             resumable=tuple(f"loop.{k}" for k in fields_on_resume(config) + config.unused_fields()))
 
 
 def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None = None, desc: str = "dmc"):
