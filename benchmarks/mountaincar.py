@@ -1,6 +1,6 @@
 """Offline QRL on discretised MountainCar: reproduce Table 4.1 and Figure 4-3 (dissertation section 4.3.3).
 
-    python -m platonic_rl.benchmarks.mountaincar                      # quick: a few minutes on 2 CPU cores
+    python -m platonic_rl.benchmarks.mountaincar                      # quick: about a minute on 2 CPU cores (62 s at 213 GFLOP/s)
     python -m platonic_rl.benchmarks.mountaincar --scale cpu          # ~26 min on 2 CPU cores
     python -m platonic_rl.benchmarks.mountaincar --scale paper        # appendix C.3.1 (accelerator-sized)
 
