@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 import tyro
 
-from platonic_rl.common.settings import HOST, fields_on_resume
+from platonic_rl.common.settings import HOST, fields_on_resume, recorded_fields
 from platonic_rl.agents.denoised_mdp import ActorKind, DenoisedMDPAgent, DenoisedMDPConfig
 from platonic_rl.benchmarks import report
 from platonic_rl.benchmarks.presets import DMC_BETAS as BETAS  # noqa: F401 -- Table D.5, read as dmc.BETAS
@@ -391,7 +391,7 @@ def seconds_per_10k(history: list[dict], prefill_steps: int) -> float | None:
 
 
 def _loop_settings(loop: DMCOnlineConfig) -> dict:
-    return {k: v for k, v in dataclasses.asdict(loop).items() if k not in fields_on_resume(loop, HOST)}
+    return recorded_fields(loop, HOST)
 
 
 def finished_record(run_dir: Path, config: DenoisedMDPConfig, loop: DMCOnlineConfig, args: Args) -> dict | None:

@@ -1,7 +1,7 @@
 """Every benchmark's smoke run, timed as a new user meets it: each command in its own process, with datasets
 generated afresh into a temporary folder, beside this machine's float32 matmul rate measured before and after.
 
-    python -m platonic_rl.benchmarks.smoke                         # all of them (about 15 min on 2 CPU cores)
+    python -m platonic_rl.benchmarks.smoke                         # all of them (about 16 min on 2 CPU cores at 213 GFLOP/s)
     python -m platonic_rl.benchmarks.smoke --runs mountaincar maze2d
 
 A smoke run checks that a benchmark runs end to end on this machine; its numbers are not comparable to anything.

@@ -8,6 +8,7 @@
 
     fields_on_resume(TrainConfig)          # ("steps", "progress"): what a resumed run may change
     fields_on_resume(config, HOST)         # ("progress",): what a record of the run leaves out
+    recorded_fields(config, HOST)          # {"steps": ..., "batch_size": ...}: the config as a record keeps it
 
 A run directory (``training.run.RunDirectory``) compares everything else with the run it holds and refuses a resume
 that differs; a loop decides how a new budget is reached (more updates, a larger replay buffer).
@@ -42,3 +43,13 @@ def fields_on_resume(config: Any, *kinds: str) -> tuple[str, ...]:
     if not dataclasses.is_dataclass(config):
         raise TypeError(f"config must be a config dataclass or one of its instances, got {type(config).__name__}")
     return tuple(f.name for f in dataclasses.fields(config) if f.metadata.get(ON_RESUME) in kinds)
+
+
+def recorded_fields(config: Any, *left_out: str, keep: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``config`` (a config dataclass instance) as a dict of its fields, without those declared with one of the kinds
+    ``left_out`` (at least one: :data:`BUDGET`, :data:`HOST`) other than the fields named in ``keep``: what a run's
+    record keeps of its config."""
+    if not left_out:
+        raise ValueError(f"left_out must name at least one of {BUDGET!r} and {HOST!r}")
+    dropped = set(fields_on_resume(config, *left_out)) - set(keep)
+    return {k: v for k, v in dataclasses.asdict(config).items() if k not in dropped}

@@ -12,9 +12,10 @@ the goal and all others zero, as :class:`~platonic_rl.envs.goal_env.GoalEnvAdapt
 envs), the sparse reward (1 when the goal is reached, else 0), ``success`` (reached at this step) and ``done``
 (the episode's last step: episodes run exactly ``episode_length`` steps). Actions are clipped to [-1, 1].
 
-:func:`rollout` runs whole batched episodes in one ``lax.scan``; :class:`~platonic_rl.envs.jax_gymnasium.GymnasiumVectorEnv` shows any
-GoalEnv as a gymnasium vector env of goal envs (dict observations, ``info["is_success"]``, autoreset on the
-next step), so the host loops and users' own gymnasium code run the same dynamics.
+:func:`rollout` runs whole batched episodes in one ``lax.scan``;
+:class:`~platonic_rl.envs.jax_gymnasium.GymnasiumVectorEnv` shows any GoalEnv as a gymnasium vector env of goal envs
+(dict observations, ``info["is_success"]``, autoreset on the next step), so the host loops and users' own gymnasium
+code run the same dynamics.
 """
 from __future__ import annotations
 

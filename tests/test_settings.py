@@ -2,7 +2,7 @@ import dataclasses
 
 import pytest
 
-from platonic_rl.common.settings import BUDGET, HOST, budget, fields_on_resume, host_setting
+from platonic_rl.common.settings import BUDGET, HOST, budget, fields_on_resume, host_setting, recorded_fields
 from platonic_rl.training.run import RunDirectory, RunDirectoryError
 
 
@@ -51,3 +51,12 @@ def test_bad_arguments():
         fields_on_resume(Loop, "grows")
     with pytest.raises(TypeError, match="config must be a config dataclass"):
         fields_on_resume(dict(steps=1))
+
+
+def test_a_record_keeps_the_config_without_the_left_out_kinds():
+    loop = Loop(steps=5, width=16, progress=False)
+    assert recorded_fields(loop, HOST) == dict(steps=5, width=16)
+    assert recorded_fields(loop, BUDGET, HOST) == dict(width=16)
+    assert recorded_fields(loop, BUDGET, HOST, keep=("steps",)) == dict(steps=5, width=16)
+    with pytest.raises(ValueError, match="left_out must name at least one"):
+        recorded_fields(loop)

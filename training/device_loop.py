@@ -44,7 +44,7 @@ from flax import struct
 
 from platonic_rl.common.policies import explore
 from platonic_rl.common.progress import progress_bar
-from platonic_rl.common.settings import HOST, budget, fields_on_resume, host_setting
+from platonic_rl.common.settings import HOST, budget, host_setting, recorded_fields
 from platonic_rl.agents.contract import check_agent
 from platonic_rl.envs import jax_env
 from platonic_rl.envs.replay import EpisodeBuffer, GoalSampler
@@ -334,8 +334,7 @@ def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig
     run = None
     if run_dir is not None:
         settings = dict(**agent_settings(state.agent), seed=list(seeds) if seeds else seed, env=env_settings(env),
-                        loop={k: v for k, v in dataclasses.asdict(config).items()
-                              if k not in fields_on_resume(config, HOST)},  # they change neither program nor results
+                        loop=recorded_fields(config, HOST),  # host settings change neither program nor results
                         **(dict(eval_policies=describe(loop.eval_policies)) if loop.eval_policies else {}))
         run = RunDirectory.open(run_dir, settings, resume=resume, overwrite=overwrite,
                                 resumable=("loop.iterations",) if seeds is None else (), step_key="iteration")

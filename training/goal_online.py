@@ -31,7 +31,7 @@ import numpy as np
 
 from platonic_rl.common.policies import explore, start_episodes
 from platonic_rl.common.progress import progress_bar
-from platonic_rl.common.settings import budget, fields_on_resume, host_setting
+from platonic_rl.common.settings import BUDGET, HOST, budget, host_setting, recorded_fields
 from platonic_rl.agents.contract import check_agent, host_policy
 from platonic_rl.envs import fetch
 from platonic_rl.envs.goal_env import GoalEnvAdapter, make_gymnasium_vector_env
@@ -222,8 +222,7 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
         key = jax.random.PRNGKey(config.seed)
         state = dict(agent=agent, buffer=buffer, key=key, env_steps=jnp.int32(0), cycle=jnp.int32(0))
         if run_dir is not None:
-            resumable = set(fields_on_resume(config)) - {"env_steps"}  # the budget is recorded, and may grow
-            loop = {k: v for k, v in dataclasses.asdict(config).items() if k not in resumable}
+            loop = recorded_fields(config, BUDGET, HOST, keep=("env_steps",))  # the budget is recorded, and may grow
             settings = dict(**agent_settings(agent), loop=loop, episode_seeds=EPISODE_SEEDS,
                             **(dict(eval_policies=describe(eval_policies)) if eval_policies else {}),
                             env=dict(goal_dims=list(env.goal_dims), obs_dim=env.obs_dim, action_dim=env.action_dim))

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from platonic_rl.common.progress import progress_bar
-from platonic_rl.common.settings import budget, fields_on_resume, host_setting
+from platonic_rl.common.settings import BUDGET, HOST, budget, host_setting, recorded_fields
 from platonic_rl.agents.contract import check_agent
 from platonic_rl.envs import ogbench_maze
 from platonic_rl.envs.replay import DatasetSampler
@@ -149,9 +149,7 @@ def sampler_settings(sampler) -> dict:
 
 def run_settings(agent, config: TrainConfig, data: dict[str, Any], sampler=None) -> dict:
     """What defines an offline run (all but the fields a resume may change), as it is stored in ``config.json``."""
-    resumable = fields_on_resume(config)
-    settings = dict(**agent_settings(agent),
-                    train_config={k: v for k, v in dataclasses.asdict(config).items() if k not in resumable},
+    settings = dict(**agent_settings(agent), train_config=recorded_fields(config, BUDGET, HOST),
                     data=data_fingerprint(data))
     if sampler is not None:
         settings["sampler"] = sampler_settings(sampler)
