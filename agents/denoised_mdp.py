@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, ClassVar, Literal, get_args
+from typing import Any, Literal, get_args
 
 import flax.linen as nn
 import flax.struct
@@ -56,8 +56,7 @@ class DenoisedMDPConfig:
     # Policy learning in x.
     policy: Literal["imagine", "sac"] = "imagine"
     # "dreamer": DreamerV1's actor, as the official code (mean 5 tanh(m / 5), sigma softplus(s + c) + 1e-4, 5 at
-    # the start, ELU); "clipped": an unbounded mean and log sigma clipped to [-5, 2] (ReLU), the actor of the
-    # runs saved before this field existed (SAVED_WITHOUT_FIELD: a run directory without it resumes as "clipped").
+    # the start, ELU); "clipped": an unbounded mean and log sigma clipped to [-5, 2] (ReLU), the earlier results'.
     actor: ActorKind = "dreamer"
     actor_hidden: tuple[int, ...] = (400, 400, 400)
     critic_hidden: tuple[int, ...] = (400, 400, 400)
@@ -74,8 +73,6 @@ class DenoisedMDPConfig:
     sac_learning_rate: float = 3e-4
     sac_tau: float = 0.005
     sac_entropy_init: float = 0.1
-
-    SAVED_WITHOUT_FIELD: ClassVar[dict] = {"actor": "clipped"}
 
     def __post_init__(self):
         check_config(self)  # actor/critic_hidden widths >= 1; every *_learning_rate finite and > 0

@@ -626,16 +626,16 @@ def run(args: Args) -> dict:
             info = dict(source=str(path), **maze2d.dataset_info(path))
         data = maze2d.load_dataset(path, layout)
         info.update(transitions=len(data["actions"]), episodes=int(data["segment_end"].sum()))
-        (out / "evals" / f"{layout_name}-{DATASET_RECORD}.json").write_text(json.dumps(info, default=report.plain))
+        report.write_record(out / "evals" / f"{layout_name}-{DATASET_RECORD}.json", info, indent=None)
         print(f"maze2d-{layout_name}: {info['transitions']:,} transitions in {info['episodes']:,} episodes ({path})")
         data = normalised_data(data, layout)
         stacks, histories = {}, {}
         critic_path = out / "evals" / f"{layout_name}-{CRITIC_RECORD}.json"
         for method in [m for m in METHODS if m in args.methods]:
             eval_path = out / "evals" / f"{layout_name}-{method}.json"
-            done = eval_path.is_file() and not args.overwrite
-            if done:  # a record made with other settings (e.g. another hold length) is not this scale's
-                done = record_is_current(json.loads(eval_path.read_text()), method, scale)
+            saved = None if args.overwrite else report.read_record(eval_path)
+            # A record made with other settings (e.g. another hold length) is not this scale's.
+            done = saved is not None and record_is_current(saved, method, scale)
             if done and (method != "qrl" or critic_path.is_file()):  # (QRL's stack also feeds its critic record)
                 continue
             trained = TABLE[method].trains
@@ -648,7 +648,7 @@ def run(args: Args) -> dict:
             t = time.time()
             result = evaluate_method(method, stacks.get(trained), layout, args, scale, data)
             result["eval_seconds"] = time.time() - t
-            eval_path.write_text(json.dumps(result, default=report.plain))
+            report.write_record(eval_path, result, indent=None)
             print(f"  {method}: single {result['single']['mean']:.1f}, multi {result['multi']['mean']:.1f} "
                   f"({result['eval_seconds']:.0f} s to evaluate, {1e3 * result['seconds_per_action']:.1f} ms per "
                   f"action)")
@@ -656,21 +656,22 @@ def run(args: Args) -> dict:
             name, value = ladder_rung(rung)
             rung_scale = dataclasses.replace(scale, policies=dataclasses.replace(scale.policies, **{name: value}))
             for method in [m for m in METHODS if m in args.methods and name in TABLE[m].settings(scale)]:
-                path = out / "evals" / f"{layout_name}-{method}@{name}={value}.json"
-                if path.is_file() and not args.overwrite and record_is_current(json.loads(path.read_text()), method,
-                                                                                rung_scale):
-                    continue
-                trained = TABLE[method].trains
-                if trained not in stacks:
-                    stacks[trained], histories[trained] = train_method(
-                        trained, scale, data, args.seeds, runs / f"{layout_name}-{trained}", overwrite=False)
-                result = evaluate_method(method, stacks[trained], layout, args, rung_scale, data)
-                path.write_text(json.dumps(result, default=report.plain))
-                print(f"  {method} @ {name}={value}: single {result['single']['mean']:.1f}, multi "
-                      f"{result['multi']['mean']:.1f} ({1e3 * result['seconds_per_action']:.1f} ms per action)")
+                def measure(method=method, rung_scale=rung_scale, name=name, value=value):
+                    trained = TABLE[method].trains
+                    if trained not in stacks:
+                        stacks[trained], histories[trained] = train_method(
+                            trained, scale, data, args.seeds, runs / f"{layout_name}-{trained}", overwrite=False)
+                    result = evaluate_method(method, stacks[trained], layout, args, rung_scale, data)
+                    print(f"  {method} @ {name}={value}: single {result['single']['mean']:.1f}, multi "
+                          f"{result['multi']['mean']:.1f} ({1e3 * result['seconds_per_action']:.1f} ms per action)")
+                    return result
+
+                report.cached_record(out / "evals" / f"{layout_name}-{method}@{name}={value}.json", measure,
+                                     current=lambda r, method=method, rung_scale=rung_scale: record_is_current(
+                                         r, method, rung_scale), overwrite=args.overwrite, indent=None)
         if "qrl" in stacks:
             critic = critic_record(stacks["qrl"], histories["qrl"], data, layout, args.seeds)
-            critic_path.write_text(json.dumps(critic, default=report.plain))
+            report.write_record(critic_path, critic, indent=None)
             print(f"  QRL's training signals: {signals.describe(critic['signals'])}")
             for setting in ("single goal", "random goals"):
                 gaps = [g[setting]["mean_gap"] for g in critic["actor_gap"]]

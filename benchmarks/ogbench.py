@@ -35,7 +35,6 @@ so a learned policy's score means something only above it.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from pathlib import Path
 from typing import Literal
@@ -241,14 +240,12 @@ def straight_line(observations: np.ndarray, goals: np.ndarray) -> np.ndarray:
 def straight_line_reference(dataset: str, episodes: int, out: Path) -> dict:
     """The straight-line policy's success on the dataset's maze (seed 0), kept per maze in ``<out>/evals/``."""
     env_name = ogbench_maze.get_spec(dataset).env_name
-    path = out / "evals" / f"{env_name}-straight-line-{episodes}.json"
-    if path.is_file():
-        return json.loads(path.read_text())
-    result = ogbench_maze.evaluate(straight_line, dataset, episodes, seed=0)
-    record = dict(env=env_name, episodes_per_task=episodes, success=result["success"],
-                  task_success=result["task_success"])
-    path.write_text(json.dumps(record, indent=1))
-    return record
+    def measure():
+        result = ogbench_maze.evaluate(straight_line, dataset, episodes, seed=0)
+        return dict(env=env_name, episodes_per_task=episodes, success=result["success"],
+                    task_success=result["task_success"])
+
+    return report.cached_record(out / "evals" / f"{env_name}-straight-line-{episodes}.json", measure)
 
 
 def signals(history: list[dict]) -> dict:
@@ -323,13 +320,14 @@ def format_table(results: dict, args: Args, scale: Scale, references: dict | Non
 
 def evaluated(path: Path, row: Row, updates: int, scale: Scale, args: Args) -> dict | None:
     """The record at ``path`` if it holds this row at this budget and these policy settings (and ``--overwrite`` is
-    off), else None."""
-    if args.overwrite or not path.is_file():
-        return None
-    record = json.loads(path.read_text())
-    if record.get("policy_settings", {}) != policy_settings(row, scale, args) or record.get("updates") != updates:
-        return None  # made with other settings: evaluated again
-    return record
+    off), else None (made with other settings: evaluated again)."""
+    record = None if args.overwrite else report.read_record(path)
+    return record if record is not None and is_current(record, row, updates, scale, args) else None
+
+
+def is_current(record: dict, row: Row, updates: int, scale: Scale, args: Args) -> bool:
+    """Whether a row's record was made at this budget with these policy settings."""
+    return record.get("policy_settings", {}) == policy_settings(row, scale, args) and record.get("updates") == updates
 
 
 def trained_updates(run_dir: Path) -> int:
@@ -360,8 +358,7 @@ def run_ladder(dataset: str, data: dict, extent, scale: Scale, args: Args, out: 
                                      f"already at {done:,}, and a run cannot go back: ladder from {done:,} up, or pass "
                                      "--overwrite to train the ladder afresh")
                 stack = stack or train_one(dataset, "qrl", data, scale, rung, out)
-                record = evaluate_row(dataset, method, *stack, data, extent, scale, rung)
-                path.write_text(json.dumps(record, indent=1, default=report.plain))
+                record = report.write_record(path, evaluate_row(dataset, method, *stack, data, extent, scale, rung))
             ladder.setdefault(budget, {})[method] = record
             print(f"  ladder {budget:,} updates, {method}: {record['mean']:.1f} ± {record['std']:.1f}", flush=True)
     return ladder
@@ -412,13 +409,16 @@ def run(args: Args) -> dict:
             budget = updates_of(row.trains, scale, args)
             record = ladders.get(dataset, {}).get(budget, {}).get(method) if row.trains == "qrl" else None
             if record is not None:  # the ladder's last rung is the table's budget
-                eval_path.write_text(json.dumps(record, indent=1, default=report.plain))
-            record = record or evaluated(eval_path, row, budget, scale, args)
-            if record is None:
+                report.write_record(eval_path, record)
+
+            def measure(row=row, method=method, table_args=table_args):
                 if row.trains not in stacks:
                     stacks[row.trains] = train_one(dataset, row.trains, data, scale, table_args, out)
-                record = evaluate_row(dataset, method, *stacks[row.trains], data, extent, scale, table_args)
-                eval_path.write_text(json.dumps(record, indent=1, default=report.plain))
+                return evaluate_row(dataset, method, *stacks[row.trains], data, extent, scale, table_args)
+
+            record = record or report.cached_record(
+                eval_path, measure, overwrite=args.overwrite,
+                current=lambda r, row=row, budget=budget: is_current(r, row, budget, scale, args))
             results.setdefault(dataset, {})[method] = record
             print(f"  {method}: {record['mean']:.1f} ± {record['std']:.1f} ({record['updates']:,} updates, "
                   f"{record['train_seconds']:.0f} s training, {record['eval_seconds']:.0f} s evaluation)", flush=True)

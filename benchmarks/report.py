@@ -8,6 +8,9 @@
 ``dataclasses.asdict``), the benchmark's own record, ``table`` (the printed text), ``jax_backend`` and
 ``jax_devices``, and ``total_seconds`` when given. :func:`resave_run` rewrites an earlier run's record (e.g. with
 a reference curve added later) and keeps what describes that run: its command, args, devices and seconds.
+
+A benchmark that fills a long table over several calls keeps each finished piece (a row, an evaluation) as a record of
+its own, reused by the next call: :func:`cached_record` (and :func:`write_record`, :func:`read_record`).
 """
 from __future__ import annotations
 
@@ -110,3 +113,32 @@ def plain(value):
         return float(value)
     except (TypeError, ValueError):
         raise TypeError(f"results.json: {type(value).__name__} is not JSON serialisable: {value!r}") from None
+
+
+def write_record(path: str | Path, record: Mapping[str, Any], indent: int | None = 1) -> dict:
+    """``record`` saved as JSON at ``path`` (NumPy and JAX values as numbers and lists: :func:`plain`); returns it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=indent, default=plain))
+    return dict(record)
+
+
+def read_record(path: str | Path) -> dict | None:
+    """The record saved at ``path`` (:func:`write_record`), or None where there is none."""
+    path = Path(path)
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def cached_record(path: str | Path, compute: Callable[[], Mapping[str, Any]], *,
+                  current: Callable[[dict], bool] = lambda record: True, overwrite: bool = False,
+                  indent: int | None = 1) -> dict:
+    """A benchmark's stored result, reused when the command is run again: the record at ``path`` where one is saved,
+    ``current(record)`` says it was made with this call's settings and ``overwrite`` is off; else ``compute()``'s,
+    saved at ``path`` (over one made with other settings) and returned.
+
+        record = report.cached_record(out / "evals" / f"{name}.json", lambda: evaluate(...),
+                                      current=lambda r: r["updates"] == updates, overwrite=args.overwrite)"""
+    saved = None if overwrite else read_record(path)
+    if saved is not None and current(saved):
+        return saved
+    return write_record(path, compute(), indent)

@@ -31,7 +31,7 @@ SMOKE_RUNS: dict[str, tuple[str, ...]] = {
     "maze2d": ("maze2d", "--scale", "quick", "--layouts", "umaze", "--seeds", "0"),
     "ogbench": ("ogbench", "--scale", "tiny", "--datasets", "pointmaze-medium-stitch-v0"),
     "own_dataset": ("own_dataset", "--methods", "gcbc", "qrl_offline_scaled", "--seeds", "0", "--updates", "500"),
-    "device_loop": ("device_loop", "--scale", "quick", "--envs", "umaze", "--methods", "qrl", "crl", "--seeds", "2"),
+    "device_loop": ("device_loop", "--scale", "quick", "--envs", "umaze", "--methods", "qrl", "--seeds", "2"),
     "convergence": ("convergence", "--scale", "quick"),
     "speed": ("speed", "--scale", "quick"),
     "accelerator": ("accelerator", "--tiny", "--minutes", "1"),

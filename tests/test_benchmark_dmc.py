@@ -506,35 +506,3 @@ def test_distractor_flags_reach_the_env_and_the_budget_line():
         bd.Args(distractor="signals", num_twins=2)
     with pytest.raises(ValueError, match="--num_twins must be >= 1|--num-twins must be >= 1"):
         bd.Args(num_twins=0)
-
-
-def test_records_saved_before_the_twin_count_as_signals_except_where_no_distractor_is_drawn(tmp_path):
-    """A record without ``loop.distractor`` (saved before the field) is a smooth-signals run: reused for a noiseless
-    run, where no distractor is drawn, and refused for a noisy one under today's default (twin)."""
-    import json
-
-    from platonic_rl.envs.dmc import DMCEnv
-
-    for variant, reused in (("noiseless", True), ("distractors", False)):
-        args = bd.Args(tasks=("reacher-easy",), variants=(variant,), methods=("dreamer",), env_steps=10_000,
-                       out_dir=str(tmp_path / variant))
-        env = DMCEnv("reacher-easy", variant, 0, distractor="signals")
-        config = bd.make_config("dreamer", "reacher-easy", variant, env.observation_space.shape,
-                                env.action_space.shape[0], args.preset, args.policy)
-        record = bd.run_record("reacher-easy", variant, "dreamer", 0, config, bd.loop_config(args, "reacher-easy",
-                               variant, 0), [dict(env_steps=10_000, train_return=1.0, eval_return=2.0)], {}, 1.0)
-        record["probe_settings"] = bd.probe_settings(args)
-        del record["loop"]["distractor"], record["loop"]["num_twins"]  # as saved before those fields existed
-        assert record["loop"]["num_distractors"] == 8  # and the signals' count as it was saved then
-        run_dir = tmp_path / variant / f"reacher-easy_{variant}_dreamer_seed0"
-        run_dir.mkdir(parents=True)
-        (run_dir / bd.RECORD).write_text(json.dumps(record))
-        loop = bd.loop_config(args, "reacher-easy", variant, 0)
-        if reused:
-            assert bd.finished_record(run_dir, config, loop, args) is not None
-        else:
-            with pytest.raises(ValueError, match="loop.distractor: saved None, now 'twin'"):
-                bd.finished_record(run_dir, config, loop, args)
-            signals = bd.Args(**{**vars(args), "distractor": "signals"})
-            assert bd.finished_record(run_dir, config, bd.loop_config(signals, "reacher-easy", variant, 0),
-                                      signals) is not None

@@ -45,12 +45,14 @@ def test_tiny_qrl_run_records_its_convergence_signals_and_its_policies_reuse_it(
     record = ogbench.main(_tiny_argv(tmp_path, rows))
     assert trained == ["qrl"]  # QRL trained once, for its three rows
     results = record["results"]["pointmaze-medium-stitch-v0"]
-    assert results["qrl_lookahead"]["policy_settings"] == dict(hold_steps=5)
+    assert results["qrl_lookahead"]["policy_settings"] == dict(hold_steps=5, cap_to_goal_distance=False)
     assert results["qrl_waypoints_lookahead"]["policy_settings"] == dict(reach=20.0, num_waypoints=100, replan_every=5,
-                                                                         inner="lookahead", hold_steps=5)
+                                                                         inner="lookahead", hold_steps=5,
+                                                                         cap_to_goal_distance=False)
     assert all(len(results[r]["per_seed"][0]["task_success"]) == 5 for r in rows)
     again = ogbench.main(_tiny_argv(tmp_path, rows) + ["--hold-steps", "3"])  # other settings: evaluated again
-    assert again["results"]["pointmaze-medium-stitch-v0"]["qrl_lookahead"]["policy_settings"] == dict(hold_steps=3)
+    assert again["results"]["pointmaze-medium-stitch-v0"]["qrl_lookahead"]["policy_settings"] == dict(
+        hold_steps=3, cap_to_goal_distance=False)
     r = results["qrl"]
     assert r["updates"] == 50 and len(r["per_seed"][0]["task_success"]) == 5
     signals = r["signals"]  # the convergence signals at the end of training, averaged over seeds

@@ -51,8 +51,8 @@ def test_runs_logs_and_resumes_exactly(tmp_path):
 
 
 def test_a_run_resumes_whatever_the_fields_it_does_not_use_hold(tmp_path):
-    """A noiseless run has no distractor: it resumes under any distractor setting, also where its directory was
-    saved before the field existed; a run with distractors resumes only with its own source."""
+    """A noiseless run has no distractor: it resumes under any distractor setting; a run with distractors resumes
+    only with its own source."""
     from types import SimpleNamespace
 
     agent = SimpleNamespace(config=dict(model="toy"))  # the run's agent settings: the same throughout
@@ -60,16 +60,13 @@ def test_a_run_resumes_whatever_the_fields_it_does_not_use_hold(tmp_path):
     for variant, resumes in (("noiseless", True), ("distractors", False)):
         run_dir = tmp_path / variant
         open_run_directory(run_dir, agent, dataclasses.replace(noiseless, variant=variant)).close()
-        config = json.loads((run_dir / "config.json").read_text())
-        del config["settings"]["loop"]["distractor"]  # as runs saved before the field were
-        (run_dir / "config.json").write_text(json.dumps(config))
         twins = dataclasses.replace(noiseless, variant=variant, distractor="twin", num_twins=3)
         assert twins.unused_fields() == (("distractor", "num_twins", "num_distractors") if resumes
                                          else ("num_distractors",))
         if resumes:
             open_run_directory(run_dir, agent, twins).close()
         else:
-            with pytest.raises(RunDirectoryError, match="loop.distractor: saved None, now 'twin'"):  # i.e. signals
+            with pytest.raises(RunDirectoryError, match="loop.distractor: saved 'signals', now 'twin'"):
                 open_run_directory(run_dir, agent, twins)
             open_run_directory(run_dir, agent, dataclasses.replace(twins, distractor="signals")).close()
 

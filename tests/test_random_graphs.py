@@ -92,9 +92,11 @@ def test_vmapped_training_learns_a_small_directed_graph():
     np.testing.assert_allclose(np.diag(np.asarray(pred[0])), 0.0, atol=1e-5)
 
 
-def test_unknown_method_is_rejected(tmp_path):
-    with pytest.raises(ValueError, match="unknown methods"):
-        ql.run(ql.Args(methods=("iqe-summ",), out_dir=str(tmp_path)))
+def test_unknown_method_is_rejected_and_the_default_heads_are_the_presets():
+    with pytest.raises(ValueError, match=r"--methods: unknown heads \['iqe-summ'\]"):
+        ql.Args(methods=("iqe-summ",))
+    assert ql.Args().methods == ql.QUICK_METHODS and set(ql.QUICK_METHODS) < set(ql.METHODS)
+    assert ql.Args(scale="cpu").methods == tuple(ql.METHODS)
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import pytest
 
 from platonic_rl.agents.qrl import QRLAgent
 from platonic_rl.training.offline import train_offline
-from platonic_rl.training.run import MetricsLog, RunDirectory, RunDirectoryError
+from platonic_rl.training.run import LOCK_FILES, RUN_FORMAT, MetricsLog, RunDirectory, RunDirectoryError
 from platonic_rl.training.updates import NonFiniteError, check_finite
 
 from test_train import CONFIG, TINY, data  # noqa: E402  (the offline loop's tiny agent, config and dataset)
@@ -246,17 +246,20 @@ def test_a_field_added_after_the_run_started_may_stay_at_its_default(tmp_path):
         RunDirectory.open(tmp_path, dict(agent_config=Config(), steps=10))  # a saved field at another value
 
 
-def test_a_field_whose_default_changed_behaviour_matches_old_runs_only_at_its_old_value(tmp_path):
-    """SAVED_WITHOUT_FIELD: DenoisedMDPConfig.actor's default is DreamerV1's actor, but runs saved before the field
-    existed used the clipped one: they resume as "clipped" and refuse the new default."""
-    from platonic_rl.agents.denoised_mdp import DenoisedMDPConfig
-    from platonic_rl.training.run import as_json
-    saved = as_json(dict(agent_config=DenoisedMDPConfig(actor="clipped")))
-    del saved["agent_config"]["actor"]  # as saved before the field existed
-    RunDirectory.open(tmp_path, saved).close()
-    RunDirectory.open(tmp_path, dict(agent_config=DenoisedMDPConfig(actor="clipped"))).close()
-    with pytest.raises(RunDirectoryError, match=r"agent_config\.actor: saved None, now 'dreamer'"):
-        RunDirectory.open(tmp_path, dict(agent_config=DenoisedMDPConfig()))
+def test_a_directory_of_an_earlier_format_is_refused_untouched_and_overwrite_clears_it(tmp_path):
+    RunDirectory.open(tmp_path, dict(lr=0.1)).close()
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["format"] == RUN_FORMAT
+    del config["format"]  # as written before the format was recorded
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    contents = lambda: sorted(p.name for p in tmp_path.iterdir() if p.name not in LOCK_FILES)  # noqa: E731
+    before = contents()
+    with pytest.raises(RunDirectoryError, match=f"holds a run of format 1, .* reads format {RUN_FORMAT}"):
+        RunDirectory.open(tmp_path, dict(lr=0.1))
+    assert contents() == before
+    assert "format" not in json.loads((tmp_path / "config.json").read_text())
+    RunDirectory.open(tmp_path, dict(lr=0.1), overwrite=True).close()
+    RunDirectory.open(tmp_path, dict(lr=0.1)).close()  # today's format: resumes
 
 
 HOLD = """

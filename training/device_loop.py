@@ -43,13 +43,13 @@ import numpy as np
 from flax import struct
 
 from platonic_rl.common.policies import explore
-from platonic_rl.common.progress import progress_bar
 from platonic_rl.common.settings import HOST, budget, host_setting, recorded_fields
 from platonic_rl.agents.contract import check_agent
 from platonic_rl.envs import jax_env
 from platonic_rl.envs.replay import EpisodeBuffer, GoalSampler
 from platonic_rl.training.evaluation import check_eval_policies, describe, metric_name
-from platonic_rl.training.run import RunDirectory, agent_settings, finish_row
+from platonic_rl.training.loop import LoopRun
+from platonic_rl.training.run import agent_settings
 from platonic_rl.training.schedule import checkpoint_due
 from platonic_rl.training.updates import check_finite, update_steps
 
@@ -331,17 +331,16 @@ def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig
     init, run_chunk = loop.jitted(vmapped=seeds is not None)
     state = init(jax.random.PRNGKey(seed) if seeds is None else jnp.stack([jax.random.PRNGKey(s) for s in seeds]))
     check_agent(state.agent)
-    run = None
+    settings = None
     if run_dir is not None:
         settings = dict(**agent_settings(state.agent), seed=list(seeds) if seeds else seed, env=env_settings(env),
                         loop=recorded_fields(config, HOST),  # host settings change neither program nor results
                         **(dict(eval_policies=describe(loop.eval_policies)) if loop.eval_policies else {}))
-        run = RunDirectory.open(run_dir, settings, resume=resume, overwrite=overwrite,
-                                resumable=("loop.iterations",) if seeds is None else (), step_key="iteration")
-        state = LoopState(**run.restore(_as_dict(state), budget=config.iterations, resize_buffer=seeds is None))
-    try:
-        rows = run.rows if run else []
-        bar = progress_bar(total=config.env_steps(env), initial=int(np.max(state.env_steps)), desc=desc, unit="step")
+    with LoopRun.start(_as_dict(state), budget=config.iterations, run_dir=run_dir, settings=settings, resume=resume,
+                       overwrite=overwrite, resumable=("loop.iterations",) if seeds is None else (),
+                       step_key="iteration", resize_buffer=seeds is None, desc=desc, total=config.env_steps(env),
+                       position=lambda s: int(np.max(s["env_steps"]))) as driver:
+        state, bar = LoopState(**driver.state), driver.bar
         chunks_done = 0
         while int(np.max(state.iteration)) < config.iterations:
             first = int(np.max(state.iteration))
@@ -364,17 +363,13 @@ def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig
                         row.update({f"{k}/{s}": float(x) for s, x in zip(seeds, v[i])})
                 row["env_steps"] = int(np.max(metrics["env_steps"][i]))
                 last = first + i + 1 == config.iterations
-                finish_row(run, rows, row, first + i + 1, _as_dict(state),
-                           due=i == n - 1 and checkpoint_due(chunks_done, config.checkpoint_every, last))
+                driver.finish_row(row, first + i + 1, _as_dict(state),
+                                  due=i == n - 1 and checkpoint_due(chunks_done, config.checkpoint_every, last))
             bar.update(int(np.max(state.env_steps)) - bar.n)
-            evals = [r["eval_success"] for r in rows if "eval_success" in r]
+            evals = [r["eval_success"] for r in driver.history if "eval_success" in r]
             if evals:
                 bar.set_postfix(success=f"{evals[-1]:.2f}")
-        bar.close()
-    finally:
-        if run:
-            run.close()
-    return state.agent, rows
+    return state.agent, driver.history
 
 
 def _compile(loop: DeviceLoop, vmapped: bool):

@@ -30,14 +30,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from platonic_rl.common.policies import explore, start_episodes
-from platonic_rl.common.progress import progress_bar
 from platonic_rl.common.settings import BUDGET, HOST, budget, host_setting, recorded_fields
 from platonic_rl.agents.contract import check_agent, host_policy
 from platonic_rl.envs import fetch
 from platonic_rl.envs.goal_env import GoalEnvAdapter, make_gymnasium_vector_env
 from platonic_rl.envs.replay import EpisodeBuffer, GoalSampler
 from platonic_rl.training.evaluation import check_eval_policies, describe, metric_name
-from platonic_rl.training.run import RunDirectory, agent_settings, finish_row
+from platonic_rl.training.loop import LoopRun
+from platonic_rl.training.run import agent_settings
 from platonic_rl.training.schedule import (EXPLORATION_STREAM, EvaluationSchedule, checkpoint_due, episode_seed,
                                            episode_seeds, eval_seed)
 from platonic_rl.training.updates import update_in_calls, updates_per_call
@@ -202,7 +202,7 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
         return env if isinstance(env, GoalEnvAdapter) else GoalEnvAdapter(env, episode_length=config.episode_length)
 
     env, eval_env = build(config.rollouts_per_cycle), build(min(config.eval_episodes, 10))
-    run = renderer = eval_renderer = None
+    renderer = eval_renderer = None
     try:  # whatever stops the run (a refusal, an error), the envs and the run directory are closed
         if config.episode_length is None:
             config = dataclasses.replace(config, episode_length=env.episode_length)
@@ -221,73 +221,71 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
             buffer = EpisodeBuffer.create(config.episode_capacity, length, env.obs_dim, env.action_dim)
         key = jax.random.PRNGKey(config.seed)
         state = dict(agent=agent, buffer=buffer, key=key, env_steps=jnp.int32(0), cycle=jnp.int32(0))
+        settings = None
         if run_dir is not None:
-            loop = recorded_fields(config, BUDGET, HOST, keep=("env_steps",))  # the budget is recorded, and may grow
-            settings = dict(**agent_settings(agent), loop=loop, episode_seeds=EPISODE_SEEDS,
+            recorded = recorded_fields(config, BUDGET, HOST, keep=("env_steps",))  # the budget, which may grow
+            settings = dict(**agent_settings(agent), loop=recorded, episode_seeds=EPISODE_SEEDS,
                             **(dict(eval_policies=describe(eval_policies)) if eval_policies else {}),
                             env=dict(goal_dims=list(env.goal_dims), obs_dim=env.obs_dim, action_dim=env.action_dim))
-            run = RunDirectory.open(run_dir, settings, resume=config.resume, overwrite=config.overwrite,
-                                    resumable=("loop.env_steps",), step_key="env_steps")
-            state = run.restore(state, budget=config.env_steps, resize_buffer=True)
-        history = run.rows if run else []
+        with LoopRun.start(state, budget=config.env_steps, run_dir=run_dir, settings=settings, resume=config.resume,
+                           overwrite=config.overwrite, resumable=("loop.env_steps",), step_key="env_steps",
+                           resize_buffer=True, desc=desc, position=lambda s: int(s["env_steps"])) as loop:
+            state, bar = loop.state, loop.bar
 
-        def batch_seeds(first: int, stream: int = 0) -> list[int]:
-            """One reset seed per sub-env: episodes first, first + 1, ... of ``stream``, each its own."""
-            return [episode_seed(config.seed, first + j, stream) for j in range(env.num_envs)]
+            def batch_seeds(first: int, stream: int = 0) -> list[int]:
+                """One reset seed per sub-env: episodes first, first + 1, ... of ``stream``, each its own."""
+                return [episode_seed(config.seed, first + j, stream) for j in range(env.num_envs)]
 
-        def collect(state, policy, seed):
-            out = env.rollout(policy, seed=seed, renderer=renderer)
-            stored = out["images"] if image else out["observations"]
-            state["buffer"] = state["buffer"].add(jnp.asarray(stored), jnp.asarray(out["actions"]))
-            state["env_steps"] = state["env_steps"] + out["actions"].shape[0] * length
-            return float(out["success"].mean())
+            def collect(state, policy, seed):
+                out = env.rollout(policy, seed=seed, renderer=renderer)
+                stored = out["images"] if image else out["observations"]
+                state["buffer"] = state["buffer"].add(jnp.asarray(stored), jnp.asarray(out["actions"]))
+                state["env_steps"] = state["env_steps"] + out["actions"].shape[0] * length
+                return float(out["success"].mean())
 
-        bar = progress_bar(total=config.env_steps, initial=int(state["env_steps"]), desc=desc, unit="step")
-        random_policy = np.random.default_rng(config.seed)
-        while int(state["buffer"].size) < config.prefill_episodes and int(state["env_steps"]) < config.env_steps:
-            before = int(state["env_steps"])
-            collect(state, lambda o, g: random_policy.uniform(-1, 1, (len(o), env.action_dim)),
-                    seed=batch_seeds(int(state["buffer"].size)))
-            bar.update(int(state["env_steps"]) - before)
-        evaluations = EvaluationSchedule(config.eval_every, int(state["env_steps"]))
-        while int(state["env_steps"]) < config.env_steps:
-            cycle, cycle_start = int(state["cycle"]), time.perf_counter()
-            key, act_key, train_key = jax.random.split(state["key"], 3)
-            act_keys = iter(jax.random.split(act_key, length))
-            before = int(state["env_steps"])
-            explore_success = collect(
-                state, lambda o, g: np.asarray(explore(state["agent"], o, g, next(act_keys), config.exploration_noise)),
-                seed=batch_seeds(cycle * env.num_envs, EXPLORATION_STREAM))
-            state["agent"], metrics = train_cycle(state["agent"], state["buffer"], train_key, goal_mask, config,
-                                                  first_step=cycle * config.updates_per_cycle + 1)
-            state["key"], state["cycle"] = key, jnp.int32(cycle + 1)
-            row = {"env_steps": int(state["env_steps"]), "cycle": cycle + 1, "explore_success": explore_success,
-                   **{k: float(v) for k, v in metrics.items()}}
-            if evaluations.due(int(state["env_steps"]), final=int(state["env_steps"]) >= config.env_steps):
-                row["eval_success"] = evaluate(host_policy(state["agent"]), eval_env, config.eval_episodes,
-                                               seed=eval_seed(state["env_steps"]), renderer=eval_renderer)
-                policies_start = time.perf_counter()
-                for name, build in eval_policies:  # the same episodes
-                    row[metric_name(name)] = evaluate(host_policy(build(state["agent"])), eval_env,
-                                                      config.eval_episodes, seed=eval_seed(state["env_steps"]),
-                                                      renderer=eval_renderer)
-                if eval_policies:  # part of cycle_seconds, kept apart so that training times compare
-                    row["eval_policies_seconds"] = time.perf_counter() - policies_start
-                bar.set_postfix(success=f"{row['eval_success']:.2f}")
-            row["cycle_seconds"] = time.perf_counter() - cycle_start  # rollouts + updates + evaluation, wall clock
-            bar.update(int(state["env_steps"]) - before)
-            final = int(state["env_steps"]) >= config.env_steps
-            finish_row(run, history, row, int(state["env_steps"]), state,
-                       due=checkpoint_due(cycle + 1, config.checkpoint_every, final))
-        bar.close()
+            random_policy = np.random.default_rng(config.seed)
+            while int(state["buffer"].size) < config.prefill_episodes and int(state["env_steps"]) < config.env_steps:
+                before = int(state["env_steps"])
+                collect(state, lambda o, g: random_policy.uniform(-1, 1, (len(o), env.action_dim)),
+                        seed=batch_seeds(int(state["buffer"].size)))
+                bar.update(int(state["env_steps"]) - before)
+            evaluations = EvaluationSchedule(config.eval_every, int(state["env_steps"]))
+            while int(state["env_steps"]) < config.env_steps:
+                cycle, cycle_start = int(state["cycle"]), time.perf_counter()
+                key, act_key, train_key = jax.random.split(state["key"], 3)
+                act_keys = iter(jax.random.split(act_key, length))
+                before = int(state["env_steps"])
+                explore_success = collect(
+                    state, lambda o, g: np.asarray(explore(state["agent"], o, g, next(act_keys),
+                                                           config.exploration_noise)),
+                    seed=batch_seeds(cycle * env.num_envs, EXPLORATION_STREAM))
+                state["agent"], metrics = train_cycle(state["agent"], state["buffer"], train_key, goal_mask, config,
+                                                      first_step=cycle * config.updates_per_cycle + 1)
+                state["key"], state["cycle"] = key, jnp.int32(cycle + 1)
+                row = {"env_steps": int(state["env_steps"]), "cycle": cycle + 1, "explore_success": explore_success,
+                       **{k: float(v) for k, v in metrics.items()}}
+                if evaluations.due(int(state["env_steps"]), final=int(state["env_steps"]) >= config.env_steps):
+                    row["eval_success"] = evaluate(host_policy(state["agent"]), eval_env, config.eval_episodes,
+                                                   seed=eval_seed(state["env_steps"]), renderer=eval_renderer)
+                    policies_start = time.perf_counter()
+                    for name, build in eval_policies:  # the same episodes
+                        row[metric_name(name)] = evaluate(host_policy(build(state["agent"])), eval_env,
+                                                          config.eval_episodes, seed=eval_seed(state["env_steps"]),
+                                                          renderer=eval_renderer)
+                    if eval_policies:  # part of cycle_seconds, kept apart so that training times compare
+                        row["eval_policies_seconds"] = time.perf_counter() - policies_start
+                    bar.set_postfix(success=f"{row['eval_success']:.2f}")
+                row["cycle_seconds"] = time.perf_counter() - cycle_start  # rollouts, updates, evaluation: wall clock
+                bar.update(int(state["env_steps"]) - before)
+                final = int(state["env_steps"]) >= config.env_steps
+                loop.finish_row(row, int(state["env_steps"]), state,
+                                due=checkpoint_due(cycle + 1, config.checkpoint_every, final))
     finally:
         try:
-            if run:
-                run.close()
-        finally:
             for r in (renderer, eval_renderer):
                 if r is not None:
                     r.close()
+        finally:
             env.close()
             eval_env.close()
-    return state["agent"], history
+    return state["agent"], loop.history

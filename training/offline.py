@@ -26,12 +26,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from platonic_rl.common.progress import progress_bar
 from platonic_rl.common.settings import BUDGET, HOST, budget, host_setting, recorded_fields
 from platonic_rl.agents.contract import check_agent
 from platonic_rl.envs import ogbench_maze
 from platonic_rl.envs.replay import DatasetSampler
-from platonic_rl.training.run import RunDirectory, agent_settings, finish_row
+from platonic_rl.training.loop import LoopRun
+from platonic_rl.training.run import agent_settings
 from platonic_rl.training.schedule import checkpoint_due
 from platonic_rl.training.updates import chain_keys, check_finite, update_steps
 
@@ -223,48 +223,35 @@ def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str
         jax.eval_shape(_sampled_update, agent, batches, state["sampler_key"])
     except (ValueError, TypeError) as error:
         raise ValueError(f"data does not fit the agent {type(agent).__name__}: {error}") from error
-    run = None
-    if run_dir is not None:
-        run = RunDirectory.open(run_dir, run_settings(agent, config, data, sampler), resume=config.resume,
-                                overwrite=config.overwrite, resumable=("train_config.steps",),
-                                keep=config.keep_checkpoints, tensorboard=config.tensorboard)
-        state = run.restore(state, budget=config.steps)  # the latest checkpoint (also with checkpoint_every=0)
-        step = run.latest_step or 0
-    else:
-        step = 0
-    try:
+    settings = run_settings(agent, config, data, sampler) if run_dir is not None else None
+    with LoopRun.start(state, budget=config.steps, run_dir=run_dir, settings=settings, resume=config.resume,
+                       overwrite=config.overwrite, resumable=("train_config.steps",), keep=config.keep_checkpoints,
+                       tensorboard=config.tensorboard, desc=desc, unit="update", progress=config.progress) as loop:
         # Committed to one device, fresh or restored alike: a later call in this process (the next chunk of a run)
         # then reuses this call's compilations whether or not it restored.
-        state = jax.device_put(state, jax.local_devices()[0])
-        history = run.rows if run else []
+        state, step, bar = jax.device_put(loop.state, jax.local_devices()[0]), loop.start_step, loop.bar
         agent, key = state["agent"], state["sampler_key"]
         calls_per_row = config.log_every // config.call_size
-
         start = time.time()
-        with progress_bar(total=config.steps, initial=step, desc=desc, disable=not config.progress, unit="update",
-                  dynamic_ncols=True) as bar:
-            compiling = step < config.steps
-            if compiling:
-                bar.set_postfix_str("compiling")
-            while step < config.steps:
-                sums = None
-                for call in range(calls_per_row):
-                    key, keys = chain_keys(key, config.call_size)
-                    agent, metrics, finite = update_steps(agent, batches, keys)
-                    check_finite(finite, first_step=step + call * config.call_size + 1)
-                    sums = metrics if sums is None else jax.tree_util.tree_map(jnp.add, sums, metrics)
-                    if compiling:
-                        bar.set_postfix_str("")
-                        compiling = False
-                    bar.update(config.call_size)
-                step += config.log_every
-                row = {"step": step, **{k: float(jnp.mean(v)) / calls_per_row for k, v in sums.items()},
-                       "wall_time": time.time() - start}
-                finish_row(run, history, row, step, {"agent": agent, "sampler_key": key},
-                           due=checkpoint_due(step, config.checkpoint_every, step == config.steps))
-                bar.set_postfix({k: f"{row[k]:.3g}" for k in ("loss", "violation", "lagrange_multiplier")
-                                 if k in row})
-    finally:
-        if run:
-            run.close()
+        compiling = step < config.steps
+        if compiling:
+            bar.set_postfix_str("compiling")
+        while step < config.steps:
+            sums = None
+            for call in range(calls_per_row):
+                key, keys = chain_keys(key, config.call_size)
+                agent, metrics, finite = update_steps(agent, batches, keys)
+                check_finite(finite, first_step=step + call * config.call_size + 1)
+                sums = metrics if sums is None else jax.tree_util.tree_map(jnp.add, sums, metrics)
+                if compiling:
+                    bar.set_postfix_str("")
+                    compiling = False
+                bar.update(config.call_size)
+            step += config.log_every
+            row = {"step": step, **{k: float(jnp.mean(v)) / calls_per_row for k, v in sums.items()},
+                   "wall_time": time.time() - start}
+            loop.finish_row(row, step, {"agent": agent, "sampler_key": key},
+                            due=checkpoint_due(step, config.checkpoint_every, step == config.steps))
+            bar.set_postfix({k: f"{row[k]:.3g}" for k in ("loss", "violation", "lagrange_multiplier") if k in row})
+    history = loop.history
     return agent, history

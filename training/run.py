@@ -14,7 +14,8 @@ settings), ``metrics.jsonl`` and ``metrics.csv`` (one row per logged step, both 
 A directory refuses to be misused:
 
 * resuming with other settings is refused, listing the fields that differ (only those named in
-  ``resumable``, e.g. the budget, may change), and nothing in the directory is touched;
+  ``resumable``, e.g. the budget, may change), and nothing in the directory is touched; so is a directory written
+  in an earlier format (:data:`RUN_FORMAT`);
 * a fresh run (``resume=False``) into a directory that holds a run is refused unless ``overwrite=True``,
   which clears the directory first, so checkpoints and metrics of two runs never mix;
 * a directory in use by another process (or another open :class:`RunDirectory` of this one) is refused with
@@ -66,6 +67,9 @@ LOCK_FILE = ".run.lock"
 HOLDER_FILE = ".run.holder"
 """Who holds the lock: a JSON object with ``pid``, ``host``, ``since`` and ``command`` (for the refusal message)."""
 LOCK_FILES = (LOCK_FILE, HOLDER_FILE, HOLDER_FILE + ".tmp")
+RUN_FORMAT = 2
+"""The run directory's format, recorded in ``config.json`` as ``format``. A directory of another format (one written
+before the field existed is format 1) is refused: its settings do not compare with today's (CHANGELOG.md)."""
 
 
 def lock_run_directory(path: Path) -> "FileLock | FlockLock":
@@ -157,20 +161,17 @@ def _json_default(value: Any) -> Any:
 
 
 def _default_valued(tree: Any, prefix: str = "") -> set[str]:
-    """Dotted names of the dataclass fields in ``tree`` (dicts and dataclasses, nested) that hold the value runs saved
-    before the field existed had: its default, or, for a field whose default changed the behaviour, the value the
-    class names in ``SAVED_WITHOUT_FIELD`` (a dict: field name -> the old behaviour's value)."""
+    """Dotted names of the dataclass fields in ``tree`` (dicts and dataclasses, nested) that hold their default: the
+    value a run saved before the field existed is taken to have had (a field is added with a default that keeps the
+    old behaviour; see CHANGELOG.md for the one break of that rule)."""
     if isinstance(tree, dict):
         return {k for key, sub in tree.items() for k in _default_valued(sub, f"{prefix}{key}.")}
     if not dataclasses.is_dataclass(tree) or isinstance(tree, type):
         return set()
     found = set()
-    legacy = getattr(type(tree), "SAVED_WITHOUT_FIELD", {})
     for f in dataclasses.fields(tree):
         value, name = getattr(tree, f.name), f"{prefix}{f.name}"
-        if f.name in legacy:
-            default = legacy[f.name]
-        elif f.default is not dataclasses.MISSING:
+        if f.default is not dataclasses.MISSING:
             default = f.default
         elif f.default_factory is not dataclasses.MISSING:
             default = f.default_factory()
@@ -189,8 +190,7 @@ def settings_differences(saved: dict, settings: Any, ignore: tuple[str, ...] = (
     """The dotted names where ``saved`` (settings as read back from JSON) and ``settings`` (live: dicts and config
     dataclasses, nested) differ, as ``{name: (saved, now)}``; names under ``ignore`` are skipped. A config field
     that ``saved`` lacks and that now holds its default is no difference: a field added to the library later, whose
-    default keeps the old behaviour (as resuming a run directory allows). A field whose default changed the
-    behaviour names the old value in its class's ``SAVED_WITHOUT_FIELD``; only that value matches then."""
+    default keeps the old behaviour (as resuming a run directory allows)."""
     return _differences(saved, as_json(settings), set(ignore), _default_valued(settings))
 
 
@@ -358,13 +358,19 @@ class RunDirectory:
                                         "to clear it first, resume=True to continue it, or choose another directory")
             config_file = path / "config.json"
             command = " ".join(sys.argv)
-            record = dict(command=command, settings=settings)
+            record = dict(format=RUN_FORMAT, command=command, settings=settings)
             if config_file.exists():
                 saved = json.loads(config_file.read_text())
+                if saved.get("format", 1) != RUN_FORMAT:
+                    raise RunDirectoryError(
+                        f"{path} holds a run of format {saved.get('format', 1)}, written by an earlier version of "
+                        f"platonic-rl (this one reads format {RUN_FORMAT}; CHANGELOG.md): its settings cannot be "
+                        "compared with today's. Start afresh with overwrite (CLI: --overwrite), which clears it, or "
+                        "use another directory.")
                 cls._check_settings(path, saved.get("settings", {}), settings, set(resumable), defaults)
                 # The command that started the run stays; each one that continues it is added after it. The settings
                 # are kept current where some may change (a budget that grew).
-                record = dict(command=saved.get("command", command),
+                record = dict(format=RUN_FORMAT, command=saved.get("command", command),
                               continued_by=[*saved.get("continued_by", []), command],
                               settings=settings if resumable else saved.get("settings", {}))
             config_file.write_text(json.dumps(record, indent=1))
@@ -530,14 +536,3 @@ def _release(path: Path, lock: "FileLock | FlockLock") -> None:
 def agent_settings(agent: Any) -> dict:
     """The part of a run's settings that says which agent trains: its class and its config."""
     return dict(agent=type(agent).__name__, agent_config=agent.config)  # a dataclass: as_json converts it
-
-
-def finish_row(run: RunDirectory | None, history: list, row: dict, step: int, state: Any, due: bool) -> dict:
-    """The end of every loop iteration: log ``row`` in ``run`` (if any), append it as logged to ``history``,
-    and checkpoint ``state`` at ``step`` if ``due``. Returns the row as logged."""
-    if run:
-        row = run.log(row)  # + row_seconds
-    history.append(row)
-    if run and due:
-        run.save(step, state)
-    return row

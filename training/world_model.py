@@ -18,20 +18,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import ClassVar
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from platonic_rl.common.progress import progress_bar
 from platonic_rl.common.settings import budget, fields_on_resume, host_setting
 from platonic_rl.agents.contract import check_agent
 from platonic_rl.denoised.model import features, rollout_x
 from platonic_rl.envs.dmc import EPISODE_STEPS, DMCEnv
 from platonic_rl.envs.replay import SequenceBuffer, SequenceSampler
-from platonic_rl.training.run import RunDirectory, agent_settings, finish_row
+from platonic_rl.training.loop import LoopRun
+from platonic_rl.training.run import RunDirectory, agent_settings
 from platonic_rl.training.schedule import EvaluationSchedule, checkpoint_due, episode_seed, eval_seed
 from platonic_rl.training.updates import update_in_calls, updates_per_call
 
@@ -53,8 +52,6 @@ class DMCOnlineConfig:
     distractor: str = "twin"           # state variants' distractor source (envs.dmc.DISTRACTORS): "twin" or "signals"
     num_twins: int = 1                 # "twin": copies of the body driven by random actions
     num_distractors: int = 8           # "signals": smooth signals (unused with "twin")
-    # Runs saved before ``distractor`` existed had the smooth signals: such a run directory resumes only as "signals".
-    SAVED_WITHOUT_FIELD: ClassVar[dict] = {"distractor": "signals"}
     observation: str = "state"         # or "pixels": 64x64 RGB (stored as uint8)
     video_dir: str | None = None       # pixels: a folder of background videos (default: procedural)
     cheap_visuals: bool = False        # pixels: shadows, reflections and multisampling off
@@ -201,16 +198,21 @@ def evaluate(env: DMCEnv, agent, seeds) -> list[float]:
     return [summary["episode_return"] for summary in evaluation_summaries(env, agent, seeds)]
 
 
-def open_run_directory(run_dir: str | Path, agent, config: DMCOnlineConfig) -> RunDirectory:
-    """``run_dir`` opened for ``agent`` trained under ``config`` (:meth:`RunDirectory.open`). A run saved there
-    resumes if only the fields declared ``budget`` or ``host_setting`` (the budget, the replay capacity, how the host
-    drives the run: :func:`~platonic_rl.common.settings.fields_on_resume`) or fields unused by this run (:meth:`DMCOnlineConfig.unused_fields`) differ; other
-    differences are refused."""
+def run_directory_options(agent, config: DMCOnlineConfig) -> dict:
+    """The :meth:`RunDirectory.open` keywords of a run of ``agent`` under ``config``. A run saved there resumes if
+    only the fields declared ``budget`` or ``host_setting`` (the budget, the replay capacity, how the host drives the
+    run: :func:`~platonic_rl.common.settings.fields_on_resume`) or fields unused by this run
+    (:meth:`DMCOnlineConfig.unused_fields`) differ; other differences are refused."""
     # The loop's config itself (not a dict of it), so that fields added later with their old behaviour as the
-    # default, or named in SAVED_WITHOUT_FIELD, match runs saved before them.
-    return RunDirectory.open(run_dir, dict(**agent_settings(agent), loop=config), resume=config.resume,
-                             overwrite=config.overwrite, step_key="env_steps",
-                             resumable=tuple(f"loop.{k}" for k in fields_on_resume(config) + config.unused_fields()))
+    # default match runs saved before them.
+    return dict(settings=dict(**agent_settings(agent), loop=config), resume=config.resume, overwrite=config.overwrite,
+                step_key="env_steps",
+                resumable=tuple(f"loop.{k}" for k in fields_on_resume(config) + config.unused_fields()))
+
+
+def open_run_directory(run_dir: str | Path, agent, config: DMCOnlineConfig) -> RunDirectory:
+    """``run_dir`` opened for ``agent`` trained under ``config`` (:func:`run_directory_options`)."""
+    return RunDirectory.open(run_dir, **run_directory_options(agent, config))
 
 
 def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None = None, desc: str = "dmc"):
@@ -223,14 +225,9 @@ def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None 
                                    env.action_space.shape[0], dtype=env.observation_space.dtype)
     state = dict(agent=agent, buffer=buffer, key=jax.random.PRNGKey(config.seed), env_steps=jnp.int32(0),
                  episode=jnp.int32(0))
-    run = None
-    if run_dir is not None:
-        run = open_run_directory(run_dir, agent, config)
-        state = run.restore(state, budget=config.env_steps, resize_buffer=True)
-    try:
-        history = run.rows if run else []
-        bar = progress_bar(total=config.env_steps, initial=int(state["env_steps"]), desc=desc, unit="step")
-        evaluations = EvaluationSchedule(config.eval_every, int(state["env_steps"]))
+    with LoopRun.start(state, budget=config.env_steps, run_dir=run_dir, resize_buffer=True, desc=desc,
+                       position=lambda s: int(s["env_steps"]), **run_directory_options(agent, config)) as loop:
+        state, bar = loop.state, loop.bar
 
         def store(episode):
             state["buffer"] = state["buffer"].add(jnp.asarray(episode["observations"]),
@@ -239,6 +236,7 @@ def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None 
             state["episode"] = state["episode"] + 1
             bar.update(EPISODE_STEPS)
 
+        evaluations = EvaluationSchedule(config.eval_every, int(state["env_steps"]))
         while int(state["env_steps"]) < config.env_steps:
             index = int(state["episode"])
             seed = episode_seed(config.seed, index)
@@ -266,13 +264,10 @@ def train_dmc_online(agent, config: DMCOnlineConfig, run_dir: str | Path | None 
                 row["eval_return"] = float(np.mean(returns))
                 row["eval_return_std"] = float(np.std(returns))
                 bar.set_postfix(eval_return=f"{row['eval_return']:.0f}")
-            finish_row(run, history, row, int(state["env_steps"]), state,
-                       due=checkpoint_due(index + 1, config.checkpoint_every, int(state["env_steps"]) >= config.env_steps))
-        bar.close()
-    finally:
-        if run:
-            run.close()
-    return state["agent"], history
+            final = int(state["env_steps"]) >= config.env_steps
+            loop.finish_row(row, int(state["env_steps"]), state,
+                            due=checkpoint_due(index + 1, config.checkpoint_every, final))
+    return state["agent"], loop.history
 
 
 def latent_probe_data(agent, config: DMCOnlineConfig, episodes: int, seed: int, noise: float = 0.3,
