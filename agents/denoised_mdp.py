@@ -10,11 +10,11 @@
 One ``update`` = one world-model step on eq. 5.4 (:func:`platonic_rl.denoised.losses.model_loss`) and one policy step
 in the denoised latent x only (the actor and critics read x's features [h^x, x], never y or z):
 
-* ``policy="imagine"`` (Dreamer's): ``horizon``-step rollouts of the x prior from every posterior state,
-  rewards r_x, lambda-returns (gamma 0.99, lambda 0.95); the actor backpropagates through the imagined
-  dynamics, the value regresses the returns; gradients clipped at norm 100.
-* ``policy="sac"``: latent SAC on posterior transitions (x_t, a_t, r_x(x_{t+1}), x_{t+1}) with twin Q,
-  target networks and automatic entropy tuning; the target uses the *next* action's log-prob.
+* ``policy="imagine"`` (Dreamer's, :class:`ImaginedActorCritic`): ``horizon``-step rollouts of the x prior from
+  every posterior state, rewards r_x, lambda-returns (gamma 0.99, lambda 0.95); the actor backpropagates through the
+  imagined dynamics, the value regresses the returns; gradients clipped at norm 100.
+* ``policy="sac"`` (:class:`LatentSAC`): latent SAC on posterior transitions (x_t, a_t, r_x(x_{t+1}), x_{t+1}) with
+  twin Q, target networks and automatic entropy tuning; the target uses the *next* action's log-prob.
 
 ``DenoisedMDPConfig.dreamer()`` switches y and z off (with alpha = 1 this is Dreamer's loss and model).
 Defaults follow the official DMC settings (``../shared/README.md``): model lr 6e-4, actor/value lr 8e-5,
@@ -119,13 +119,7 @@ def _adam(lr, c: DenoisedMDPConfig, clip: bool = True):
 
 @functools.cache  # equal configs, the same optimizer objects (see platonic_rl.common.train_state)
 def _optimizers(c: DenoisedMDPConfig) -> dict[str, optax.GradientTransformation]:
-    tx = dict(model=_adam(c.model_learning_rate, c))
-    if c.policy == "imagine":
-        tx.update(actor=_adam(c.actor_learning_rate, c), critic=_adam(c.critic_learning_rate, c))
-    else:  # D.2.1: plain SAC, no gradient clipping
-        tx.update(actor=_adam(c.sac_learning_rate, c, False), critic=_adam(c.sac_learning_rate, c, False),
-                  entropy=_adam(c.sac_learning_rate, c, False))
-    return tx
+    return dict(model=_adam(c.model_learning_rate, c), **POLICY_LEARNERS[c.policy].optimizers(c))
 
 
 def validate_batch(batch: Batch, c: WorldModelConfig) -> None:
@@ -147,6 +141,118 @@ def validate_batch(batch: Batch, c: WorldModelConfig) -> None:
 
 def critic_module(config: DenoisedMDPConfig) -> Critic:
     return Critic(config.critic_hidden, compute_dtype(config.model))
+
+
+# ---------------------------------------------------------------------------------- policy learners
+# How the policy learns in x from the world model's posterior states: one object per ``DenoisedMDPConfig.policy``,
+# each with its optimizers, its critic's parameters and its step (the agent's fields it returns replaced).
+
+
+class ImaginedActorCritic:
+    """``policy="imagine"`` (Dreamer's): ``horizon``-step rollouts of the x prior from every posterior state, rewards
+    r_x, lambda-returns; the actor backpropagates through the imagined dynamics, the value net V(x) regresses the
+    returns. Adam with the global-norm clip for both."""
+
+    def optimizers(self, c: DenoisedMDPConfig) -> dict[str, optax.GradientTransformation]:
+        return dict(actor=_adam(c.actor_learning_rate, c), critic=_adam(c.critic_learning_rate, c))
+
+    def init_critic(self, c: DenoisedMDPConfig, key, feat, action):
+        return critic_module(c).init(key, feat)
+
+    def entropy_state(self, c: DenoisedMDPConfig, tx) -> None:
+        return None
+
+    def loss(self, agent: "DenoisedMDPAgent", policy_params, model_params, states, key):
+        """Actor loss + value loss on imagined x-rollouts. ``policy_params = (actor, value)``; the returns
+        bootstrap from a stop-gradient copy of the value net and the value regresses stop-gradient returns, so
+        one gradient of the sum gives each network its own loss's gradient."""
+        c = agent.config
+        actor_params, critic_params = policy_params
+        start = jax.tree.map(lambda s: jax.lax.stop_gradient(s.reshape((-1, s.shape[-1]))),
+                             {"hx": states["hx"], "x": states["x"]})
+        key, subset_key = jax.random.split(key)
+        n = start["x"].shape[0]
+        if c.imagine_starts is not None and c.imagine_starts < n:
+            rows = jax.random.choice(subset_key, n, (c.imagine_starts,), replace=False)
+            start = jax.tree.map(lambda s: s[rows], start)
+        # The actor reads detached features, as in Dreamer: its gradient flows through the imagined dynamics
+        # (the actions' effect on later states), not back through its own input.
+        policy = lambda feat, k: agent._policy(actor_params, jax.lax.stop_gradient(feat), k)[0]  # noqa: E731
+        imagined, _ = imagine_x(c.model, model_params, start, policy, c.horizon, key)
+        feat = features(imagined, "x")                                               # [H + 1, N, F]
+        rewards = agent.model.apply(model_params, imagined, method="reward")["x"][1:]  # r_x(x_{t+1})
+        values = critic_module(c).apply(jax.lax.stop_gradient(critic_params), feat)
+        returns = losses.lambda_returns(rewards, values, c.discount, c.lam)
+        actor_loss = losses.imagination_actor_loss(returns, c.discount)
+        critic_values = critic_module(c).apply(critic_params, jax.lax.stop_gradient(feat[:-1]))
+        critic_loss = losses.value_loss(critic_values, returns, c.discount)
+        return actor_loss + critic_loss, dict(actor_loss=actor_loss, value_loss=critic_loss,
+                                              imagined_return=returns[0].mean(), imagined_reward=rewards.mean())
+
+    def update(self, agent: "DenoisedMDPAgent", model_params, states, batch: Batch, policy_key, target_key):
+        """One step of the actor and the value net; returns (the agent's replaced fields, metrics)."""
+        (actor_grads, critic_grads), metrics = jax.grad(self.loss, argnums=1, has_aux=True)(
+            agent, (agent.actor_params, agent.critic_params), model_params, states, policy_key)
+        return dict(actor_state=agent.actor_state.apply_gradients(actor_grads),
+                    critic_state=agent.critic_state.apply_gradients(critic_grads)), metrics
+
+
+class LatentSAC:
+    """``policy="sac"``: SAC on the posterior's transitions (x_t, a_t, r_x(x_{t+1}), x_{t+1}) with twin Q nets,
+    Polyak-averaged targets and automatic entropy tuning (target entropy -|A|); the target uses the *next* action's
+    log-prob. Plain Adam, no clip (D.2.1)."""
+
+    def optimizers(self, c: DenoisedMDPConfig) -> dict[str, optax.GradientTransformation]:
+        return dict(actor=_adam(c.sac_learning_rate, c, False), critic=_adam(c.sac_learning_rate, c, False),
+                    entropy=_adam(c.sac_learning_rate, c, False))
+
+    def init_critic(self, c: DenoisedMDPConfig, key, feat, action):
+        return jax.vmap(lambda k: critic_module(c).init(k, feat, action))(jax.random.split(key, 2))
+
+    def entropy_state(self, c: DenoisedMDPConfig, tx) -> TrainState:
+        return TrainState.create(jnp.log(jnp.float32(c.sac_entropy_init)), tx["entropy"])
+
+    def transitions(self, agent: "DenoisedMDPAgent", model_params, states, batch: Batch):
+        """(x_t, a_t, r_x(x_{t+1}), x_{t+1}) from the posterior of the batch's sequences, flattened."""
+        feat = jax.lax.stop_gradient(features(states, "x"))
+        rewards = jax.lax.stop_gradient(agent.model.apply(model_params, states, method="reward")["x"])
+        flat = lambda x: x.reshape((-1, *x.shape[2:]))  # noqa: E731
+        return (flat(feat[:, :-1]), flat(batch["prev_actions"][:, 1:]), flat(rewards[:, 1:]), flat(feat[:, 1:]))
+
+    def critic_loss(self, agent: "DenoisedMDPAgent", critic_params, transitions, key):
+        c = agent.config
+        x, a, r, x_next = transitions
+        q = jax.vmap(lambda p: critic_module(c).apply(p, x, a))(critic_params)
+        next_a, next_log_prob = agent._policy(agent.actor_params, x_next, key)
+        next_q = jax.vmap(lambda p: critic_module(c).apply(p, x_next, next_a))(agent.target_critic_params)
+        target = rl_losses.sac_critic_target(r, next_q, next_log_prob, jnp.exp(agent.log_entropy_weight), c.discount)
+        return jnp.mean(jnp.square(q - jax.lax.stop_gradient(target)[None])), dict(q=q.mean())
+
+    def actor_loss(self, agent: "DenoisedMDPAgent", actor_params, critic_params, x, key):
+        a, log_prob = agent._policy(actor_params, x, key)
+        q = jax.vmap(lambda p: critic_module(agent.config).apply(p, x, a))(critic_params)
+        return rl_losses.sac_actor_loss(q, log_prob, jnp.exp(agent.log_entropy_weight)), log_prob.mean()
+
+    def update(self, agent: "DenoisedMDPAgent", model_params, states, batch: Batch, policy_key, target_key):
+        """One step of the twin Q nets, the actor and the entropy weight, then the targets; returns (the agent's
+        replaced fields, metrics)."""
+        c = agent.config
+        transitions = self.transitions(agent, model_params, states, batch)
+        critic_grads, metrics = jax.grad(self.critic_loss, argnums=1, has_aux=True)(
+            agent, agent.critic_params, transitions, target_key)
+        actor_grads, log_prob = jax.grad(self.actor_loss, argnums=1, has_aux=True)(
+            agent, agent.actor_params, agent.critic_params, transitions[0], policy_key)
+        e_grad = jax.grad(rl_losses.entropy_weight_loss)(agent.log_entropy_weight, log_prob, -float(c.model.action_dim))
+        entropy_state = agent.entropy_state.apply_gradients(e_grad)
+        critic_state = agent.critic_state.apply_gradients(critic_grads)
+        new = dict(entropy_state=entropy_state, actor_state=agent.actor_state.apply_gradients(actor_grads),
+                   critic_state=critic_state,
+                   target_critic_params=polyak_update(agent.target_critic_params, critic_state.params, c.sac_tau))
+        return new, dict(metrics, log_prob=log_prob, entropy_weight=jnp.exp(entropy_state.params))
+
+
+POLICY_LEARNERS = {"imagine": ImaginedActorCritic(), "sac": LatentSAC()}
+"""``DenoisedMDPConfig.policy`` -> how the policy learns in x."""
 
 
 class DenoisedMDPAgent(flax.struct.PyTreeNode):
@@ -174,16 +280,11 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
         action = jnp.zeros((1, m.action_dim))
         model_params = init_params(m, model_key)
         actor_params = cls.actor_module(config).init(actor_key, feat)
-        critic = critic_module(config)
-        if config.policy == "imagine":
-            critic_params = critic.init(critic_key, feat)
-        else:
-            critic_params = jax.vmap(lambda k: critic.init(k, feat, action))(jax.random.split(critic_key, 2))
+        learner = POLICY_LEARNERS[config.policy]
+        critic_params = learner.init_critic(config, critic_key, feat, action)
         tx = _optimizers(config)
         vector_dim = () if m.pixels else (m.obs_shape[0],)  # pixels: unused scalars (checkpoints refuse size 0)
-        entropy_state = None
-        if config.policy == "sac":
-            entropy_state = TrainState.create(jnp.log(jnp.float32(config.sac_entropy_init)), tx["entropy"])
+        entropy_state = learner.entropy_state(config, tx)
         return cls(model_state=TrainState.create(model_params, tx["model"]),
                    actor_state=TrainState.create(actor_params, tx["actor"]),
                    critic_state=TrainState.create(critic_params, tx["critic"]), target_critic_params=critic_params,
@@ -195,6 +296,7 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
     actor_params = property(lambda self: self.actor_state.params)
     critic_params = property(lambda self: self.critic_state.params)
     log_entropy_weight = property(lambda self: self.entropy_state.params)
+    policy_learner = property(lambda self: POLICY_LEARNERS[self.config.policy])  # ImaginedActorCritic or LatentSAC
 
     @property
     def model(self) -> FactoredRSSM:
@@ -249,56 +351,6 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
         loss, metrics = losses.model_loss(recon_nll, reward_nll, stats, c.alpha, c.beta, c.free_nats, c.kl_split)
         return loss, (states, metrics)
 
-    # -------------------------------------------------------------------------- policy: imagine
-    def imagine_loss(self, policy_params, model_params, states, key):
-        """Actor loss + value loss on imagined x-rollouts. ``policy_params = (actor, value)``; the returns
-        bootstrap from a stop-gradient copy of the value net and the value regresses stop-gradient returns, so
-        one gradient of the sum gives each network its own loss's gradient."""
-        c = self.config
-        actor_params, critic_params = policy_params
-        start = jax.tree.map(lambda s: jax.lax.stop_gradient(s.reshape((-1, s.shape[-1]))),
-                             {"hx": states["hx"], "x": states["x"]})
-        key, subset_key = jax.random.split(key)
-        n = start["x"].shape[0]
-        if c.imagine_starts is not None and c.imagine_starts < n:
-            rows = jax.random.choice(subset_key, n, (c.imagine_starts,), replace=False)
-            start = jax.tree.map(lambda s: s[rows], start)
-        # The actor reads detached features, as in Dreamer: its gradient flows through the imagined dynamics
-        # (the actions' effect on later states), not back through its own input.
-        policy = lambda feat, k: self._policy(actor_params, jax.lax.stop_gradient(feat), k)[0]  # noqa: E731
-        imagined, _ = imagine_x(c.model, model_params, start, policy, c.horizon, key)
-        feat = features(imagined, "x")                                              # [H + 1, N, F]
-        rewards = self.model.apply(model_params, imagined, method="reward")["x"][1:]  # r_x(x_{t+1})
-        values = critic_module(c).apply(jax.lax.stop_gradient(critic_params), feat)
-        returns = losses.lambda_returns(rewards, values, c.discount, c.lam)
-        actor_loss = losses.imagination_actor_loss(returns, c.discount)
-        critic_values = critic_module(c).apply(critic_params, jax.lax.stop_gradient(feat[:-1]))
-        critic_loss = losses.value_loss(critic_values, returns, c.discount)
-        return actor_loss + critic_loss, dict(actor_loss=actor_loss, value_loss=critic_loss,
-                                              imagined_return=returns[0].mean(), imagined_reward=rewards.mean())
-
-    # ------------------------------------------------------------------------------ policy: sac
-    def sac_transitions(self, model_params, states, batch: Batch):
-        """(x_t, a_t, r_x(x_{t+1}), x_{t+1}) from the posterior of the batch's sequences, flattened."""
-        feat = jax.lax.stop_gradient(features(states, "x"))
-        rewards = jax.lax.stop_gradient(self.model.apply(model_params, states, method="reward")["x"])
-        flat = lambda x: x.reshape((-1, *x.shape[2:]))  # noqa: E731
-        return (flat(feat[:, :-1]), flat(batch["prev_actions"][:, 1:]), flat(rewards[:, 1:]), flat(feat[:, 1:]))
-
-    def sac_critic_loss(self, critic_params, transitions, key):
-        c = self.config
-        x, a, r, x_next = transitions
-        q = jax.vmap(lambda p: critic_module(c).apply(p, x, a))(critic_params)
-        next_a, next_log_prob = self._policy(self.actor_params, x_next, key)
-        next_q = jax.vmap(lambda p: critic_module(c).apply(p, x_next, next_a))(self.target_critic_params)
-        target = rl_losses.sac_critic_target(r, next_q, next_log_prob, jnp.exp(self.log_entropy_weight), c.discount)
-        return jnp.mean(jnp.square(q - jax.lax.stop_gradient(target)[None])), dict(q=q.mean())
-
-    def sac_actor_loss(self, actor_params, critic_params, x, key):
-        a, log_prob = self._policy(actor_params, x, key)
-        q = jax.vmap(lambda p: critic_module(self.config).apply(p, x, a))(critic_params)
-        return rl_losses.sac_actor_loss(q, log_prob, jnp.exp(self.log_entropy_weight)), log_prob.mean()
-
     # ---------------------------------------------------------------------------------- update
     def update(self, batch: Batch) -> tuple["DenoisedMDPAgent", dict]:
         """One world-model step, then one policy step in x. Pure and jit-able; ``batch`` entries may be arrays or
@@ -312,27 +364,9 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
         model_state = self.model_state.apply_gradients(grads)
         model_params = model_state.params
         metrics["model_grad_norm"] = optax.global_norm(grads)
-        new = dict(model_state=model_state)
-        if c.policy == "imagine":
-            (actor_grads, critic_grads), info = jax.grad(self.imagine_loss, has_aux=True)(
-                (self.actor_params, self.critic_params), model_params, states, policy_key)
-            metrics.update(info)
-        else:
-            transitions = self.sac_transitions(model_params, states, batch)
-            critic_grads, info = jax.grad(self.sac_critic_loss, has_aux=True)(self.critic_params, transitions,
-                                                                              target_key)
-            actor_grads, log_prob = jax.grad(self.sac_actor_loss, has_aux=True)(
-                self.actor_params, self.critic_params, transitions[0], policy_key)
-            e_grad = jax.grad(rl_losses.entropy_weight_loss)(self.log_entropy_weight, log_prob,
-                                                             -float(c.model.action_dim))
-            new["entropy_state"] = self.entropy_state.apply_gradients(e_grad)
-            metrics.update(info, log_prob=log_prob, entropy_weight=jnp.exp(new["entropy_state"].params))
-        new["actor_state"] = self.actor_state.apply_gradients(actor_grads)
-        new["critic_state"] = self.critic_state.apply_gradients(critic_grads)
-        if c.policy == "sac":
-            new["target_critic_params"] = polyak_update(self.target_critic_params, new["critic_state"].params,
-                                                        c.sac_tau)
-        return self.replace(**new, rng=rng), metrics
+        new, policy_metrics = self.policy_learner.update(self, model_params, states, batch, policy_key, target_key)
+        metrics.update(policy_metrics)
+        return self.replace(**new, model_state=model_state, rng=rng), metrics
 
     # ------------------------------------------------------------------------------- inference
     def initial_policy_state(self, batch_size: int) -> dict:

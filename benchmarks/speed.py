@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import time
 from pathlib import Path
 from typing import Callable, Literal
@@ -29,6 +30,7 @@ import numpy as np
 from platonic_rl.agents import (CRLAgent, CRLConfig, DDPGHERAgent, DDPGHERConfig, DenoisedMDPAgent,
                                 DenoisedMDPConfig, GCBCAgent, GCBCConfig, QRLAgent, QRLConfig,
                                 QRLContinuousAgent, QRLContinuousConfig)
+from platonic_rl.agents.denoised_mdp import POLICY_LEARNERS
 from platonic_rl.benchmarks import report
 from platonic_rl.benchmarks.presets import DMC_PIXEL_MODEL, DMC_PRESETS, FETCH_QRL_PRESETS, maze2d_scales
 from platonic_rl.benchmarks.timing import (discrete_batch, goal_batch, matmul_peak, sequence_batch, time_call,
@@ -254,7 +256,7 @@ def world_model_parts(agent: DenoisedMDPAgent, batch: dict, repeats: int) -> dic
                filtering_forward=time_call(jax.jit(lambda o, a: observe(m, params, o, a, key)[0]),
                                            (agent.normalise(batch["observations"]), batch["prev_actions"]), repeats),
                imagination_loss_and_gradient=time_call(
-                   jax.jit(jax.grad(agent.imagine_loss, has_aux=True)),
+                   jax.jit(jax.grad(functools.partial(POLICY_LEARNERS["imagine"].loss, agent), has_aux=True)),
                    ((agent.actor_params, agent.critic_params), params, states, key), repeats))
     if m.pixels:
         rssm = FactoredRSSM(m)
