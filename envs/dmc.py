@@ -64,17 +64,14 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
+from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
 from scipy import ndimage
 
-TASKS = {"cheetah-run": ("cheetah", "run"), "walker-walk": ("walker", "walk"), "reacher-easy": ("reacher", "easy")}
 VARIANTS = ("noiseless", "distractors", "noisy_sensor", "jitter")
 EPISODE_STEPS = 1000  # control steps
-# Observation keys treated as positions by the jitter variant.
-POSITION_KEYS = {"cheetah-run": ("position",), "walker-walk": ("orientations", "height"),
-                 "reacher-easy": ("position",)}
 OBSERVATIONS = ("state", "pixels")
 DISTRACTORS = ("twin", "signals")  # the state variants' uncontrollable, reward-irrelevant source
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -84,6 +81,68 @@ VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".gif")
 def flat_observation(time_step) -> np.ndarray:
     """A dm_control time step's observation dict flattened into one float64 vector, in the dict's order."""
     return np.concatenate([np.asarray(v, np.float64).ravel() for v in time_step.observation.values()])
+
+
+# ------------------------------------------------------------------------------------------- the tasks
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+    """What the variants need of a dm_control task: the reward-relevant sensor that ``noisy_sensor`` perturbs (its
+    reading, the scale of the perturbation, the task's reward recomputed from a perturbed reading), the observation
+    keys ``jitter`` offsets, and what ``info`` and the pixel background leave out or count."""
+
+    domain: str
+    name: str
+    sensor: Callable[[Any], float]                      # physics -> the sensor's reading
+    sensor_scale: Callable[[Any], float]                # physics -> the scale of the noise n on it
+    reward_from_sensor: Callable[[Any, float], float]   # (physics, reading) -> the task's reward
+    position_keys: tuple[str, ...]                      # observation keys jitter offsets (positions, orientations)
+    observed_sensor: str | None = None                  # an observation key that is the sensor (perturbed with it)
+    sensor_observation_scale: float = 0.0               # ... by this x n
+    unobservable_rootx: bool = False                    # qpos[0] (rootx) left out of info["agent_state"]
+    background_ties: bool = False                       # the pixel background: blue >= red and green (else >)
+    task_state: Callable[[Any], np.ndarray] = lambda physics: np.zeros(0, np.float32)  # info["task_state"]
+
+
+def _cheetah_reward(physics, speed: float) -> float:
+    from dm_control.utils import rewards
+
+    return float(rewards.tolerance(speed, bounds=(10, float("inf")), margin=10, value_at_margin=0, sigmoid="linear"))
+
+
+def _walker_reward(physics, height: float) -> float:
+    from dm_control.utils import rewards
+
+    standing = rewards.tolerance(height, bounds=(1.2, float("inf")), margin=0.6)
+    stand = (3 * standing + (1 + physics.torso_upright()) / 2) / 4
+    move = rewards.tolerance(physics.horizontal_velocity(), bounds=(1, float("inf")), margin=0.5, value_at_margin=0.5,
+                             sigmoid="linear")
+    return float(stand * (5 * move + 1) / 6)
+
+
+def _reacher_reward(physics, distance: float) -> float:
+    from dm_control.utils import rewards
+
+    radii = physics.named.model.geom_size[["target", "finger"], 0].sum()
+    return float(rewards.tolerance(distance, (0, radii)))
+
+
+TASKS: dict[str, TaskSpec] = {
+    # Sensors and scales as in the official code (D.2.1): speed + 10 n, torso height + 1.2 n, finger-to-target
+    # distance + (target radius) n; the rewards are dm_control's own shapes.
+    "cheetah-run": TaskSpec("cheetah", "run", lambda physics: float(physics.speed()), lambda physics: 10.0,
+                            _cheetah_reward, position_keys=("position",), unobservable_rootx=True),
+    "walker-walk": TaskSpec("walker", "walk", lambda physics: float(physics.torso_height()), lambda physics: 1.2,
+                            _walker_reward, position_keys=("orientations", "height"), observed_sensor="height",
+                            sensor_observation_scale=1.2, unobservable_rootx=True, background_ties=True),
+    "reacher-easy": TaskSpec(
+        "reacher", "easy", lambda physics: float(physics.finger_to_target_dist()),
+        lambda physics: float(physics.named.model.geom_size["target", 0]), _reacher_reward, position_keys=("position",),
+        # the target's position, drawn anew each episode: the reward depends on it, no action moves it
+        task_state=lambda physics: np.asarray(physics.named.model.geom_pos["target", ["x", "y"]], np.float32)),
+}
+"""The tasks: name -> :class:`TaskSpec`. A task is one entry (its variants compose on it)."""
 
 
 @dataclasses.dataclass
@@ -257,7 +316,7 @@ def background_mask(image: np.ndarray, task: str) -> np.ndarray:
     """Where an RGB image ``[H, W, 3]`` shows background: blue strictly above red and green (walker: at least
     as large, the official code's rule for it)."""
     r, g, b = (image[..., i].astype(np.int16) for i in range(3))
-    if task == "walker-walk":
+    if TASKS[task].background_ties:
         return (b >= r) & (b >= g)
     return (b > r) & (b > g)
 
@@ -312,7 +371,8 @@ class DMCEnv(gym.Env):
         self.distractor = distractor
         self.num_distractors = num_distractors if noisy and distractor == "signals" else 0
         self.num_twins = int(num_twins) if noisy and distractor == "twin" else 0
-        domain, name = TASKS[task]
+        self.task_spec = TASKS[task]
+        domain, name = self.task_spec.domain, self.task_spec.name
         self._env = suite.load(domain, name, task_kwargs=dict(random=np.random.RandomState(seed)))
         # Each twin's physics is reset from a seed drawn from the env's generator (see reset).
         self._twins = [suite.load(domain, name, task_kwargs=dict(random=np.random.RandomState(0)))
@@ -334,36 +394,14 @@ class DMCEnv(gym.Env):
 
     # ------------------------------------------------------------------------------- variants
     def _sensor(self) -> float:
-        physics = self._env.physics
-        if self.task == "cheetah-run":
-            return float(physics.speed())
-        if self.task == "walker-walk":
-            return float(physics.torso_height())
-        return float(physics.finger_to_target_dist())
+        return self.task_spec.sensor(self._env.physics)
 
     def _sensor_scale(self) -> float:
-        if self.task == "cheetah-run":
-            return 10.0
-        if self.task == "walker-walk":
-            return 1.2
-        return float(self._env.physics.named.model.geom_size["target", 0])
+        return self.task_spec.sensor_scale(self._env.physics)
 
     def _reward_from_sensor(self, sensor: float) -> float:
         """The task's reward with its sensor replaced by ``sensor`` (dm_control's own reward shapes)."""
-        from dm_control.utils import rewards
-
-        physics = self._env.physics
-        if self.task == "cheetah-run":
-            return float(rewards.tolerance(sensor, bounds=(10, float("inf")), margin=10, value_at_margin=0,
-                                           sigmoid="linear"))
-        if self.task == "walker-walk":
-            standing = rewards.tolerance(sensor, bounds=(1.2, float("inf")), margin=0.6)
-            stand = (3 * standing + (1 + physics.torso_upright()) / 2) / 4
-            move = rewards.tolerance(physics.horizontal_velocity(), bounds=(1, float("inf")), margin=0.5,
-                                     value_at_margin=0.5, sigmoid="linear")
-            return float(stand * (5 * move + 1) / 6)
-        radii = physics.named.model.geom_size[["target", "finger"], 0].sum()
-        return float(rewards.tolerance(sensor, (0, radii)))
+        return self.task_spec.reward_from_sensor(self._env.physics, sensor)
 
     def _render(self) -> np.ndarray:
         try:
@@ -399,14 +437,12 @@ class DMCEnv(gym.Env):
     def _dropped_rootx(self) -> int:
         """1 where ``agent_state`` leaves out qpos's first entry (cheetah's and walker's rootx, unobservable by
         design), else 0."""
-        return 1 if self.task in ("cheetah-run", "walker-walk") else 0
+        return int(self.task_spec.unobservable_rootx)
 
     def _task_state(self) -> np.ndarray:
         """The task's own variables that the reward depends on but no action moves: reacher-easy's target
         position (x, y), drawn anew each episode; none for cheetah-run and walker-walk."""
-        if self.task == "reacher-easy":
-            return np.asarray(self._env.physics.named.model.geom_pos["target", ["x", "y"]], np.float32)
-        return np.zeros(0, np.float32)
+        return self.task_spec.task_state(self._env.physics)
 
     def _observe_pixels(self) -> tuple[np.ndarray, dict]:
         distractor = []
@@ -425,9 +461,9 @@ class DMCEnv(gym.Env):
         parts = []
         for key, value in time_step.observation.items():
             value = np.asarray(value, np.float64).ravel().copy()
-            if self.variant == "noisy_sensor" and self.task == "walker-walk" and key == "height":
-                value += 1.2 * self._signals.value[0]
-            if self.variant == "jitter" and key in POSITION_KEYS[self.task]:
+            if self.variant == "noisy_sensor" and key == self.task_spec.observed_sensor:
+                value += self.task_spec.sensor_observation_scale * self._signals.value[0]
+            if self.variant == "jitter" and key in self.task_spec.position_keys:
                 offset = self._jitter.offset
                 value += offset[self._jitter_slices[key]]
             parts.append(value)
@@ -471,7 +507,7 @@ class DMCEnv(gym.Env):
         self._task_reward = 0.0
         self._signals = SmoothSignals(max(self.num_distractors, 1), self._rng)
         sizes = {k: int(np.size(v)) for k, v in time_step.observation.items()}
-        positions = [k for k in time_step.observation if k in POSITION_KEYS[self.task]]
+        positions = [k for k in time_step.observation if k in self.task_spec.position_keys]
         starts = np.cumsum([0] + [sizes[k] for k in positions])
         self._jitter_slices = {k: slice(starts[i], starts[i + 1]) for i, k in enumerate(positions)}
         self._jitter = JitterWalk(int(starts[-1]), self._rng)
