@@ -48,6 +48,7 @@ from platonic_rl.training.world_model import (SATURATION_MARGIN, DMCOnlineConfig
                                                latent_probe_data, run_episode, train_dmc_online)
 from platonic_rl.denoised.model import all_features
 from platonic_rl.envs.dmc import TASKS, VARIANTS, DMCEnv
+from platonic_rl.replearn.probes import affine_explained, explained
 from platonic_rl.replearn.probes import ridge_probe_r2
 
 # Table 5.1, backprop via dynamics, mean over the three tasks, 64x64 pixels, 1M env steps (for orientation).
@@ -241,25 +242,6 @@ def probe(agent, loop: DMCOnlineConfig, args: Args, seed: int) -> dict:
     if "reward_y" in data:
         scores["r_x+r_y->reward"] = explained(data["reward"], data["reward_x"] + data["reward_y"])
     return scores
-
-
-def explained(target: np.ndarray, prediction: np.ndarray) -> float:
-    """R^2 of ``prediction`` as it is (no fitting): 1 - (squared error) / (variance of ``target``) summed over
-    steps; 1 is exact, 0 no better than the mean, negative worse."""
-    target, prediction = np.asarray(target, np.float64), np.asarray(prediction, np.float64)
-    return float(1.0 - np.sum((target - prediction) ** 2) / np.sum((target - target.mean()) ** 2))
-
-
-def affine_explained(target: np.ndarray, prediction: np.ndarray) -> float:
-    """R^2 of the least-squares affine map of ``prediction`` onto ``target`` (their squared correlation), negated
-    where the map's slope is negative: in [-1, 1], 0 for a constant ``prediction``. What ``prediction`` explains up
-    to a positive scale and a constant; negative where it falls as ``target`` rises (a policy climbing it would
-    go the wrong way)."""
-    target, prediction = np.asarray(target, np.float64), np.asarray(prediction, np.float64)
-    t, p = target - target.mean(), prediction - prediction.mean()
-    denominator = np.sum(t * t) * np.sum(p * p)
-    covariance = np.sum(t * p)
-    return float(np.sign(covariance) * covariance ** 2 / denominator) if denominator > 0 else 0.0
 
 
 def run(args: Args) -> dict:

@@ -59,7 +59,7 @@ from platonic_rl.agents.seeds import SeedStack
 from platonic_rl.benchmarks import report, timing
 from platonic_rl.benchmarks.presets import Maze2dScale, QRLPolicySettings, maze2d_scales
 from platonic_rl.common.planning import mppi_step
-from platonic_rl.envs import maze2d
+from platonic_rl.envs import maze2d, maze_geometry
 from platonic_rl.envs.maze2d import normalised_data, normaliser
 from platonic_rl.envs.point_maze import PointMaze
 from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
@@ -377,39 +377,11 @@ def record_is_current(record: dict, method: str, scale: Maze2dScale) -> bool:
     return all(record.get(key, defaults.get(key)) == value for key, value in TABLE[method].settings(scale).items())
 
 
-def resting_grid(layout: maze2d.Layout, per_cell: int = 8) -> tuple[np.ndarray, np.ndarray]:
-    """``per_cell x per_cell`` positions per maze cell (D4RL coordinates) ``[R, C, 2]`` and whether each is
-    inside a wall ``[R, C]``."""
-    rows, cols = layout.shape
-    a = (np.arange(rows * per_cell) + 0.5) / per_cell - 0.5 - maze2d.CELL_OFFSET
-    b = (np.arange(cols * per_cell) + 0.5) / per_cell - 0.5 - maze2d.CELL_OFFSET
-    grid = np.stack(np.meshgrid(a, b, indexing="ij"), -1)
-    cells = maze2d.cell_of(grid)
-    return grid, layout.walls[cells[..., 0], cells[..., 1]]
-
-
-def shortest_path_rank_correlation(learned: np.ndarray, layout: maze2d.Layout, goal: tuple[int, int],
-                                   per_cell: int = 8) -> float:
-    """Spearman's rank correlation between a distance ``learned [R, C]`` on :func:`resting_grid`'s positions
-    and the true shortest-path distance (in cells) of each position's cell to ``goal``, over free positions
-    that can reach the goal. 1: the learned distance orders the maze as the shortest path does."""
-    grid, walls = resting_grid(layout, per_cell)
-    learned = np.asarray(learned, np.float64)
-    if learned.shape != walls.shape:
-        raise ValueError(f"learned must have the grid's shape {walls.shape}, got {learned.shape}")
-    cells = maze2d.cell_of(grid)
-    true = maze2d.cell_distances(layout, goal)[cells[..., 0], cells[..., 1]]
-    free = ~walls & np.isfinite(true)
-    import scipy.stats
-
-    return float(scipy.stats.spearmanr(learned[free], true[free]).statistic)
-
-
 def value_maps(agent: QRLContinuousAgent, layout: maze2d.Layout, goals: list[tuple[int, int]], per_cell: int = 8):
-    """The learned distance d(s, g) (mean over critics) on a grid of resting positions, the true
-    shortest-path distance in cells, and their rank correlation (:func:`shortest_path_rank_correlation`),
-    for each goal cell."""
-    grid, walls = resting_grid(layout, per_cell)
+    """The learned distance d(s, g) (mean over critics) on a grid of resting positions, the true shortest-path
+    distance in cells, and their rank correlation (:func:`maze_geometry.shortest_path_rank_correlation`), for each
+    goal cell."""
+    grid, walls = maze_geometry.resting_grid(layout, per_cell)
     states = maze2d.goal_states(grid.reshape(-1, 2))
     norm = normaliser(layout)
     maps = []
@@ -418,7 +390,8 @@ def value_maps(agent: QRLContinuousAgent, layout: maze2d.Layout, goals: list[tup
         learned = np.asarray(_GOAL_DISTANCES(agent, norm(states), norm(g))).mean(0).reshape(walls.shape)
         maps.append(dict(goal=list(goal), learned=np.where(walls, np.nan, learned),
                          true_cells=np.where(layout.walls, np.nan, maze2d.cell_distances(layout, goal)),
-                         rank_correlation=shortest_path_rank_correlation(learned, layout, goal, per_cell)))
+                         rank_correlation=maze_geometry.shortest_path_rank_correlation(learned, layout, goal,
+                                                                                       per_cell)))
     return maps
 
 

@@ -3,6 +3,7 @@
     rng = np.random.default_rng(0)
     positions = maze_geometry.sample_free_positions("medium", 2000, rng)   # [2000, 2], D4RL coordinates
     d = maze_geometry.geodesic_distances("medium", positions)              # [2000, 2000]
+    grid, walls = maze_geometry.resting_grid(maze2d.get_layout("medium"))  # a grid of positions per cell
 
 The point's centre moves in the **free space** of the layout: the plane minus every wall cell grown by the
 ball's ``radius`` (0.1, :data:`~platonic_rl.envs.point_maze.RADIUS`), each wall an axis-aligned square
@@ -21,6 +22,7 @@ one longer by at most (2 - pi / 2) r, 0.04 cells.)
 from __future__ import annotations
 
 import numpy as np
+import scipy.stats
 
 from platonic_rl.envs import maze2d
 
@@ -116,3 +118,29 @@ def geodesic_distances(layout: str | maze2d.Layout, positions: np.ndarray, targe
     via = _min_plus(_min_plus(to_corners, between), from_corners)
     direct = np.where(_visible(positions, targets, boxes), euclid(positions, targets), np.inf)
     return np.minimum(direct, via)
+
+
+def resting_grid(layout: maze2d.Layout, per_cell: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """``per_cell x per_cell`` positions per maze cell (D4RL coordinates) ``[R, C, 2]`` and whether each is
+    inside a wall ``[R, C]``."""
+    rows, cols = layout.shape
+    a = (np.arange(rows * per_cell) + 0.5) / per_cell - 0.5 - maze2d.CELL_OFFSET
+    b = (np.arange(cols * per_cell) + 0.5) / per_cell - 0.5 - maze2d.CELL_OFFSET
+    grid = np.stack(np.meshgrid(a, b, indexing="ij"), -1)
+    cells = maze2d.cell_of(grid)
+    return grid, layout.walls[cells[..., 0], cells[..., 1]]
+
+
+def shortest_path_rank_correlation(learned: np.ndarray, layout: maze2d.Layout, goal: tuple[int, int],
+                                   per_cell: int = 8) -> float:
+    """Spearman's rank correlation between a distance ``learned [R, C]`` on :func:`resting_grid`'s positions
+    and the true shortest-path distance (in cells) of each position's cell to ``goal``, over free positions
+    that can reach the goal. 1: the learned distance orders the maze as the shortest path does."""
+    grid, walls = resting_grid(layout, per_cell)
+    learned = np.asarray(learned, np.float64)
+    if learned.shape != walls.shape:
+        raise ValueError(f"learned must have the grid's shape {walls.shape}, got {learned.shape}")
+    cells = maze2d.cell_of(grid)
+    true = maze2d.cell_distances(layout, goal)[cells[..., 0], cells[..., 1]]
+    free = ~walls & np.isfinite(true)
+    return float(scipy.stats.spearmanr(learned[free], true[free]).statistic)

@@ -1,4 +1,5 @@
-"""Linear probes: how much of a target a representation carries (host-side analysis with scikit-learn)."""
+"""Linear probes: how much of a target a representation carries (host-side analysis with scikit-learn), and how much
+of a target a prediction explains as it is (:func:`explained`) or up to an affine map (:func:`affine_explained`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -59,3 +60,22 @@ def ridge_probe_r2(train_x, train_y, test_x, test_y, alpha: float | None = 1.0, 
     pred = Ridge(alpha=alpha).fit(features, target).predict(test_features)
     sst = np.square(test_target - test_target.mean(0)).sum()
     return float(1.0 - np.square(test_target - pred).sum() / max(sst, 1e-12))
+
+
+def explained(target: np.ndarray, prediction: np.ndarray) -> float:
+    """R^2 of ``prediction`` as it is (no fitting): 1 - (squared error) / (variance of ``target``) summed over
+    steps; 1 is exact, 0 no better than the mean, negative worse."""
+    target, prediction = np.asarray(target, np.float64), np.asarray(prediction, np.float64)
+    return float(1.0 - np.sum((target - prediction) ** 2) / np.sum((target - target.mean()) ** 2))
+
+
+def affine_explained(target: np.ndarray, prediction: np.ndarray) -> float:
+    """R^2 of the least-squares affine map of ``prediction`` onto ``target`` (their squared correlation), negated
+    where the map's slope is negative: in [-1, 1], 0 for a constant ``prediction``. What ``prediction`` explains up
+    to a positive scale and a constant; negative where it falls as ``target`` rises (a policy climbing it would
+    go the wrong way)."""
+    target, prediction = np.asarray(target, np.float64), np.asarray(prediction, np.float64)
+    t, p = target - target.mean(), prediction - prediction.mean()
+    denominator = np.sum(t * t) * np.sum(p * p)
+    covariance = np.sum(t * p)
+    return float(np.sign(covariance) * covariance ** 2 / denominator) if denominator > 0 else 0.0

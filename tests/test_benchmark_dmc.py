@@ -87,22 +87,6 @@ def test_summary_table_and_plots(tmp_path):
                     ["noiseless"]["dreamer"]["mean_probe"]["x->distractor_state"])
 
 
-def test_explained_is_the_r2_of_a_prediction_as_it_is():
-    target = np.array([0.0, 1.0, 2.0, 3.0])  # variance sum 5
-    assert bd.explained(target, target) == 1.0 and bd.explained(target, np.full(4, 1.5)) == 0.0
-    assert bd.explained(target, np.ones(4)) == pytest.approx(1 - 6 / 5)  # errors 1, 0, 1, 4
-
-
-def test_affine_explained_ignores_a_constant_and_a_positive_scale_but_not_the_sign():
-    target = np.array([0.0, 1.0, 2.0, 3.0])
-    shifted = 2.0 * target + 5.0  # a constant moved into the other head, and a scale
-    assert bd.explained(target, shifted) < -10 and bd.affine_explained(target, shifted) == pytest.approx(1.0)
-    assert bd.affine_explained(target, -shifted) == pytest.approx(-1.0)
-    assert bd.affine_explained(target, np.full(4, 7.0)) == 0.0
-    # [0, 1, 0, 1] against 0..3: covariance 1, sums of squares 5 and 1, so r^2 = 1 / 5
-    assert bd.affine_explained(target, np.array([0.0, 1.0, 0.0, 1.0])) == pytest.approx(0.2)
-
-
 def test_the_probe_reads_the_task_state_from_each_factor_only_where_the_task_has_one(monkeypatch):
     """Synthetic probe data: x holds the task state (a target per episode) linearly, y only noise; the probe scores
     x -> task_state near 1 and y -> task_state near or below 0; a task without a task state gets no such keys."""

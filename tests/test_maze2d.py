@@ -467,24 +467,6 @@ def _check_benchmark_run(tmp_path, monkeypatch, updates: int, small_networks: bo
     assert third["actor_critic_gap"] == saved["actor_critic_gap"] and (tmp_path / "out" / "values.png").is_file()
 
 
-def test_shortest_path_rank_correlation_of_the_true_distance_is_one():
-    from platonic_rl.benchmarks import maze2d as bench
-
-    layout = maze2d.get_layout("medium")
-    goal = layout.goal_cell
-    grid, walls = bench.resting_grid(layout, per_cell=4)
-    cells = maze2d.cell_of(grid)
-    true = maze2d.cell_distances(layout, goal)[cells[..., 0], cells[..., 1]]
-    learned = np.where(walls, 1e6, np.nan_to_num(true, posinf=1e6))  # wall values must be ignored
-    learned = learned + 1e-3 * np.random.default_rng(0).random(learned.shape)  # ties within a cell
-    assert bench.shortest_path_rank_correlation(np.sqrt(learned), layout, goal, per_cell=4) > 0.99  # monotone
-    assert bench.shortest_path_rank_correlation(-learned, layout, goal, per_cell=4) < -0.99
-    scrambled = np.random.default_rng(1).permutation(learned.reshape(-1)).reshape(learned.shape)
-    assert abs(bench.shortest_path_rank_correlation(scrambled, layout, goal, per_cell=4)) < 0.2
-    with pytest.raises(ValueError, match="learned must have the grid's shape"):
-        bench.shortest_path_rank_correlation(learned[:-1], layout, goal, per_cell=4)
-
-
 def test_true_dynamics_plan_costs_count_the_steps_at_the_goal():
     from platonic_rl.benchmarks import maze2d as bench
     from platonic_rl.envs.point_maze import PointMaze

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from platonic_rl.envs import maze_geometry
+from platonic_rl.envs import maze2d, maze_geometry
 
 
 def test_around_the_umaze_wall_hand_computed():
@@ -48,3 +48,19 @@ def test_points_inside_walls_and_bad_shapes_are_refused():
         maze_geometry.geodesic_distances("umaze", np.array([[0.8, 0.8], [1.8, 0.8]]))
     with pytest.raises(ValueError, match=r"targets must have shape \[n, 2\]"):
         maze_geometry.geodesic_distances("umaze", np.array([[0.8, 0.8]]), np.zeros((2, 3)))
+
+
+def test_shortest_path_rank_correlation_of_the_true_distance_is_one():
+    layout = maze2d.get_layout("medium")
+    goal = layout.goal_cell
+    grid, walls = maze_geometry.resting_grid(layout, per_cell=4)
+    cells = maze2d.cell_of(grid)
+    true = maze2d.cell_distances(layout, goal)[cells[..., 0], cells[..., 1]]
+    learned = np.where(walls, 1e6, np.nan_to_num(true, posinf=1e6))  # wall values must be ignored
+    learned = learned + 1e-3 * np.random.default_rng(0).random(learned.shape)  # ties within a cell
+    assert maze_geometry.shortest_path_rank_correlation(np.sqrt(learned), layout, goal, per_cell=4) > 0.99  # monotone
+    assert maze_geometry.shortest_path_rank_correlation(-learned, layout, goal, per_cell=4) < -0.99
+    scrambled = np.random.default_rng(1).permutation(learned.reshape(-1)).reshape(learned.shape)
+    assert abs(maze_geometry.shortest_path_rank_correlation(scrambled, layout, goal, per_cell=4)) < 0.2
+    with pytest.raises(ValueError, match="learned must have the grid's shape"):
+        maze_geometry.shortest_path_rank_correlation(learned[:-1], layout, goal, per_cell=4)

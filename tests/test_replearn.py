@@ -10,6 +10,7 @@ from scipy.stats import ortho_group
 
 from platonic_rl.replearn import metrics as rm
 from platonic_rl.replearn import objectives as ro
+from platonic_rl.replearn.probes import affine_explained, explained
 
 # Compiled once per shapes (shared by the tests): op by op, each primitive was compiled on its own. Eager calls are
 # left where eager behaviour is what a test checks (test_metrics_are_deterministic_and_jittable, bad input).
@@ -354,3 +355,19 @@ def test_ridge_probe_r2_reads_out_linear_targets_and_not_noise():
     assert cv > ridge_probe_r2(wide[:80], target[:80], wide[80:], target[80:], alpha=1e-2) + 0.1
     with pytest.raises(ValueError, match="groups"):
         ridge_probe_r2(x[:400], y[:400], x[400:], y[400:], alpha=None)
+
+
+def test_explained_is_the_r2_of_a_prediction_as_it_is():
+    target = np.array([0.0, 1.0, 2.0, 3.0])  # variance sum 5
+    assert explained(target, target) == 1.0 and explained(target, np.full(4, 1.5)) == 0.0
+    assert explained(target, np.ones(4)) == pytest.approx(1 - 6 / 5)  # errors 1, 0, 1, 4
+
+
+def test_affine_explained_ignores_a_constant_and_a_positive_scale_but_not_the_sign():
+    target = np.array([0.0, 1.0, 2.0, 3.0])
+    shifted = 2.0 * target + 5.0  # a constant moved into the other head, and a scale
+    assert explained(target, shifted) < -10 and affine_explained(target, shifted) == pytest.approx(1.0)
+    assert affine_explained(target, -shifted) == pytest.approx(-1.0)
+    assert affine_explained(target, np.full(4, 7.0)) == 0.0
+    # [0, 1, 0, 1] against 0..3: covariance 1, sums of squares 5 and 1, so r^2 = 1 / 5
+    assert affine_explained(target, np.array([0.0, 1.0, 0.0, 1.0])) == pytest.approx(0.2)
