@@ -44,8 +44,9 @@ from platonic_rl.benchmarks.presets import DMC_BETAS as BETAS  # noqa: F401 -- T
 from platonic_rl.benchmarks.presets import DMC_PRESETS, make_config
 from platonic_rl.training.run import (RunDirectory, as_json, describe_differences, read_json, settings_differences,
                                       write_json)
-from platonic_rl.training.world_model import (SATURATION_MARGIN, DMCOnlineConfig, evaluation_summaries,
-                                               latent_probe_data, run_episode, train_dmc_online)
+from platonic_rl.benchmarks.dmc_probe import latent_probe_data
+from platonic_rl.training.world_model import (SATURATION_MARGIN, DMCOnlineConfig, evaluation_summaries, run_episode,
+                                               train_dmc_online)
 from platonic_rl.denoised.model import all_features
 from platonic_rl.envs.dmc import TASKS, VARIANTS, DMCEnv
 from platonic_rl.replearn.probes import affine_explained, explained

@@ -11,10 +11,11 @@ import pytest
 pytest.importorskip("dm_control")
 from platonic_rl.common.settings import BUDGET, HOST, fields_on_resume
 from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig  # noqa: E402
-from platonic_rl.training import world_model  # noqa: E402
 from platonic_rl.training.run import RunDirectoryError  # noqa: E402
-from platonic_rl.training.world_model import (DMCOnlineConfig, latent_probe_data, open_run_directory,  # noqa: E402
-                                              train_dmc_online, xla_convolutions)
+from platonic_rl.benchmarks import dmc_probe  # noqa: E402
+from platonic_rl.benchmarks.dmc_probe import latent_probe_data  # noqa: E402
+from platonic_rl.training.world_model import (DMCOnlineConfig, open_run_directory, train_dmc_online,  # noqa: E402
+                                              xla_convolutions)
 from platonic_rl.denoised.model import WorldModelConfig  # noqa: E402
 from platonic_rl.envs.replay import SequenceBuffer  # noqa: E402
 
@@ -113,16 +114,16 @@ def test_open_loop_rewards_are_placed_at_the_step_they_predict(monkeypatch):
         seen.update(start=start, horizon=horizon)
         return 1000.0 * np.arange(1, horizon + 1)[:, None] + np.arange(len(prev_actions))[None]
 
-    monkeypatch.setattr(world_model, "_open_loop", rollouts)
+    monkeypatch.setattr(dmc_probe, "_open_loop", rollouts)
     states = dict(hx=np.zeros((6, 4)), x=np.zeros((6, 2)), hy=np.ones((6, 3)), y=np.ones((6, 1)))
-    out = world_model.open_loop_reward_x(None, states, np.zeros((6, 2)), 3, jax.random.PRNGKey(0))
+    out = dmc_probe.open_loop_reward_x(None, states, np.zeros((6, 2)), 3, jax.random.PRNGKey(0))
     assert set(seen["start"]) == {"hx", "x"} and seen["horizon"] == 3  # the x prior's rollout starts from x alone
     nan = np.nan
     np.testing.assert_array_equal(out, [[nan, nan, nan], [1000, nan, nan], [1001, 2000, nan], [1002, 2001, 3000],
                                         [1003, 2002, 3001], [1004, 2003, 3002]])
-    assert np.isnan(world_model.open_loop_reward_x(None, states, np.zeros((6, 2)), 9, None)[:, 5:]).all()  # > L - 1
+    assert np.isnan(dmc_probe.open_loop_reward_x(None, states, np.zeros((6, 2)), 9, None)[:, 5:]).all()  # > L - 1
     with pytest.raises(ValueError, match="horizon must be >= 1"):
-        world_model.open_loop_reward_x(None, states, np.zeros((6, 2)), 0, None)
+        dmc_probe.open_loop_reward_x(None, states, np.zeros((6, 2)), 0, None)
 
 
 def test_sequence_buffer_samples_contiguous_chunks_of_one_episode():

@@ -64,9 +64,10 @@ def test_nothing_imports_the_suite_by_its_folder_names():
 
 # Inside the benchmarks room: a benchmark (a command, ``python -m platonic_rl.benchmarks.<name>``) imports no other
 # benchmark. What several of them share -- how runs are saved, how updates are timed, the agents' sizes per benchmark,
-# the QRL slice that the maze2d slice and the accelerator check both run -- lives in helpers, which are no commands and
-# import no benchmark; anything else shared belongs in a lower room (as QRL's critic checks in agents.qrl_diagnostics).
-BENCHMARK_HELPERS = {"report", "timing", "presets", "qrl_slice"}
+# the QRL slice that the maze2d slice and the accelerator check both run, the DMC probe data -- lives in helpers, which
+# are no commands and import no benchmark; anything else shared belongs in a lower room (as QRL's critic checks in
+# agents.qrl_diagnostics).
+BENCHMARK_HELPERS = {"report", "timing", "presets", "qrl_slice", "dmc_probe"}
 
 
 def benchmark_imports(source: str) -> list[tuple[int, str, list[str]]]:
