@@ -70,7 +70,15 @@ import gymnasium as gym
 import numpy as np
 from scipy import ndimage
 
-VARIANTS = ("noiseless", "distractors", "noisy_sensor", "jitter")
+VARIANT_PARTS: dict[str, frozenset[str]] = {
+    "noiseless": frozenset(),
+    "distractors": frozenset({"distractors"}),
+    "noisy_sensor": frozenset({"distractors", "noisy_sensor"}),
+    "jitter": frozenset({"distractors", "jitter"}),
+}
+"""Table D.1's variants as the perturbations each adds (cumulative, as in the paper; the module docstring says what each
+part does). The env reads a variant's parts, never its name."""
+VARIANTS = tuple(VARIANT_PARTS)
 EPISODE_STEPS = 1000  # control steps
 OBSERVATIONS = ("state", "pixels")
 DISTRACTORS = ("twin", "signals")  # the state variants' uncontrollable, reward-irrelevant source
@@ -357,7 +365,8 @@ class DMCEnv(gym.Env):
         if distractor == "signals" and num_twins != 1:
             raise ValueError(f"num_twins is for distractor='twin', got num_twins={num_twins} with 'signals'")
         num_distractors = 8 if num_distractors is None else num_distractors
-        noisy = not self.pixels and variant != "noiseless"
+        self.parts = VARIANT_PARTS[variant]
+        noisy = not self.pixels and "distractors" in self.parts
         if noisy and distractor == "signals" and num_distractors < 1:
             raise ValueError(f"num_distractors must be >= 1 for variant {variant!r}, got {num_distractors}")
         if noisy and distractor == "twin" and (isinstance(num_twins, bool) or int(num_twins) != num_twins
@@ -410,10 +419,10 @@ class DMCEnv(gym.Env):
             raise RuntimeError(f"off-screen rendering failed ({error!r}) with MUJOCO_GL="
                                f"{os.environ.get('MUJOCO_GL')!r}. Set MUJOCO_GL=egl (or osmesa) in the environment "
                                "before dm_control is first imported") from error
-        if self.variant != "noiseless":
+        if "distractors" in self.parts:
             mask = background_mask(image, self.task)
             image = np.where(mask[..., None], self._video.frame[..., None], image)
-        if self.variant == "jitter":
+        if "jitter" in self.parts:
             image = translate(image, self._camera.shift)
         return np.ascontiguousarray(image, np.uint8)
 
@@ -446,11 +455,11 @@ class DMCEnv(gym.Env):
 
     def _observe_pixels(self) -> tuple[np.ndarray, dict]:
         distractor = []
-        if self.variant != "noiseless":
+        if "distractors" in self.parts:
             distractor.append(self._video.state)
-        if self.variant == "noisy_sensor":
+        if "noisy_sensor" in self.parts:
             distractor.append([self._noise()])
-        if self.variant == "jitter":
+        if "jitter" in self.parts:
             distractor.append(self._camera.shift)
         info = self._info(distractor)
         return self._render(), info
@@ -461,9 +470,9 @@ class DMCEnv(gym.Env):
         parts = []
         for key, value in time_step.observation.items():
             value = np.asarray(value, np.float64).ravel().copy()
-            if self.variant == "noisy_sensor" and key == self.task_spec.observed_sensor:
+            if "noisy_sensor" in self.parts and key == self.task_spec.observed_sensor:
                 value += self.task_spec.sensor_observation_scale * self._signals.value[0]
-            if self.variant == "jitter" and key in self.task_spec.position_keys:
+            if "jitter" in self.parts and key in self.task_spec.position_keys:
                 offset = self._jitter.offset
                 value += offset[self._jitter_slices[key]]
             parts.append(value)
@@ -474,12 +483,12 @@ class DMCEnv(gym.Env):
         for twin in self._twin_observations:
             parts.append(twin)
             distractor.append(twin)
-        if self.variant == "noisy_sensor" and self.num_twins:  # the noise's own signal, observed
+        if "noisy_sensor" in self.parts and self.num_twins:  # the noise's own signal, observed
             parts.append(self.distractor_scale * self._signals.value)
             distractor.append(self._signals.value)
-        if self.variant == "noisy_sensor":
+        if "noisy_sensor" in self.parts:
             parts.append([self._perturbed_sensor()])
-        if self.variant == "jitter":
+        if "jitter" in self.parts:
             parts.append(np.concatenate([self._mass_pos, self._mass_vel]))
             distractor += [self._mass_pos, self._mass_vel, self._jitter.offset]
         info = self._info(distractor)
@@ -516,11 +525,11 @@ class DMCEnv(gym.Env):
         for twin in self._twins:  # a fresh initial state per episode, drawn from the env's generator
             twin.task._random = np.random.RandomState(int(self._rng.integers(2 ** 31)))
             self._twin_observations.append(flat_observation(twin.reset()))
-        if self.pixels and self.variant != "noiseless" and (seed is not None or not hasattr(self, "_video")):
+        if self.pixels and "distractors" in self.parts and (seed is not None or not hasattr(self, "_video")):
             # The video plays on across episodes (as the official source does) unless the env is re-seeded.
             self._video = (VideoFolder(self.video_dir, self.image_size, self._rng) if self.video_dir is not None
                            else ProceduralVideo(self.image_size, self._rng))
-        if self.pixels and self.variant == "jitter":  # drawn only here: state variants keep their random streams
+        if self.pixels and "jitter" in self.parts:  # drawn only here: state variants keep their random streams
             self._camera = CameraJitter(self._rng, pixels=120.0 * self.image_size / 64)
         return self._observe(time_step)
 
@@ -536,20 +545,20 @@ class DMCEnv(gym.Env):
         for _ in range(self.action_repeat):
             time_step = self._env.step(action)
             self._steps += 1
-            if self.num_distractors or (self.num_twins and self.variant == "noisy_sensor"):
+            if self.num_distractors or (self.num_twins and "noisy_sensor" in self.parts):
                 self._signals.step()
             for i, (twin, twin_action) in enumerate(zip(self._twins, twin_actions)):
                 self._twin_observations[i] = flat_observation(twin.step(twin_action))
-            if self.variant == "jitter" and not self.pixels:
+            if "jitter" in self.parts and not self.pixels:
                 self._jitter.step()
                 self._mass_vel = 0.8 * self._mass_vel + 0.2 * action[:2]
                 self._mass_pos = np.clip(self._mass_pos + 0.1 * self._mass_vel, -1.0, 1.0)
             paid = float(time_step.reward or 0.0)  # what the task itself pays for this step
             task_reward += paid
-            reward += self._reward_from_sensor(self._perturbed_sensor()) if self.variant == "noisy_sensor" else paid
-            if self.pixels and self.variant != "noiseless":  # the frame that perturbed this step's sensor, then on
+            reward += self._reward_from_sensor(self._perturbed_sensor()) if "noisy_sensor" in self.parts else paid
+            if self.pixels and "distractors" in self.parts:  # the frame that perturbed this step's sensor, then on
                 self._video.step()
-            if self.pixels and self.variant == "jitter":
+            if self.pixels and "jitter" in self.parts:
                 self._camera.step()
         self._task_reward = task_reward
         obs, info = self._observe(time_step)
