@@ -48,9 +48,8 @@ from platonic_rl.benchmarks.dmc_probe import latent_probe_data
 from platonic_rl.training.world_model import (SATURATION_MARGIN, DMCOnlineConfig, evaluation_summaries, run_episode,
                                                train_dmc_online)
 from platonic_rl.denoised.model import all_features
-from platonic_rl.envs.dmc import TASKS, VARIANTS, DMCEnv
-from platonic_rl.replearn.probes import affine_explained, explained
-from platonic_rl.replearn.probes import ridge_probe_r2
+from platonic_rl.envs.dmc import TASKS, VARIANTS
+from platonic_rl.replearn.probes import affine_explained, explained, ridge_probe_r2
 
 # Table 5.1, backprop via dynamics, mean over the three tasks, 64x64 pixels, 1M env steps (for orientation).
 TABLE_5_1 = {"noiseless": (801.4, 848.6), "distractors": (597.7, 227.8), "noisy_sensor": (563.1, 212.4),
@@ -137,9 +136,7 @@ class Args:
     cpu 128; batch_size x chunk or more: all of them, as Dreamer)."""
     actor: ActorKind = DenoisedMDPConfig.actor
     """The actor's parametrisation (``DenoisedMDPConfig.actor``): ``dreamer`` is DreamerV1's and the official Denoised
-    MDP code's; ``clipped`` (log sigma clipped, unbounded mean) is the one results recorded before 2026-11-25 used.
-    A run directory saved before the field existed resumes only with ``clipped`` (and then with today's exploration
-    stream and posterior-mean evaluation, so not as it would have gone on at the time)."""
+    MDP code's; ``clipped`` (log sigma clipped, unbounded mean) is the one results recorded before 2026-11-25 used."""
     x_size: tuple[int, int] | None = None
     """x's sizes, deterministic and stochastic (``x_belief x_state``), for both methods (Dreamer's latent is its x),
     replacing the preset's (cpu: Denoised MDP 64 16, Dreamer 117 26; Table D.4 sizes Dreamer's latent to match
@@ -182,19 +179,14 @@ class Args:
 
 
 def loop_config(args: Args, task: str, variant: str, seed: int) -> DMCOnlineConfig:
-    """The training loop of one (task, variant, seed) run under ``args``."""
+    """The training loop of one (task, variant, seed) run under ``args``: every flag named as a field of
+    :class:`~platonic_rl.training.world_model.DMCOnlineConfig` sets that field (a new loop setting is its field and its
+    flag), the preset fills the sizes left unset, and evaluations come every 10k env steps (or at the budget)."""
     p = DMC_PRESETS[args.preset]
-    return DMCOnlineConfig(task=task, variant=variant, env_steps=args.env_steps, seed=seed,
-                           batch_size=args.batch_size or p["batch_size"], chunk=args.chunk or p["chunk"],
-                           eval_every=min(10_000, args.env_steps), eval_episodes=args.eval_episodes,
-                           normalise_observations=args.normalise_observations, observation=args.observation,
-                           video_dir=args.video_dir, cheap_visuals=args.cheap_visuals, overwrite=args.overwrite,
-                           updates_per_call=args.updates_per_call, **distractor_settings(args))
-
-
-def distractor_settings(args: Args) -> dict:
-    """The env's distractor arguments under ``args`` (pixels ignore them: their background is the video)."""
-    return dict(distractor=args.distractor, num_twins=args.num_twins)
+    flags = {f.name: getattr(args, f.name) for f in dataclasses.fields(DMCOnlineConfig) if hasattr(args, f.name)}
+    return DMCOnlineConfig(**{**flags, "task": task, "variant": variant, "seed": seed,
+                              "batch_size": args.batch_size or p["batch_size"], "chunk": args.chunk or p["chunk"],
+                              "eval_every": min(10_000, args.env_steps)})
 
 
 OPEN_LOOP_READOUTS = (1, 5, 15)  # steps of the x prior after the posterior (15: the imagination horizon)
@@ -258,8 +250,7 @@ def run(args: Args) -> dict:
     runs, pictures = [], {}
     for task in args.tasks:
         for variant in args.variants:
-            env = DMCEnv(task, variant, 0, observation=args.observation, video_dir=args.video_dir,
-                         **distractor_settings(args))
+            env = loop_config(args, task, variant, 0).make_env()
             obs_shape, action_dim = env.observation_space.shape, env.action_space.shape[0]
             for method in args.methods:
                 for seed in args.seeds:
