@@ -152,20 +152,33 @@ def mlp_hidden_features(params, x: jax.Array) -> jax.Array:
     return x
 
 
+def _qrl_features(agent, observations, pair_input):
+    first_critic = jax.tree.map(lambda x: x[0], agent.critic_params)
+    return dict(state=agent.critic.apply(first_critic, observations, method="encode"),
+                pair=mlp_hidden_features(agent.actor_params, pair_input))
+
+
+def _crl_features(agent, goals, pair_input):
+    return dict(state=agent.critic.apply(agent.critic_params, goals, method=lambda m, g: m.g_encoder(g)),
+                pair=mlp_hidden_features(agent.actor_params, pair_input))
+
+
+FEATURES = {
+    "qrl": lambda agent, observations, goals, pair_input: _qrl_features(agent, observations, pair_input),
+    "crl": lambda agent, observations, goals, pair_input: _crl_features(agent, goals, pair_input),
+    "gcbc": lambda agent, observations, goals, pair_input: dict(pair=mlp_hidden_features(agent.params, pair_input)),
+}
+"""Per method, the features compared: ``pair`` (the policy's last hidden layer on (state, goal)) and, where the
+method has a state encoder, ``state`` (QRL: the first critic's encoder on states; Contrastive RL: its goal encoder)."""
+
+
 def representations(method: str, agent, observations: jax.Array, goals: jax.Array, pair_states: jax.Array,
                     pair_goals: jax.Array) -> dict[str, jax.Array]:
     """One agent's ``pair`` features (and ``state`` features where it has a state encoder) on the shared inputs."""
+    if method not in FEATURES:
+        raise ValueError(f"method must be one of {list(NAMES)}, got {method!r}")
     pair_input = jnp.concatenate([observations[pair_states], goals[pair_goals]], -1)
-    if method == "qrl":
-        first_critic = jax.tree.map(lambda x: x[0], agent.critic_params)
-        return dict(state=agent.critic.apply(first_critic, observations, method="encode"),
-                    pair=mlp_hidden_features(agent.actor_params, pair_input))
-    if method == "crl":
-        return dict(state=agent.critic.apply(agent.critic_params, goals, method=lambda m, g: m.g_encoder(g)),
-                    pair=mlp_hidden_features(agent.actor_params, pair_input))
-    if method == "gcbc":
-        return dict(pair=mlp_hidden_features(agent.params, pair_input))
-    raise ValueError(f"method must be one of {list(NAMES)}, got {method!r}")
+    return FEATURES[method](agent, observations, goals, pair_input)
 
 
 # ------------------------------------------------------------------------------------------ training

@@ -9,6 +9,7 @@ nothing here runs anything.
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import numpy as np
 
@@ -216,22 +217,32 @@ def device_loop_scales() -> dict[str, DeviceLoopScale]:
     }
 
 
+def _qrl_device_config(scale: DeviceLoopScale, obs_dim: int, action_dim: int, qrl_entropy_init: float | None):
+    h = scale.hidden
+    return QRLContinuousConfig(obs_dim=obs_dim, action_dim=action_dim, encoder_hidden=h, latent_dim=scale.latent,
+                               projector_hidden=h[:1], iqe_components=scale.iqe[0], iqe_dim_per_component=scale.iqe[1],
+                               dynamics_hidden=h, actor_hidden=h,
+                               entropy_init=scale.qrl_entropy_init if qrl_entropy_init is None else qrl_entropy_init)
+
+
+DEVICE_LOOP_METHODS: dict[str, Callable] = {
+    "qrl": _qrl_device_config,
+    "crl": lambda scale, obs_dim, action_dim, _: CRLConfig(obs_dim=obs_dim, action_dim=action_dim, hidden=scale.hidden,
+                                                           repr_dim=64, actor_hidden=scale.hidden),
+    "gcbc": lambda scale, obs_dim, action_dim, _: GCBCConfig(obs_dim=obs_dim, action_dim=action_dim,
+                                                             hidden=scale.hidden),
+}
+"""The device loop's methods: name -> ``(scale, obs_dim, action_dim, qrl_entropy_init) -> agent config``; a new
+method is one entry (the loop makes the agent of its config's class)."""
+
+
 def device_loop_agent_config(method: str, scale: DeviceLoopScale, obs_dim: int, action_dim: int,
                              qrl_entropy_init: float | None = None):
-    """The agent of ``method`` at ``scale``; QRL's entropy weight starts at ``qrl_entropy_init`` (None: the
-    scale's)."""
-    h = scale.hidden
-    if method == "qrl":
-        return QRLContinuousConfig(obs_dim=obs_dim, action_dim=action_dim, encoder_hidden=h, latent_dim=scale.latent,
-                                   projector_hidden=h[:1], iqe_components=scale.iqe[0],
-                                   iqe_dim_per_component=scale.iqe[1], dynamics_hidden=h, actor_hidden=h,
-                                   entropy_init=scale.qrl_entropy_init if qrl_entropy_init is None
-                                   else qrl_entropy_init)
-    if method == "crl":
-        return CRLConfig(obs_dim=obs_dim, action_dim=action_dim, hidden=h, repr_dim=64, actor_hidden=h)
-    if method == "gcbc":
-        return GCBCConfig(obs_dim=obs_dim, action_dim=action_dim, hidden=h)
-    raise ValueError(f"method must be one of ['qrl', 'crl', 'gcbc'], got {method!r}")
+    """The agent of ``method`` (:data:`DEVICE_LOOP_METHODS`) at ``scale``; QRL's entropy weight starts at
+    ``qrl_entropy_init`` (None: the scale's)."""
+    if method not in DEVICE_LOOP_METHODS:
+        raise ValueError(f"method must be one of {list(DEVICE_LOOP_METHODS)}, got {method!r}")
+    return DEVICE_LOOP_METHODS[method](scale, obs_dim, action_dim, qrl_entropy_init)
 
 
 def device_loop_env(name: str, reacher_goal: str = "pose") -> jax_env.GoalEnv:
