@@ -18,15 +18,13 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
 from platonic_rl.agents.qrl_diagnostics import true_dynamics_greedy_actions
 from platonic_rl.envs import maze2d
-from platonic_rl.envs.jax_env import rollout
 from platonic_rl.envs.maze2d import normalised_data, normaliser
-from platonic_rl.envs.point_maze import PointMaze
+from platonic_rl.envs.point_maze import PointMaze, sparse_returns
 from platonic_rl.envs.replay import SegmentGoalSampler
 from platonic_rl.training.offline import TrainConfig, train_offline
 from platonic_rl.training.run import RunDirectory
@@ -77,9 +75,7 @@ def episode_returns(agent: QRLContinuousAgent, key: jax.Array, layout: str, mode
         act = lambda obs, goals, k: agent.act(norm(obs), norm(goals))  # noqa: E731
     else:
         act = lambda obs, goals, k: true_dynamics_greedy_actions(agent, env, obs, goals, GRID)  # noqa: E731
-    out = rollout(env, act, key, episodes)
-    reached = jnp.linalg.norm(out["observations"][:, 1:, :2] - out["goals"][:, None, :2], axis=-1) <= maze2d.GOAL_RADIUS
-    return reached.sum(1)
+    return sparse_returns(env, act, key, episodes)
 
 
 def evaluate(agent: QRLContinuousAgent, layout: str, episodes: int, seed: int, episode_length: int = 0) -> dict:

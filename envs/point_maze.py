@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from platonic_rl.envs import maze2d
-from platonic_rl.envs.jax_env import GoalEnv
+from platonic_rl.envs.jax_env import GoalEnv, rollout
 
 MASS = 4.0 / 3.0 * np.pi * 0.1 ** 3 * 1000.0  # the ball: radius 0.1, density 1000
 DAMPING = 1.0
@@ -149,3 +149,13 @@ class PointMaze(GoalEnv):
 
     def reached(self, observation, goal):
         return jnp.sqrt(jnp.sum((observation[:2] - goal[:2]) ** 2)) <= maze2d.GOAL_RADIUS
+
+
+def sparse_returns(env: PointMaze, act, key: jax.Array, episodes: int) -> jax.Array:
+    """D4RL's return of each of ``episodes`` episodes of ``act(observations, goals, key) -> actions`` (pure JAX):
+    the steps that end within :data:`~platonic_rl.envs.maze2d.GOAL_RADIUS` of the goal, as
+    :func:`platonic_rl.envs.maze2d.evaluate` counts them in C MuJoCo; ``maze2d.normalized_score`` turns them into
+    D4RL's normalised score. ``[episodes]``."""
+    out = rollout(env, act, key, episodes)
+    reached = jnp.linalg.norm(out["observations"][:, 1:, :2] - out["goals"][:, None, :2], axis=-1) <= maze2d.GOAL_RADIUS
+    return reached.sum(1)
