@@ -98,3 +98,21 @@ def test_source_commit_names_the_checkout_and_says_when_it_was_modified(tmp_path
     (root / "inner" / "benchmarks").mkdir(parents=True)  # a copy inside another repository: not its commit
     monkeypatch.setattr(report, "__file__", str(root / "inner" / "benchmarks" / "report.py"))
     assert report.source_commit() is None
+
+
+def test_cached_record_reuses_a_current_record_and_remakes_one_of_other_settings(tmp_path):
+    path, calls = tmp_path / "evals" / "row.json", []
+
+    def compute(value):
+        calls.append(value)
+        return dict(updates=value, score=np.float32(0.5) * value)  # a NumPy value is saved as a number
+
+    first = report.cached_record(path, lambda: compute(10))
+    assert first == dict(updates=10, score=5.0) and json.loads(path.read_text()) == first
+    current = lambda record: record["updates"] == 10  # noqa: E731
+    assert report.cached_record(path, lambda: compute(99), current=current) == first and calls == [10]
+    again = report.cached_record(path, lambda: compute(20), current=lambda record: record["updates"] == 20)
+    assert again["updates"] == 20 and report.read_record(path) == again and calls == [10, 20]
+    report.cached_record(path, lambda: compute(20), current=lambda record: True, overwrite=True)
+    assert calls == [10, 20, 20]
+    assert report.read_record(tmp_path / "missing.json") is None
