@@ -42,8 +42,8 @@ from platonic_rl.agents.denoised_mdp import ActorKind, DenoisedMDPAgent, Denoise
 from platonic_rl.benchmarks import report
 from platonic_rl.benchmarks.presets import DMC_BETAS as BETAS  # noqa: F401 -- Table D.5, read as dmc.BETAS
 from platonic_rl.benchmarks.presets import DMC_PRESETS, make_config
-from platonic_rl.training.run import (RunDirectory, as_json, describe_differences, read_json, settings_differences,
-                                      write_json)
+from platonic_rl.training.run import (RUN_FORMAT, RunDirectory, as_json, describe_differences, read_json,
+                                      settings_differences, write_json)
 from platonic_rl.benchmarks.dmc_probe import latent_probe_data
 from platonic_rl.training.world_model import (SATURATION_MARGIN, DMCOnlineConfig, evaluation_summaries, run_episode,
                                                train_dmc_online)
@@ -378,6 +378,10 @@ def finished_record(run_dir: Path, config: DenoisedMDPConfig, loop: DMCOnlineCon
     path = Path(run_dir) / RECORD
     if not path.exists():
         return None
+    if RunDirectory.saved_format(run_dir) not in (None, RUN_FORMAT):
+        raise ValueError(f"{path} was recorded by an earlier version of platonic-rl (run format "
+                         f"{RunDirectory.saved_format(run_dir)}; CHANGELOG.md): its settings do not compare with "
+                         "today's. Pass --overwrite to train it again, or choose another --out-dir")
     record = read_json(path, "a finished run's record")
     keys = ("agent_config", "loop", "probe_settings")
     differ = settings_differences({k: record[k] for k in keys if k in record},

@@ -1,6 +1,6 @@
 """Quasimetric learning on random directed graphs: Figure 3-4 and Table 3.2 (dissertation 3.5.5, 3.6.1).
 
-    python -m platonic_rl.benchmarks.quasimetric_learning                  # quick: 7 heads, a smoke run (~2 min, 2 cores)
+    python -m platonic_rl.benchmarks.quasimetric_learning                  # quick: 7 heads, a smoke run
     python -m platonic_rl.benchmarks.quasimetric_learning --scale cpu      # ~40 minutes on 2 CPU cores
     python -m platonic_rl.benchmarks.quasimetric_learning --scale paper    # appendix B.4.2 lengths (accelerators)
 
@@ -99,8 +99,9 @@ class Scale:
 
 
 QUICK_METHODS = ("iqe-maxmean", "pqe-lh", "mrn", "deepnorm", "widenorm", "l2", "mlp+tri")
-"""The quick preset's heads: one of each family (IQE, PQE, MRN, Deep/Wide Norm, a symmetric metric, an unconstrained
-MLP with the triangle regulariser), so that the smoke run compiles 7 heads instead of 16."""
+"""The quick preset's heads, one per kind (an IQE, a PQE, MRN, Deep Norm, Wide Norm, a metric, an unconstrained MLP with
+the triangle regulariser): the smoke run compiles 7 heads instead of 16, so its best-of-family rows lack the other
+families (the cpu and paper presets run every head)."""
 
 
 PRESETS = {

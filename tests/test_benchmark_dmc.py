@@ -10,6 +10,7 @@ pytest.importorskip("dm_control")
 from platonic_rl.benchmarks import dmc as bd  # noqa: E402
 from platonic_rl.benchmarks import presets  # noqa: E402
 from platonic_rl.envs.dmc import TASKS, VARIANTS  # noqa: E402
+from platonic_rl.training.run import RUN_FORMAT  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 import update_fixtures  # noqa: E402
@@ -490,3 +491,27 @@ def test_distractor_flags_reach_the_env_and_the_budget_line():
         bd.Args(distractor="signals", num_twins=2)
     with pytest.raises(ValueError, match="--num_twins must be >= 1|--num-twins must be >= 1"):
         bd.Args(num_twins=0)
+
+
+def test_a_record_of_an_earlier_run_format_is_refused_not_reused(tmp_path):
+    """A finished run's record is reused only beside a run directory of today's format: one written before formats
+    were recorded may lack fields whose absence meant other behaviour than today's defaults (CHANGELOG.md)."""
+    import json
+
+    args = bd.Args(tasks=("reacher-easy",), variants=("noiseless",), methods=("dreamer",), env_steps=10_000,
+                   out_dir=str(tmp_path))
+    loop = bd.loop_config(args, "reacher-easy", "noiseless", 0)
+    env = loop.make_env()
+    config = bd.make_config("dreamer", "reacher-easy", "noiseless", env.observation_space.shape,
+                            env.action_space.shape[0], args.preset, args.policy)
+    record = bd.run_record("reacher-easy", "noiseless", "dreamer", 0, config, loop,
+                           [dict(env_steps=10_000, train_return=1.0, eval_return=2.0)], {}, 1.0)
+    record["probe_settings"] = bd.probe_settings(args)
+    run_dir = tmp_path / "reacher-easy_noiseless_dreamer_seed0"
+    run_dir.mkdir()
+    (run_dir / bd.RECORD).write_text(json.dumps(record))
+    (run_dir / "config.json").write_text(json.dumps(dict(format=RUN_FORMAT, command="", settings={})))
+    assert bd.finished_record(run_dir, config, loop, args) is not None
+    (run_dir / "config.json").write_text(json.dumps(dict(command="", settings={})))  # format 1
+    with pytest.raises(ValueError, match="run format 1.*--overwrite"):
+        bd.finished_record(run_dir, config, loop, args)

@@ -395,6 +395,13 @@ class RunDirectory:
         return self.manager.latest_step()
 
     @staticmethod
+    def saved_format(path: str | Path) -> int | None:
+        """The format of the run directory ``path`` (:data:`RUN_FORMAT`; 1 for one written before formats were
+        recorded), read without opening (or locking) it: None where it holds no run."""
+        config = Path(path) / "config.json"
+        return read_json(config, "a run directory's config").get("format", 1) if config.is_file() else None
+
+    @staticmethod
     def saved_step(path: str | Path) -> int:
         """The step of the latest checkpoint in the run directory ``path``, read without opening (or locking)
         it: 0 when it holds none. A caller that resumes in chunks sizes the next one from it."""
