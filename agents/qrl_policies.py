@@ -4,6 +4,7 @@ waypoints, the dataset's states -- never a simulator.
 
     policy = make_policy("lookahead", agent, hold_steps=20)                 # argmin_a d(T^k(f(s), a), f(g))
     policy = make_policy("waypoints", agent, dataset_states, reach=20.0)    # subgoals along the learned distance
+    policy = make_policy("graph_waypoints", agent, dataset_states)           # shortest paths over the waypoints
     policy = make_policy("mppi", agent, num_samples=10_000, horizon=5)      # C.3.2's MPPI on the learned model
     state = policy.initial_policy_state(batch_size)
     actions, state = jax.jit(type(policy).step)(policy, state, observations, goals, None, rng)
@@ -27,6 +28,10 @@ and the critic's ordering errors swamp differences that small. The policies here
   nearer than d(s, g) - H, and the chosen one lies on a shortest path through the data as far as H allows. It
   then acts towards w with an inner policy (the actor or the lookahead), for which the near target restores the
   resolution the far goal lacks;
+  With ``plan="graph"`` it plans over the waypoints instead (Search on the Replay Buffer, Eysenbach et al., 2019):
+  the waypoints are the nodes of a graph whose edges join states within reach (d <= H), weighted by the learned
+  distance; the next waypoint is the first of the cheapest path s -> w_1 -> ... -> w_n -> g whose every leg is
+  within reach, so only short learned distances, the ones the local constraint ties to the transitions, are read;
 * :class:`MPPIPolicy` plans ``horizon`` steps in the learned model with the learned Q* as the per-step cost
   (C.3.2's MPPI with the QRL value: horizon 5, 10,000 samples, noise variance 1, lambda 0.01).
 
@@ -100,6 +105,22 @@ def held_action_costs(agent: QRLContinuousAgent, observations: jax.Array, goals:
     return _head(agent, _project(agent, z_after), p_goal[:, :, None])
 
 
+def waypoint_graph(agent: QRLContinuousAgent, projections: jax.Array, reach: jax.Array, rows_per_call: int = 50
+                   ) -> jax.Array:
+    """All-pairs shortest paths ``[M, M]`` over waypoints (their projections ``[num_critics, M, P]``): an edge
+    a -> b wherever max_i d_i(w_a, w_b) <= ``reach``, weighted by it, then Floyd-Warshall (inf where no path)."""
+    m = projections.shape[1]
+
+    def row_block(rows):  # [R] waypoint indices -> their learned distances to every waypoint [R, M]
+        return _head(agent, projections[:, rows, None], projections[:, None])
+
+    padded = -(-m // rows_per_call) * rows_per_call
+    blocks = jnp.minimum(jnp.arange(padded), m - 1).reshape(-1, rows_per_call)
+    d = jax.lax.map(row_block, blocks).reshape(padded, m)[:m]
+    edges = jnp.where(d <= reach, d, jnp.inf).at[jnp.arange(m), jnp.arange(m)].set(0.0)
+    return jax.lax.fori_loop(0, m, lambda k, paths: jnp.minimum(paths, paths[:, k, None] + paths[None, k, :]), edges)
+
+
 # ------------------------------------------------------------------------------------ policies
 
 
@@ -150,17 +171,24 @@ class WaypointPolicy(flax.struct.PyTreeNode):
     it is within reach or no waypoint is (see the module docstring for why). ``inner`` (the agent's actor, a
     :class:`LatentLookahead`, any policy with ``step``) then acts towards the chosen target, chosen again every
     ``replan_every`` steps (and whenever a goal changes). The waypoints are projected once, when the policy is built
-    (:meth:`create`)."""
+    (:meth:`create`).
+
+    ``plan="graph"``: the target is instead the first waypoint of the cheapest path s -> w_1 -> ... -> w_n -> g over
+    the waypoint graph (:func:`waypoint_graph`, computed once in :meth:`create`), every leg within reach; the path
+    costs from each waypoint to a goal are computed when the goal changes. Where no such path exists the greedy
+    choice above is made."""
     agent: QRLContinuousAgent
     inner: Any
     waypoints: jax.Array            # [M, D]
     waypoint_projections: jax.Array  # [num_critics, M, head_dim]
     reach: jax.Array                 # H, steps of learned distance (a leaf: vmappable, no recompilation)
+    paths: jax.Array | None = None   # plan="graph": shortest path costs between waypoints [M, M]
     replan_every: int = flax.struct.field(pytree_node=False, default=1)
+    plan: str = flax.struct.field(pytree_node=False, default="greedy")
 
     @classmethod
     def create(cls, agent: QRLContinuousAgent, waypoints: jax.Array, reach: float, inner: Any = None,
-               replan_every: int = 1) -> "WaypointPolicy":
+               replan_every: int = 1, plan: str = "greedy") -> "WaypointPolicy":
         waypoints = jnp.asarray(waypoints, jnp.float32)
         if waypoints.ndim != 2 or waypoints.shape[0] < 1 or waypoints.shape[1:] != agent.config.obs_shape:
             raise ValueError(f"waypoints must be dataset states [M >= 1, {agent.config.obs_shape}], got "
@@ -169,14 +197,23 @@ class WaypointPolicy(flax.struct.PyTreeNode):
             raise ValueError(f"reach must be > 0 (steps of learned distance), got {reach}")
         if not isinstance(replan_every, int) or replan_every < 1:
             raise ValueError(f"replan_every must be an int >= 1 (steps), got {replan_every!r}")
+        if plan not in ("greedy", "graph"):
+            raise ValueError(f"plan must be 'greedy' or 'graph', got {plan!r}")
         projections = _project(agent, _encode(agent, waypoints))
+        paths = waypoint_graph(agent, projections, jnp.float32(reach)) if plan == "graph" else None
         return cls(agent=agent, inner=agent if inner is None else inner, waypoints=waypoints,
-                   waypoint_projections=projections, reach=jnp.float32(reach), replan_every=replan_every)
+                   waypoint_projections=projections, reach=jnp.float32(reach), paths=paths,
+                   replan_every=replan_every, plan=plan)
 
     def waypoint_goal_distances(self, goals: jax.Array) -> jax.Array:
-        """max_i d_i(w, g) for every waypoint and goal: ``[N, M]``."""
+        """max_i d_i(w, g) for every waypoint and goal: ``[N, M]``; with ``plan="graph"``, the cost of the cheapest
+        path from each waypoint to the goal over the graph, its last leg within reach (inf where there is none)."""
         p_g = _project(self.agent, _encode(self.agent, goals))
-        return _head(self.agent, self.waypoint_projections[:, None], p_g[:, :, None])
+        d_wg = _head(self.agent, self.waypoint_projections[:, None], p_g[:, :, None])
+        if self.plan == "greedy":
+            return d_wg
+        last_leg = jnp.where(d_wg <= self.reach, d_wg, jnp.inf)                    # [N, M]
+        return jax.lax.map(lambda row: jnp.min(self.paths + row[None, :], axis=1), last_leg)
 
     def targets(self, observations: jax.Array, goals: jax.Array, d_wg: jax.Array | None = None
                 ) -> tuple[jax.Array, dict[str, jax.Array]]:
@@ -189,7 +226,14 @@ class WaypointPolicy(flax.struct.PyTreeNode):
         d_sw = _head(self.agent, p_s[:, :, None], self.waypoint_projections[:, None])  # [N, M]
         d_wg = self.waypoint_goal_distances(goals) if d_wg is None else d_wg
         in_reach = d_sw <= self.reach
-        best = jnp.argmin(jnp.where(in_reach, d_wg, jnp.inf), 1)
+        if self.plan == "graph":  # the cheapest path's first waypoint; where there is none, the greedy choice
+            path_cost = jnp.where(in_reach, d_sw + d_wg, jnp.inf)
+            greedy = _head(self.agent, self.waypoint_projections[:, None], p_g[:, :, None])
+            best = jnp.where(jnp.isfinite(path_cost).any(1), jnp.argmin(path_cost, 1),
+                             jnp.argmin(jnp.where(in_reach, greedy, jnp.inf), 1))
+            d_wg = jnp.where(jnp.isfinite(path_cost).any(1)[:, None], d_wg, greedy)
+        else:
+            best = jnp.argmin(jnp.where(in_reach, d_wg, jnp.inf), 1)
         use_waypoint = in_reach.any(1) & (d_sg > self.reach)
         targets = jnp.where(use_waypoint[:, None], self.waypoints[best], goals)
         pick = lambda d: jnp.take_along_axis(d, best[:, None], 1)[:, 0]  # noqa: E731
@@ -270,7 +314,7 @@ class MPPIPolicy(flax.struct.PyTreeNode):
 
 
 def _waypoints(agent, dataset_states, reach: float = 20.0, num_waypoints: int = 2000, inner: str = "actor",
-               hold_steps: int = 20, replan_every: int = 1, seed: int = 0, **inner_settings):
+               hold_steps: int = 20, replan_every: int = 1, seed: int = 0, plan: str = "greedy", **inner_settings):
     if dataset_states is None:
         raise ValueError("the waypoints policy needs dataset_states: the dataset's observations [N, D]")
     states = jnp.asarray(dataset_states, jnp.float32)
@@ -281,7 +325,7 @@ def _waypoints(agent, dataset_states, reach: float = 20.0, num_waypoints: int = 
     if inner not in ("actor", "lookahead"):
         raise ValueError(f"inner must be 'actor' or 'lookahead', got {inner!r}")
     inner_policy = agent if inner == "actor" else LatentLookahead(agent, hold_steps=hold_steps, **inner_settings)
-    return WaypointPolicy.create(agent, states, reach, inner_policy, replan_every)
+    return WaypointPolicy.create(agent, states, reach, inner_policy, replan_every, plan)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,6 +341,10 @@ POLICIES: dict[str, PolicyEntry] = {
                              "argmin over a grid (and the actor's mode) of d(T^k(f(s), a), f(g)), a held k steps"),
     "waypoints": PolicyEntry(_waypoints, "subgoals: the dataset state within reach H nearest the goal, then an inner "
                                          "policy (the actor or the lookahead) towards it"),
+    "graph_waypoints": PolicyEntry(lambda agent, dataset_states=None, **kw: _waypoints(agent, dataset_states,
+                                                                                      plan="graph", **kw),
+                                   "the first waypoint of the cheapest path to the goal over the dataset states, every "
+                                   "leg within reach H (SoRB), then an inner policy towards it"),
     "mppi": PolicyEntry(lambda agent, dataset_states=None, **kw: MPPIPolicy(agent, **kw),
                         "MPPI in the learned model with the learned Q* as the per-step cost (C.3.2)"),
 }

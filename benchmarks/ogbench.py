@@ -54,7 +54,8 @@ from platonic_rl.envs import ogbench_maze
 from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
 from platonic_rl.training.offline import TrainConfig, load_dataset, train_offline
 
-METHODS = ("qrl", "qrl_lookahead", "qrl_waypoints", "qrl_waypoints_lookahead", "crl", "gcbc")  # ROWS' keys
+METHODS = ("qrl", "qrl_lookahead", "qrl_waypoints", "qrl_waypoints_lookahead", "qrl_graph_waypoints",
+           "qrl_graph_waypoints_lookahead", "crl", "gcbc")  # ROWS' keys
 Method = Literal[METHODS]
 TRAINED = ("qrl", "crl", "gcbc")  # what trains; the other rows act with QRL's trained seeds
 Dataset = Literal["pointmaze-medium-navigate-v0", "pointmaze-large-navigate-v0", "pointmaze-medium-stitch-v0",
@@ -78,6 +79,8 @@ ROWS: dict[str, Row] = {
     "qrl_lookahead": Row("QRL, lookahead", "qrl", "lookahead"),
     "qrl_waypoints": Row("QRL, waypoints + actor", "qrl", "waypoints", "actor"),
     "qrl_waypoints_lookahead": Row("QRL, waypoints + lookahead", "qrl", "waypoints", "lookahead"),
+    "qrl_graph_waypoints": Row("QRL, graph waypoints + actor", "qrl", "graph_waypoints", "actor"),
+    "qrl_graph_waypoints_lookahead": Row("QRL, graph waypoints + lookahead", "qrl", "graph_waypoints", "lookahead"),
     "crl": Row("Contrastive RL (+BC)", "crl"),
     "gcbc": Row("GCBC", "gcbc"),
 }

@@ -70,14 +70,16 @@ class QRLPolicySettings:
     cap_to_goal_distance: bool = False  # the lookahead holds each action at most d(s, g) steps (LatentLookahead)
 
     def policy_kwargs(self, policy: str, inner: str | None = None) -> dict:
-        """``make_policy``'s settings for the ``lookahead`` or the ``waypoints`` (with ``inner``) policy."""
+        """``make_policy``'s settings for the ``lookahead`` or the ``waypoints`` / ``graph_waypoints`` (with
+        ``inner``) policy."""
         lookahead = dict(hold_steps=self.hold_steps, cap_to_goal_distance=self.cap_to_goal_distance)
         if policy == "lookahead":
             return lookahead
-        if policy == "waypoints":
+        if policy in ("waypoints", "graph_waypoints"):
             kwargs = dict(reach=self.reach, num_waypoints=self.num_waypoints, replan_every=self.replan_every, inner=inner)
             return kwargs | (lookahead if inner == "lookahead" else {})
-        raise ValueError(f"policy must be 'lookahead' or 'waypoints' (the ones these settings describe), got {policy!r}")
+        raise ValueError(f"policy must be 'lookahead', 'waypoints' or 'graph_waypoints' (the ones these settings "
+                         f"describe), got {policy!r}")
 
 
 @dataclasses.dataclass(frozen=True)

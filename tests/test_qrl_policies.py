@@ -140,6 +140,40 @@ def test_waypoints_choose_the_reachable_state_nearest_the_goal_by_brute_force(ag
     np.testing.assert_array_equal(with_lookahead.act(obs, goals), inner.act(obs, targets))
 
 
+def test_graph_waypoints_take_the_first_hop_of_the_cheapest_path_by_brute_force(agent):
+    """plan="graph": against Dijkstra by hand over the same waypoints, edges where the learned distance is within
+    reach; where no path reaches the goal, the greedy choice."""
+    obs, goals, waypoints = states(6, 21), states(6, 22), states(30, 23)
+    d = lambda a, b: np.asarray(agent.goal_distances(a, b).max(0))  # noqa: E731
+    grid = lambda a, b: d(jnp.repeat(a, len(b), 0), jnp.tile(b, (len(a), 1))).reshape(len(a), len(b))  # noqa: E731
+    d_ww, d_sw, d_wg, d_sg = grid(waypoints, waypoints), grid(obs, waypoints), grid(waypoints, goals).T, d(obs, goals)
+    reach = float(np.quantile(d_ww[~np.eye(30, dtype=bool)], 0.3))  # a sparse graph: 30% of the pairs are edges
+    policy = P.WaypointPolicy.create(agent, waypoints, reach, plan="graph")
+    edges = np.where(d_ww <= reach, d_ww, np.inf)
+    np.fill_diagonal(edges, 0.0)
+    paths = edges.copy()  # shortest paths by repeated relaxation (Bellman-Ford), independent of Floyd-Warshall
+    for _ in range(30):
+        paths = np.minimum(paths, (paths[:, :, None] + edges[None]).min(1))
+    np.testing.assert_allclose(np.asarray(policy.paths), paths, rtol=1e-5)
+    targets, info = policy.targets(obs, goals)
+    chosen = 0
+    for n in range(6):
+        to_goal = (paths + np.where(d_wg[n] <= reach, d_wg[n], np.inf)[None]).min(1)       # [M]: w -> ... -> g
+        cost = np.where(d_sw[n] <= reach, d_sw[n] + to_goal, np.inf)
+        if d_sg[n] <= reach or not (d_sw[n] <= reach).any():
+            np.testing.assert_array_equal(targets[n], goals[n])
+        elif np.isfinite(cost).any():
+            np.testing.assert_allclose(targets[n], waypoints[np.argmin(cost)])
+            chosen += 1
+        else:
+            greedy = np.flatnonzero(d_sw[n] <= reach)[np.argmin(d_wg[n][d_sw[n] <= reach])]
+            np.testing.assert_allclose(targets[n], waypoints[greedy])
+    assert chosen >= 1  # the path branch was taken
+    np.testing.assert_allclose(policy.act(obs, goals), agent.act(obs, targets), rtol=1e-6)
+    with pytest.raises(ValueError, match="plan must be 'greedy' or 'graph'"):
+        P.WaypointPolicy.create(agent, waypoints, reach, plan="astar")
+
+
 def test_mppi_policy_is_the_planning_step_on_qrls_plan_costs_and_carries_its_plan(agent):
     obs, goals = states(3, 9), states(3, 10)
     policy = P.MPPIPolicy(agent, horizon=4, num_samples=32, seed=5, episodes_per_call=2)
@@ -163,7 +197,8 @@ def test_every_policy_has_the_agents_acting_signature_and_vmaps_over_seeds():
     stack = stack.replace(agents=jax.vmap(lambda a, s: perturbed(a, s))(stack.agents, jnp.arange(2)))
     obs, goals, data = states(4, 11), states(4, 12), states(30, 13)
     settings = dict(actor={}, lookahead=dict(hold_steps=3, grid_size=3), waypoints=dict(reach=1.0, num_waypoints=20),
-                    mppi=dict(num_samples=16, horizon=3))
+                    graph_waypoints=dict(reach=1.0, num_waypoints=20), mppi=dict(num_samples=16, horizon=3))
+    assert set(settings) == set(P.POLICIES)
     for name, kw in settings.items():
         def acts(agent):
             policy = P.make_policy(name, agent, data, **kw)
