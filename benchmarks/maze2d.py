@@ -66,8 +66,8 @@ from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
 from platonic_rl.training import signals
 from platonic_rl.training.offline import train_offline
 
-METHODS = ("qrl", "qrl_lookahead", "qrl_waypoints", "qrl_waypoints_lookahead", "qrl_grid", "qrl_true", "qrl_true_hold",
-           "crl", "gcbc", "mppi", "mppi_paper_samples", "mppi_true")  # the rows of TABLE, in the table's order
+METHODS = ("qrl", "qrl_lookahead", "qrl_waypoints", "qrl_waypoints_lookahead", "qrl_graph_waypoints", "qrl_grid",
+           "qrl_true", "qrl_true_hold", "crl", "gcbc", "mppi", "mppi_paper_samples", "mppi_true")  # TABLE's rows
 MethodName = Literal[METHODS]
 LAYOUTS = ("large", "medium", "umaze")
 
@@ -291,6 +291,8 @@ TABLE: dict[str, Method] = {
                             settings=_recorded("waypoints", "actor")),
     "qrl_waypoints_lookahead": Method("QRL, waypoints + lookahead", "qrl", _qrl_policy("waypoints", "lookahead"),
                                       "addition", settings=_recorded("waypoints", "lookahead")),
+    "qrl_graph_waypoints": Method("QRL, graph waypoints + actor", "qrl", _qrl_policy("graph_waypoints", "actor"),
+                                  "addition", settings=_recorded("graph_waypoints", "actor")),
     "qrl_grid": Method("QRL critic, grid argmin", "qrl", lambda agent, layout, *_: grid_policy(agent, layout), "check"),
     "qrl_true": Method("QRL critic, true dynamics", "qrl", _true_greedy_policy(lambda s: 1), "check"),
     "qrl_true_hold": Method("QRL critic, true dyn., held", "qrl", _true_greedy_policy(lambda s: s.critic_hold_steps),
