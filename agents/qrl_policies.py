@@ -30,8 +30,8 @@ and the critic's ordering errors swamp differences that small. The policies here
   resolution the far goal lacks;
   With ``plan="graph"`` it plans over the waypoints instead (Search on the Replay Buffer, Eysenbach et al., 2019):
   the waypoints are the nodes of a graph whose edges join states within reach (d <= H), weighted by the learned
-  distance; the next waypoint is the first of the cheapest path s -> w_1 -> ... -> w_n -> g whose every leg is
-  within reach, so only short learned distances, the ones the local constraint ties to the transitions, are read;
+  distance, and d(w, g) is replaced by the cost of the cheapest path w -> ... -> g whose every leg is within reach,
+  so only short learned distances, the ones the local constraint ties to the transitions, are read;
 * :class:`MPPIPolicy` plans ``horizon`` steps in the learned model with the learned Q* as the per-step cost
   (C.3.2's MPPI with the QRL value: horizon 5, 10,000 samples, noise variance 1, lambda 0.01).
 
@@ -173,10 +173,11 @@ class WaypointPolicy(flax.struct.PyTreeNode):
     ``replan_every`` steps (and whenever a goal changes). The waypoints are projected once, when the policy is built
     (:meth:`create`).
 
-    ``plan="graph"``: the target is instead the first waypoint of the cheapest path s -> w_1 -> ... -> w_n -> g over
-    the waypoint graph (:func:`waypoint_graph`, computed once in :meth:`create`), every leg within reach; the path
-    costs from each waypoint to a goal are computed when the goal changes. Where no such path exists the greedy
-    choice above is made."""
+    ``plan="graph"``: the same rule with the graph's distance in place of d(w, g): among the waypoints within reach,
+    the one whose cheapest path to the goal over the waypoint graph (:func:`waypoint_graph`, computed once in
+    :meth:`create`; every leg within reach, the last one to the goal included) costs least -- the farthest waypoint
+    within reach along that path. The path costs from each waypoint to a goal are computed when the goal changes.
+    Where no waypoint within reach has a path, the choice is made on d(w, g) as above."""
     agent: QRLContinuousAgent
     inner: Any
     waypoints: jax.Array            # [M, D]
@@ -226,12 +227,12 @@ class WaypointPolicy(flax.struct.PyTreeNode):
         d_sw = _head(self.agent, p_s[:, :, None], self.waypoint_projections[:, None])  # [N, M]
         d_wg = self.waypoint_goal_distances(goals) if d_wg is None else d_wg
         in_reach = d_sw <= self.reach
-        if self.plan == "graph":  # the cheapest path's first waypoint; where there is none, the greedy choice
-            path_cost = jnp.where(in_reach, d_sw + d_wg, jnp.inf)
+        if self.plan == "graph":  # the rule below on the graph's path costs; where none is in reach, on d(w, g)
+            path_cost = jnp.where(in_reach, d_wg, jnp.inf)
+            has_path = jnp.isfinite(path_cost).any(1)
             greedy = _head(self.agent, self.waypoint_projections[:, None], p_g[:, :, None])
-            best = jnp.where(jnp.isfinite(path_cost).any(1), jnp.argmin(path_cost, 1),
-                             jnp.argmin(jnp.where(in_reach, greedy, jnp.inf), 1))
-            d_wg = jnp.where(jnp.isfinite(path_cost).any(1)[:, None], d_wg, greedy)
+            best = jnp.where(has_path, jnp.argmin(path_cost, 1), jnp.argmin(jnp.where(in_reach, greedy, jnp.inf), 1))
+            d_wg = jnp.where(has_path[:, None], d_wg, greedy)
         else:
             best = jnp.argmin(jnp.where(in_reach, d_wg, jnp.inf), 1)
         use_waypoint = in_reach.any(1) & (d_sg > self.reach)
@@ -343,8 +344,8 @@ POLICIES: dict[str, PolicyEntry] = {
                                          "policy (the actor or the lookahead) towards it"),
     "graph_waypoints": PolicyEntry(lambda agent, dataset_states=None, **kw: _waypoints(agent, dataset_states,
                                                                                       plan="graph", **kw),
-                                   "the first waypoint of the cheapest path to the goal over the dataset states, every "
-                                   "leg within reach H (SoRB), then an inner policy towards it"),
+                                   "the waypoint within reach whose cheapest path to the goal over the dataset states "
+                                   "(every leg within reach H; SoRB) costs least, then an inner policy towards it"),
     "mppi": PolicyEntry(lambda agent, dataset_states=None, **kw: MPPIPolicy(agent, **kw),
                         "MPPI in the learned model with the learned Q* as the per-step cost (C.3.2)"),
 }

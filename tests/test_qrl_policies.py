@@ -140,9 +140,9 @@ def test_waypoints_choose_the_reachable_state_nearest_the_goal_by_brute_force(ag
     np.testing.assert_array_equal(with_lookahead.act(obs, goals), inner.act(obs, targets))
 
 
-def test_graph_waypoints_take_the_first_hop_of_the_cheapest_path_by_brute_force(agent):
-    """plan="graph": against Dijkstra by hand over the same waypoints, edges where the learned distance is within
-    reach; where no path reaches the goal, the greedy choice."""
+def test_graph_waypoints_choose_the_reachable_state_with_the_cheapest_path_by_brute_force(agent):
+    """plan="graph": against shortest paths by hand over the same waypoints, edges where the learned distance is
+    within reach; where no waypoint within reach has a path to the goal, the choice on d(w, g)."""
     obs, goals, waypoints = states(6, 21), states(6, 22), states(30, 23)
     d = lambda a, b: np.asarray(agent.goal_distances(a, b).max(0))  # noqa: E731
     grid = lambda a, b: d(jnp.repeat(a, len(b), 0), jnp.tile(b, (len(a), 1))).reshape(len(a), len(b))  # noqa: E731
@@ -159,7 +159,7 @@ def test_graph_waypoints_take_the_first_hop_of_the_cheapest_path_by_brute_force(
     chosen = 0
     for n in range(6):
         to_goal = (paths + np.where(d_wg[n] <= reach, d_wg[n], np.inf)[None]).min(1)       # [M]: w -> ... -> g
-        cost = np.where(d_sw[n] <= reach, d_sw[n] + to_goal, np.inf)
+        cost = np.where(d_sw[n] <= reach, to_goal, np.inf)
         if d_sg[n] <= reach or not (d_sw[n] <= reach).any():
             np.testing.assert_array_equal(targets[n], goals[n])
         elif np.isfinite(cost).any():
