@@ -207,34 +207,37 @@ class WaypointPolicy(flax.struct.PyTreeNode):
                    replan_every=replan_every, plan=plan)
 
     def waypoint_goal_distances(self, goals: jax.Array) -> jax.Array:
-        """max_i d_i(w, g) for every waypoint and goal: ``[N, M]``; with ``plan="graph"``, the cost of the cheapest
-        path from each waypoint to the goal over the graph, its last leg within reach (inf where there is none)."""
+        """max_i d_i(w, g) for every waypoint and goal: ``[N, M]``."""
         p_g = _project(self.agent, _encode(self.agent, goals))
-        d_wg = _head(self.agent, self.waypoint_projections[:, None], p_g[:, :, None])
+        return _head(self.agent, self.waypoint_projections[:, None], p_g[:, :, None])
+
+    def goal_costs(self, d_wg: jax.Array) -> jax.Array:
+        """What the choice ranks the waypoints by, from their distances to the goals ``d_wg [N, M]``: d(w, g) itself
+        (``plan="greedy"``), or the cost of the cheapest path from each waypoint to the goal over the graph, its last
+        leg within reach (``plan="graph"``; inf where there is none)."""
         if self.plan == "greedy":
             return d_wg
         last_leg = jnp.where(d_wg <= self.reach, d_wg, jnp.inf)                    # [N, M]
         return jax.lax.map(lambda row: jnp.min(self.paths + row[None, :], axis=1), last_leg)
 
-    def targets(self, observations: jax.Array, goals: jax.Array, d_wg: jax.Array | None = None
-                ) -> tuple[jax.Array, dict[str, jax.Array]]:
+    def targets(self, observations: jax.Array, goals: jax.Array, d_wg: jax.Array | None = None,
+                costs: jax.Array | None = None) -> tuple[jax.Array, dict[str, jax.Array]]:
         """``(targets [N, D], info)``: each state's chosen waypoint (or its goal) and, in ``info``, d(s, g),
-        d(s, target), d(target, g) and whether a waypoint was chosen. ``d_wg``: the waypoints' distances to the
-        goals, if known (:meth:`waypoint_goal_distances`)."""
+        d(s, target), d(target, g) and whether a waypoint was chosen (with ``plan="graph"``, d(target, g) is the
+        path's cost). ``d_wg``, ``costs``: the waypoints' distances to the goals and what the choice ranks them by,
+        if known (:meth:`waypoint_goal_distances`, :meth:`goal_costs`)."""
         p_s = _project(self.agent, _encode(self.agent, observations))   # [C, N, P]
         p_g = _project(self.agent, _encode(self.agent, goals))
         d_sg = _head(self.agent, p_s, p_g)                              # [N]
         d_sw = _head(self.agent, p_s[:, :, None], self.waypoint_projections[:, None])  # [N, M]
         d_wg = self.waypoint_goal_distances(goals) if d_wg is None else d_wg
+        costs = self.goal_costs(d_wg) if costs is None else costs
         in_reach = d_sw <= self.reach
-        if self.plan == "graph":  # the rule below on the graph's path costs; where none is in reach, on d(w, g)
-            path_cost = jnp.where(in_reach, d_wg, jnp.inf)
-            has_path = jnp.isfinite(path_cost).any(1)
-            greedy = _head(self.agent, self.waypoint_projections[:, None], p_g[:, :, None])
-            best = jnp.where(has_path, jnp.argmin(path_cost, 1), jnp.argmin(jnp.where(in_reach, greedy, jnp.inf), 1))
-            d_wg = jnp.where(has_path[:, None], d_wg, greedy)
-        else:
-            best = jnp.argmin(jnp.where(in_reach, d_wg, jnp.inf), 1)
+        # The waypoint within reach that costs least; where none within reach has a finite cost (the graph: no path),
+        # the one nearest the goal, min d(w, g).
+        has_cost = jnp.isfinite(jnp.where(in_reach, costs, jnp.inf)).any(1)
+        d_wg = jnp.where(has_cost[:, None], costs, d_wg)
+        best = jnp.argmin(jnp.where(in_reach, d_wg, jnp.inf), 1)
         use_waypoint = in_reach.any(1) & (d_sg > self.reach)
         targets = jnp.where(use_waypoint[:, None], self.waypoints[best], goals)
         pick = lambda d: jnp.take_along_axis(d, best[:, None], 1)[:, 0]  # noqa: E731
@@ -244,26 +247,37 @@ class WaypointPolicy(flax.struct.PyTreeNode):
         return targets, info
 
     def initial_policy_state(self, batch_size: int) -> dict[str, Any]:
-        """The inner policy's state, the waypoints' distances to the last goals seen (NaN goals: none yet), the
-        current targets and the steps since they were chosen."""
+        """The inner policy's state, the waypoints' distances to the last goals seen (NaN goals: none yet; with
+        ``plan="graph"`` also their path costs), the current targets and the steps since they were chosen."""
         shape = (batch_size, *self.waypoints.shape[1:])
+        per_waypoint = jnp.zeros((batch_size, self.waypoints.shape[0]))
         return dict(inner=self.inner.initial_policy_state(batch_size), goals=jnp.full(shape, jnp.nan),
-                    goal_distances=jnp.zeros((batch_size, self.waypoints.shape[0])), targets=jnp.zeros(shape),
-                    since_replan=jnp.int32(0))
+                    goal_distances=per_waypoint, targets=jnp.zeros(shape), since_replan=jnp.int32(0),
+                    **(dict(goal_costs=per_waypoint) if self.plan == "graph" else {}))
 
     def step(self, policy_state, observations, goals, prev_actions=None, rng=None):
-        """Targets (chosen again when due), then the inner policy's step towards them. d(w, g) is computed again only
-        when a goal changed (an episode's goal stays, so choosing costs d(s, w) alone)."""
+        """Targets (chosen again when due), then the inner policy's step towards them. d(w, g) (and the graph's
+        path costs) are computed again only when a goal changed (an episode's goal stays, so choosing costs d(s, w)
+        alone)."""
         observations, goals = jnp.broadcast_arrays(jnp.asarray(observations), jnp.asarray(goals))
         same_goals = jnp.all(goals == policy_state["goals"])
-        d_wg = jax.lax.cond(same_goals, lambda: policy_state["goal_distances"],
-                            lambda: self.waypoint_goal_distances(goals))
+
+        def for_new_goals():
+            d_wg = self.waypoint_goal_distances(goals)
+            return d_wg, self.goal_costs(d_wg)
+
+        def cached():
+            d_wg = policy_state["goal_distances"]
+            return d_wg, policy_state["goal_costs"] if self.plan == "graph" else d_wg
+
+        d_wg, costs = jax.lax.cond(same_goals, cached, for_new_goals)
         due = ~same_goals | (policy_state["since_replan"] % self.replan_every == 0)
-        targets = jax.lax.cond(due, lambda: self.targets(observations, goals, d_wg)[0],
+        targets = jax.lax.cond(due, lambda: self.targets(observations, goals, d_wg, costs)[0],
                                lambda: policy_state["targets"])
         actions, inner = self.inner.step(policy_state["inner"], observations, targets, prev_actions, rng)
         since = jnp.where(due, 1, policy_state["since_replan"] + 1).astype(jnp.int32)
-        return actions, dict(inner=inner, goals=goals, goal_distances=d_wg, targets=targets, since_replan=since)
+        return actions, dict(inner=inner, goals=goals, goal_distances=d_wg, targets=targets, since_replan=since,
+                             **(dict(goal_costs=costs) if self.plan == "graph" else {}))
 
     def act(self, observations, goals, rng=None):
         """``step`` from a fresh policy state."""
