@@ -323,7 +323,7 @@ def run_record(task: str, variant: str, method: str, seed: int, config: Denoised
                 loop_seconds=float(sum(r.get("row_seconds", 0.0) for r in history)),
                 seconds_per_10k=seconds_per_10k(history, loop.prefill_steps),
                 signals=learning_signals(history, loop.eval_every),
-                agent_config=as_json(config), loop=as_json(_loop_settings(loop)))
+                agent_config=as_json(config), loop=as_json(recorded_fields(loop, HOST)))
 
 
 NOT_SIGNALS = ("env_steps", "episode", "train_return", "eval_return", "eval_return_std", "row_seconds")
@@ -364,10 +364,6 @@ def seconds_per_10k(history: list[dict], prefill_steps: int) -> float | None:
     return 1e4 * sum(row["row_seconds"] for _, row in pairs) / steps
 
 
-def _loop_settings(loop: DMCOnlineConfig) -> dict:
-    return recorded_fields(loop, HOST)
-
-
 def finished_record(run_dir: Path, config: DenoisedMDPConfig, loop: DMCOnlineConfig, args: Args) -> dict | None:
     """The saved record of a run in ``run_dir`` that finished with these settings (the agent's ``config``, the
     loop's and the probe's), else None (nothing saved, or a run whose budget ``loop.env_steps`` grows: it trains on
@@ -378,10 +374,11 @@ def finished_record(run_dir: Path, config: DenoisedMDPConfig, loop: DMCOnlineCon
     path = Path(run_dir) / RECORD
     if not path.exists():
         return None
-    if RunDirectory.saved_format(run_dir) not in (None, RUN_FORMAT):
-        raise ValueError(f"{path} was recorded by an earlier version of platonic-rl (run format "
-                         f"{RunDirectory.saved_format(run_dir)}; CHANGELOG.md): its settings do not compare with "
-                         "today's. Pass --overwrite to train it again, or choose another --out-dir")
+    saved_format = RunDirectory.saved_format(run_dir)
+    if saved_format not in (None, RUN_FORMAT):
+        raise ValueError(f"{path} was recorded by an earlier version of platonic-rl (run format {saved_format}; "
+                         "CHANGELOG.md): its settings do not compare with today's. Pass --overwrite to train it "
+                         "again, or choose another --out-dir")
     record = read_json(path, "a finished run's record")
     keys = ("agent_config", "loop", "probe_settings")
     differ = settings_differences({k: record[k] for k in keys if k in record},

@@ -26,7 +26,7 @@ class LoopRun:
     """One run of a training loop (made by :meth:`start`): ``state`` as restored, ``history`` (the rows logged so
     far), ``bar`` (its progress bar) and ``run`` (its :class:`~platonic_rl.training.run.RunDirectory`, or None)."""
 
-    def __init__(self, run: RunDirectory | None, state: Any, bar: Any):
+    def __init__(self, run: RunDirectory | None, state: Any, bar: Any = None):
         self.run, self.state, self.bar = run, state, bar
         self.history: list[dict] = run.rows if run else []
         self.start_step: int = (run.latest_step or 0) if run else 0
@@ -52,13 +52,14 @@ class LoopRun:
                                     keep=keep, step_key=step_key, tensorboard=tensorboard)
             state = run.restore(state, budget=budget, resize_buffer=resize_buffer)  # closes the run if it fails
         try:
-            initial = position(state) if position is not None else (run.latest_step or 0) if run else 0
-            bar = progress_bar(total=budget if total is None else total, initial=initial, desc=desc, unit=unit,
-                               disable=not progress, dynamic_ncols=True)
+            loop = cls(run, state)
+            loop.bar = progress_bar(total=budget if total is None else total, desc=desc, unit=unit,
+                                    initial=loop.start_step if position is None else position(state),
+                                    disable=not progress, dynamic_ncols=True)
             try:
-                yield cls(run, state, bar)
+                yield loop
             finally:
-                bar.close()
+                loop.bar.close()
         finally:
             if run:
                 run.close()
