@@ -152,22 +152,22 @@ def mlp_hidden_features(params, x: jax.Array) -> jax.Array:
     return x
 
 
-def _qrl_features(agent, observations, pair_input):
+def _qrl_features(agent, observations, goals, pair_input):
     first_critic = jax.tree.map(lambda x: x[0], agent.critic_params)
     return dict(state=agent.critic.apply(first_critic, observations, method="encode"),
                 pair=mlp_hidden_features(agent.actor_params, pair_input))
 
 
-def _crl_features(agent, goals, pair_input):
+def _crl_features(agent, observations, goals, pair_input):
     return dict(state=agent.critic.apply(agent.critic_params, goals, method=lambda m, g: m.g_encoder(g)),
                 pair=mlp_hidden_features(agent.actor_params, pair_input))
 
 
-FEATURES = {
-    "qrl": lambda agent, observations, goals, pair_input: _qrl_features(agent, observations, pair_input),
-    "crl": lambda agent, observations, goals, pair_input: _crl_features(agent, goals, pair_input),
-    "gcbc": lambda agent, observations, goals, pair_input: dict(pair=mlp_hidden_features(agent.params, pair_input)),
-}
+def _gcbc_features(agent, observations, goals, pair_input):
+    return dict(pair=mlp_hidden_features(agent.params, pair_input))
+
+
+FEATURES = {"qrl": _qrl_features, "crl": _crl_features, "gcbc": _gcbc_features}
 """Per method, the features compared: ``pair`` (the policy's last hidden layer on (state, goal)) and, where the
 method has a state encoder, ``state`` (QRL: the first critic's encoder on states; Contrastive RL: its goal encoder)."""
 
@@ -176,7 +176,7 @@ def representations(method: str, agent, observations: jax.Array, goals: jax.Arra
                     pair_goals: jax.Array) -> dict[str, jax.Array]:
     """One agent's ``pair`` features (and ``state`` features where it has a state encoder) on the shared inputs."""
     if method not in FEATURES:
-        raise ValueError(f"method must be one of {list(NAMES)}, got {method!r}")
+        raise ValueError(f"method must be one of {list(FEATURES)}, got {method!r}")
     pair_input = jnp.concatenate([observations[pair_states], goals[pair_goals]], -1)
     return FEATURES[method](agent, observations, goals, pair_input)
 
