@@ -107,7 +107,6 @@ class TaskSpec:
     reward_from_sensor: Callable[[Any, float], float]   # (physics, reading) -> the task's reward
     position_keys: tuple[str, ...]                      # observation keys jitter offsets (positions, orientations)
     observed_sensor: str | None = None                  # an observation key that is the sensor (perturbed with it)
-    sensor_observation_scale: float = 0.0               # ... by this x n
     unobservable_rootx: bool = False                    # qpos[0] (rootx) left out of info["agent_state"]
     background_ties: bool = False                       # the pixel background: blue >= red and green (else >)
     task_state: Callable[[Any], np.ndarray] = lambda physics: np.zeros(0, np.float32)  # info["task_state"]
@@ -143,7 +142,7 @@ TASKS: dict[str, TaskSpec] = {
                             _cheetah_reward, position_keys=("position",), unobservable_rootx=True),
     "walker-walk": TaskSpec("walker", "walk", lambda physics: float(physics.torso_height()), lambda physics: 1.2,
                             _walker_reward, position_keys=("orientations", "height"), observed_sensor="height",
-                            sensor_observation_scale=1.2, unobservable_rootx=True, background_ties=True),
+                            unobservable_rootx=True, background_ties=True),
     "reacher-easy": TaskSpec(
         "reacher", "easy", lambda physics: float(physics.finger_to_target_dist()),
         lambda physics: float(physics.named.model.geom_size["target", 0]), _reacher_reward, position_keys=("position",),
@@ -471,7 +470,7 @@ class DMCEnv(gym.Env):
         for key, value in time_step.observation.items():
             value = np.asarray(value, np.float64).ravel().copy()
             if "noisy_sensor" in self.parts and key == self.task_spec.observed_sensor:
-                value += self.task_spec.sensor_observation_scale * self._signals.value[0]
+                value += self._sensor_scale() * self._signals.value[0]
             if "jitter" in self.parts and key in self.task_spec.position_keys:
                 offset = self._jitter.offset
                 value += offset[self._jitter_slices[key]]

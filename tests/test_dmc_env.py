@@ -197,3 +197,16 @@ def test_jitter_with_a_twin_rewards_as_noiseless_and_only_the_extra_body_follows
     np.testing.assert_array_equal(da[10:], db[10:])      # the jitter walk ignores it
     offset = jittered[-1][0][:6] - plain[-1][0]          # the observed positions are shifted, not the state
     assert np.abs(offset[:2]).max() > 0 and np.array_equal(jittered[-1][2]["agent_state"], plain[-1][2]["agent_state"])
+
+
+def test_walkers_observed_height_is_the_perturbed_sensor():
+    """noisy_sensor on walker-walk: the observed ``height`` carries the same perturbation as the sensor the reward
+    reads (torso height + 1.2 n), which the observation also ends with."""
+    env = DMCEnv("walker-walk", "noisy_sensor", seed=0)
+    obs, _ = env.reset(seed=0)
+    height = 14  # walker's observation: orientations (14), height (1), velocity (9), then the distractors
+    for _ in range(5):
+        np.testing.assert_allclose(obs[height], obs[-1], rtol=1e-6)
+        np.testing.assert_allclose(obs[-1], env._perturbed_sensor(), rtol=1e-6)
+        assert abs(obs[height] - env._sensor()) > 1e-4  # perturbed, not the true height
+        obs, *_ = env.step(np.zeros(env.action_space.shape))
