@@ -38,10 +38,10 @@ import numpy as np
 import tyro
 
 from platonic_rl.common.settings import HOST, fields_on_resume, recorded_fields
-from platonic_rl.agents.denoised_mdp import ActorKind, DenoisedMDPAgent, DenoisedMDPConfig
+from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
 from platonic_rl.benchmarks import report
 from platonic_rl.benchmarks.presets import DMC_BETAS as BETAS  # noqa: F401 -- Table D.5, read as dmc.BETAS
-from platonic_rl.benchmarks.presets import DMC_PRESETS, make_config
+from platonic_rl.benchmarks.presets import DMC_PRESETS, DMCMethodSettings, make_config
 from platonic_rl.training.run import (RUN_FORMAT, RunDirectory, as_json, describe_differences, read_json,
                                       settings_differences, write_json)
 from platonic_rl.benchmarks.dmc_probe import latent_probe_data
@@ -68,16 +68,8 @@ class Args:
     env_steps: int = 15_000
     """Env (control) steps per run, 5000 of them random prefill; 100 updates per 1000 after that."""
     preset: Literal["cpu", "paper"] = "cpu"
-    policy: Literal["imagine", "sac"] = "imagine"
     overwrite: bool = False
     """Clear each run directory first (rerunning otherwise resumes, or refuses other settings)."""
-    free_nats: float = 3.0
-    """Free nats on Denoised MDP's KL_x (Dreamer's are ``dreamer_free_nats``)."""
-    dreamer_free_nats: float = 3.0
-    """Free nats on Dreamer's KL (DreamerV1's 3; on small state vectors the KL can sit below them on most steps,
-    where the prior then gets no gradient)."""
-    kl_split: bool = False
-    """Denoised MDP with D.2.1's KL-x split: free nats only on beta KL_x, (1 - beta) KL_x always paid."""
     eval_episodes: int = 10
     """Deterministic episodes per evaluation (every 10k env steps and at the budget)."""
     final_eval_episodes: int = 0
@@ -121,26 +113,9 @@ class Args:
     """Gradient steps per compiled call (a divisor of 100; default: all 100 in one call; one per call on CPU for a
     pixel model with XLA convolutions, which the default conv_impl does not have there).
     Changes the speed only, not the updates."""
-    beta: float | None = None
-    """Denoised MDP's beta (eq. 5.4's weight on KL_y and KL_z) for every run (default: Table D.5's per task and
-    variant, ``BETAS``)."""
-    alpha: float | None = None
-    """Denoised MDP's alpha (eq. 5.4's weight on every KL term) for every run (default: the thesis' rule,
-    :func:`observation_alpha`: 1 for 64x64x3 pixels, the observation's size / 12288 for states; runs recorded before
-    2026-11-26 used 1 for states too). Dreamer's is ``dreamer_alpha``."""
-    dreamer_alpha: float = 1.0
-    """Dreamer's weight on its KL (its own 1). For diagnosis: Denoised MDP at beta 1 with y nearly empty is Dreamer
-    with ``alpha``'s weight, so a gap between them may come from alpha rather than from the split latent."""
-    imagine_starts: int | None = None
-    """Posterior states the policy imagines from, drawn from the batch's batch_size x chunk (default: the preset's;
-    cpu 128; batch_size x chunk or more: all of them, as Dreamer)."""
-    actor: ActorKind = DenoisedMDPConfig.actor
-    """The actor's parametrisation (``DenoisedMDPConfig.actor``): ``dreamer`` is DreamerV1's and the official Denoised
-    MDP code's; ``clipped`` (log sigma clipped, unbounded mean) is the one results recorded before 2026-11-25 used."""
-    x_size: tuple[int, int] | None = None
-    """x's sizes, deterministic and stochastic (``x_belief x_state``), for both methods (Dreamer's latent is its x),
-    replacing the preset's (cpu: Denoised MDP 64 16, Dreamer 117 26; Table D.4 sizes Dreamer's latent to match
-    Denoised MDP's x and y together). For diagnosis: whether a gap between the methods follows x's size."""
+    agent: tyro.conf.OmitArgPrefixes[DMCMethodSettings] = DMCMethodSettings()
+    """The methods' settings (:class:`~platonic_rl.benchmarks.presets.DMCMethodSettings`), flags without a prefix
+    (``--free-nats``, ``--beta``, ...)."""
     out_dir: str = "results/dmc"
 
     def __post_init__(self):
@@ -162,20 +137,9 @@ class Args:
         longest = DMCOnlineConfig().episode_length + 1  # observations per stored episode
         if self.chunk is not None and self.chunk > longest:
             raise ValueError(f"--chunk must be <= {longest} (the steps of a stored episode), got {self.chunk}")
-        for name in ("free_nats", "dreamer_free_nats"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
-        if self.alpha is not None and not self.alpha > 0:
-            raise ValueError(f"--alpha must be > 0, got {self.alpha}")
-        if not self.dreamer_alpha > 0:
-            raise ValueError(f"--dreamer-alpha must be > 0, got {self.dreamer_alpha}")
-        if self.beta is not None and not self.beta > 0:
-            raise ValueError(f"--beta must be > 0 (Table D.5 uses 0.125 to 1), got {self.beta}")
-        for name in ("batch_size", "chunk", "imagine_starts"):
+        for name in ("batch_size", "chunk"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        if self.x_size is not None and (len(self.x_size) != 2 or min(self.x_size) < 1):
-            raise ValueError(f"--x-size takes two sizes >= 1 (x_belief x_state), got {self.x_size}")
 
 
 def loop_config(args: Args, task: str, variant: str, seed: int) -> DMCOnlineConfig:
@@ -255,11 +219,7 @@ def run(args: Args) -> dict:
             for method in args.methods:
                 for seed in args.seeds:
                     loop = loop_config(args, task, variant, seed)
-                    config = make_config(method, task, variant, obs_shape, action_dim, args.preset, args.policy,
-                                         free_nats=args.free_nats, kl_split=args.kl_split,
-                                         imagine_starts=args.imagine_starts, beta=args.beta, actor=args.actor,
-                                         alpha=args.alpha, dreamer_free_nats=args.dreamer_free_nats,
-                                         x_size=args.x_size, dreamer_alpha=args.dreamer_alpha)
+                    config = make_config(method, task, variant, obs_shape, action_dim, args.preset, args.agent)
                     run_dir = out / f"{task}_{variant}_{method}_seed{seed}"
                     saved = None if args.overwrite else finished_record(run_dir, config, loop, args)
                     if saved is not None:
@@ -493,7 +453,8 @@ def format_table(args: Args, summary: dict, runs: list[dict] = (), random_return
     seed; with ``random_returns`` (``"task variant"`` -> :func:`random_actions`), what random actions score on the
     final evaluation's episodes."""
     lines = [f"DMC ({args.observation} observations), {len(args.tasks)} task(s), {len(args.seeds)} seed(s), "
-             f"{args.env_steps} env steps, preset {args.preset!r}, policy {args.policy!r}, actor {args.actor!r}; returns averaged over tasks",
+             f"{args.env_steps} env steps, preset {args.preset!r}, policy {args.agent.policy!r}, "
+             f"actor {args.agent.actor!r}; returns averaged over tasks",
              "probe: held-out R^2 of ridge read-outs of the agent's and the distractors' state from x and y; "
              "r_x, r_x+r_y: R^2 of the reward heads' own predictions of the received reward; r_x aff: of r_x's "
              "best affine map (blind to a constant moved between the heads)",
@@ -559,17 +520,12 @@ def per_task_returns(runs: list[dict], final: bool = False) -> dict[tuple[str, s
 
 def _budget(args: Args) -> str:
     p = DMC_PRESETS[args.preset]
-    starts = args.imagine_starts or p["agent"].get("imagine_starts") or "all"
+    starts = args.agent.imagine_starts or p["agent"].get("imagine_starts") or "all"
     return (f"{len(args.tasks)} task(s) x {len(args.variants)} variant(s), {len(args.seeds)} seed(s), "
             f"{args.env_steps:,} env steps per run, {args.observation}, preset {args.preset!r} (batch "
             f"{args.batch_size or p['batch_size']} x {args.chunk or p['chunk']}, imagining from {starts}), "
-            f"policy {args.policy!r}, actor {args.actor!r}" + ("" if args.beta is None else f", Denoised MDP beta {args.beta}")
-            + ("" if args.alpha is None else f", Denoised MDP alpha {args.alpha}")
-            + ("" if args.x_size is None else f", x size {args.x_size[0]} + {args.x_size[1]}")
-            + ("" if args.free_nats == Args.free_nats else f", Denoised MDP free nats {args.free_nats}")
-            + ("" if args.dreamer_free_nats == Args.dreamer_free_nats
-               else f", Dreamer free nats {args.dreamer_free_nats}")
-            + ("" if args.dreamer_alpha == Args.dreamer_alpha else f", Dreamer alpha {args.dreamer_alpha}")
+            f"policy {args.agent.policy!r}, actor {args.agent.actor!r}"
+            + "".join(f", {setting}" for setting in args.agent.changed())
             + ("" if args.observation == "pixels" else f", distractors {args.distractor}"
                + (f" x{args.num_twins}" if args.distractor == "twin" else "")))
 

@@ -166,7 +166,7 @@ def setting_config(args: Args, setting: str, action_dim: int) -> tuple[DenoisedM
     for 64x64 pixels (:func:`~platonic_rl.benchmarks.presets.make_config`: Denoised MDP with Table D.5's beta and
     alpha 1; 3 free nats), with :data:`SETTINGS`' changes."""
     variant, width, batch_size, chunk, *free_nats = SETTINGS[setting]
-    config = make_config(args.method, args.task, variant, (64, 64, 3), action_dim, "cpu", "imagine")
+    config = make_config(args.method, args.task, variant, (64, 64, 3), action_dim, "cpu")
     if width is not None:
         config = dataclasses.replace(config, model=dataclasses.replace(config.model, conv_width=width))
     if free_nats:

@@ -9,7 +9,7 @@ nothing here runs anything.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Callable, Literal
 
 import numpy as np
 
@@ -293,35 +293,101 @@ DMC_BETAS = {"cheetah-run": dict(noiseless=1.0, distractors=0.125, noisy_sensor=
 DMC_PIXEL_MODEL = {"paper": dict(conv_width=32, embed_dim=1024), "cpu": dict(conv_width=16, embed_dim=256)}
 
 
+def _setting(default, label: str | None = None):
+    """A field of :class:`DMCMethodSettings`; ``label`` names it in the benchmark's titles where it is not its
+    default (None: never named there)."""
+    return dataclasses.field(default=default, metadata=dict(label=label))
+
+
+@dataclasses.dataclass(frozen=True)
+class DMCMethodSettings:
+    """The DMC benchmark's settings of the two methods' configs (:func:`make_config`), each a flag of its own
+    (``--free-nats``, ...). A field named like a :class:`DenoisedMDPConfig` field sets that field where it is not
+    None: on Denoised MDP, and on Dreamer unless a ``dreamer_<name>`` field here is Dreamer's own or the name is in
+    :data:`DENOISED_ONLY`. A new setting of the configs is one field here."""
+
+    policy: Literal["imagine", "sac"] = _setting("imagine")
+    """How the policy learns in the latent (``DenoisedMDPConfig.policy``)."""
+    actor: ActorKind = _setting(DenoisedMDPConfig.actor)
+    """The actor's parametrisation (``DenoisedMDPConfig.actor``): ``dreamer`` is DreamerV1's and the official Denoised
+    MDP code's; ``clipped`` (log sigma clipped, unbounded mean) is the one results recorded before 2026-11-25 used."""
+    free_nats: float = _setting(3.0, "Denoised MDP free nats")
+    """Free nats on Denoised MDP's KL_x (Dreamer's are ``dreamer_free_nats``)."""
+    dreamer_free_nats: float = _setting(3.0, "Dreamer free nats")
+    """Free nats on Dreamer's KL (DreamerV1's 3; on small state vectors the KL can sit below them on most steps,
+    where the prior then gets no gradient)."""
+    kl_split: bool = _setting(False, "KL-x split")
+    """Denoised MDP with D.2.1's KL-x split: free nats only on beta KL_x, (1 - beta) KL_x always paid."""
+    imagine_starts: int | None = _setting(None)
+    """Posterior states the policy imagines from, drawn from the batch's batch_size x chunk (default: the preset's;
+    cpu 128; batch_size x chunk or more: all of them, as Dreamer)."""
+    beta: float | None = _setting(None, "Denoised MDP beta")
+    """Denoised MDP's beta (eq. 5.4's weight on KL_y and KL_z) for every run (default: Table D.5's per task and
+    variant, ``DMC_BETAS``)."""
+    alpha: float | None = _setting(None, "Denoised MDP alpha")
+    """Denoised MDP's alpha (eq. 5.4's weight on every KL term) for every run (default: the thesis' rule,
+    :func:`observation_alpha`: 1 for 64x64x3 pixels, the observation's size / 12288 for states). Dreamer's is
+    ``dreamer_alpha``."""
+    dreamer_alpha: float = _setting(1.0, "Dreamer alpha")
+    """Dreamer's weight on its KL (its own 1). For diagnosis: Denoised MDP at beta 1 with y nearly empty is Dreamer
+    with ``alpha``'s weight, so a gap between them may come from alpha rather than from the split latent."""
+    x_size: tuple[int, int] | None = _setting(None, "x size")
+    """x's sizes, deterministic and stochastic (``x_belief x_state``), for both methods (Dreamer's latent is its x),
+    replacing the preset's (cpu: Denoised MDP 64 16, Dreamer 117 26; Table D.4 sizes Dreamer's latent to match
+    Denoised MDP's x and y together). For diagnosis: whether a gap between the methods follows x's size."""
+
+    def __post_init__(self):
+        for name in ("free_nats", "dreamer_free_nats"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
+        if self.alpha is not None and not self.alpha > 0:
+            raise ValueError(f"--alpha must be > 0, got {self.alpha}")
+        if not self.dreamer_alpha > 0:
+            raise ValueError(f"--dreamer-alpha must be > 0, got {self.dreamer_alpha}")
+        if self.beta is not None and not self.beta > 0:
+            raise ValueError(f"--beta must be > 0 (Table D.5 uses 0.125 to 1), got {self.beta}")
+        if self.imagine_starts is not None and self.imagine_starts < 1:
+            raise ValueError(f"--imagine-starts must be >= 1, got {self.imagine_starts}")
+        if self.x_size is not None and (len(self.x_size) != 2 or min(self.x_size) < 1):
+            raise ValueError(f"--x-size takes two sizes >= 1 (x_belief x_state), got {self.x_size}")
+
+    def changed(self) -> list[str]:
+        """The labelled settings that differ from their defaults, as ``"<label> <value>"``."""
+        said = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.metadata["label"] is not None and value != f.default:
+                shown = " + ".join(map(str, value)) if isinstance(value, tuple) else value
+                said.append(f"{f.metadata['label']} {shown}")
+        return said
+
+
+DENOISED_ONLY = ("beta", "kl_split")
+"""Settings of Denoised MDP's config that Dreamer's keeps at :meth:`DenoisedMDPConfig.dreamer`'s values."""
+
+
 def make_config(method: str, task: str, variant: str, obs_shape: tuple[int, ...], action_dim: int, preset: str,
-                policy: str, free_nats: float = 3.0, kl_split: bool = False, imagine_starts: int | None = None,
-                beta: float | None = None, actor: ActorKind | None = None,
-                alpha: float | None = None, dreamer_free_nats: float = 3.0,
-                x_size: tuple[int, int] | None = None, dreamer_alpha: float = 1.0) -> DenoisedMDPConfig:
-    """The config of ``method`` at ``preset``; ``imagine_starts`` replaces the preset's, ``beta`` Table D.5's and
-    ``x_size`` (x_belief, x_state) the preset's x (either method's) if given; ``actor``
-    (:attr:`DenoisedMDPConfig.actor`) the config's default if None; Denoised MDP's ``alpha``
-    :func:`observation_alpha` of the observation if None (Dreamer's is ``dreamer_alpha``, its own 1 by default).
-    ``free_nats`` are Denoised MDP's, ``dreamer_free_nats`` Dreamer's."""
+                settings: DMCMethodSettings = DMCMethodSettings()) -> DenoisedMDPConfig:
+    """The config of ``method`` (``denoised`` or ``dreamer``) at ``preset`` for an observation of ``obs_shape``, with
+    ``settings`` (:class:`DMCMethodSettings`) over the preset's: Denoised MDP's beta is Table D.5's and its alpha
+    :func:`observation_alpha` of the observation where ``settings`` leave them None."""
     p = DMC_PRESETS[preset]
     pixels = len(obs_shape) == 3
     model = WorldModelConfig(obs_shape=tuple(obs_shape), action_dim=action_dim,
                              **{**p["model"], **(DMC_PIXEL_MODEL[preset] if pixels else {})})
-    heads = {**p["agent"], **({} if imagine_starts is None else dict(imagine_starts=imagine_starts)),
-             **({} if actor is None else dict(actor=actor))}
-    x = {} if x_size is None else dict(x_belief=int(x_size[0]), x_state=int(x_size[1]))
+    x = {} if settings.x_size is None else dict(x_belief=int(settings.x_size[0]), x_state=int(settings.x_size[1]))
+    chosen = dataclasses.asdict(settings)
+    fields = [f.name for f in dataclasses.fields(DenoisedMDPConfig) if f.name in chosen]
     if method == "denoised":
-        config = DenoisedMDPConfig(model=dataclasses.replace(model, **x),
-                                   beta=DMC_BETAS[task][variant] if beta is None else beta,
-                                   alpha=observation_alpha(obs_shape) if alpha is None else alpha,
-                                   policy=policy, free_nats=free_nats,
-                                   kl_split=kl_split, **heads)
-    elif method == "dreamer":
-        config = DenoisedMDPConfig.dreamer(dataclasses.replace(model, **{**p["dreamer"], **x}), policy=policy,
-                                           free_nats=dreamer_free_nats, alpha=dreamer_alpha, **heads)
-    else:
-        raise ValueError(f"unknown method {method!r}; expected 'denoised' or 'dreamer'")
-    return config
+        own = {name: chosen[name] for name in fields if chosen[name] is not None}
+        return DenoisedMDPConfig(model=dataclasses.replace(model, **x),
+                                 **{**p["agent"], "beta": DMC_BETAS[task][variant],
+                                    "alpha": observation_alpha(obs_shape), **own})
+    if method == "dreamer":
+        own = {name: chosen.get(f"dreamer_{name}", chosen[name]) for name in fields if name not in DENOISED_ONLY}
+        return DenoisedMDPConfig.dreamer(dataclasses.replace(model, **{**p["dreamer"], **x}),
+                                         **{**p["agent"], **{k: v for k, v in own.items() if v is not None}})
+    raise ValueError(f"unknown method {method!r}; expected 'denoised' or 'dreamer'")
 
 
 PAPER_PIXELS = 64 * 64 * 3  # the observation size at which the paper's alpha is 1 (DMC's pixels)

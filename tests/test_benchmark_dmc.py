@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("dm_control")
 from platonic_rl.benchmarks import dmc as bd  # noqa: E402
 from platonic_rl.benchmarks import presets  # noqa: E402
+from platonic_rl.benchmarks.presets import DMCMethodSettings as Settings  # noqa: E402
 from platonic_rl.envs.dmc import TASKS, VARIANTS  # noqa: E402
 from platonic_rl.training.run import RUN_FORMAT  # noqa: E402
 
@@ -59,7 +60,7 @@ def test_summary_table_and_plots(tmp_path):
     assert row.split()[3:5] == ["40.0", "10.0"] and "0: 30.0, 1: 50.0" in row  # mean, std over seeds; each seed
     bd.plot(tmp_path, args, runs, summary)
     assert (tmp_path / "returns.png").stat().st_size > 0 and (tmp_path / "probe.png").stat().st_size > 0
-    longest = bd.Args(**{**vars(args), "beta": 0.125, "alpha": 0.3, "imagine_starts": 512, "probe_train": 20})
+    longest = dataclasses.replace(args, agent=Settings(beta=0.125, alpha=0.3, imagine_starts=512), probe_train=20)
     fig = bd.plot_probe(tmp_path / "probe_long.png", longest, summary)  # the settings' line wraps inside the picture
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
@@ -223,7 +224,7 @@ def test_a_finished_run_is_reused_from_its_record_without_a_checkpoint(tmp_path)
                    out_dir=str(tmp_path))
     env = DMCEnv("reacher-easy", "noiseless", 0)
     config = bd.make_config("dreamer", "reacher-easy", "noiseless", env.observation_space.shape,
-                            env.action_space.shape[0], args.preset, args.policy)  # no agent is made: none trains
+                            env.action_space.shape[0], args.preset, args.agent)  # no agent is made: none trains
     history = [dict(env_steps=5000, train_return=3.0), dict(env_steps=10_000, train_return=4.0, eval_return=7.5)]
     record = bd.run_record("reacher-easy", "noiseless", "dreamer", 0, config, bd.loop_config(args, "reacher-easy",
                            "noiseless", 0), history, {"x->agent_state": 0.5}, 1.0)
@@ -261,7 +262,7 @@ def finished_reacher_run(tmp_path, checkpoint: int):
 
     args = bd.Args(tasks=("reacher-easy",), variants=("noiseless",), methods=("dreamer",), env_steps=10_000,
                    out_dir=str(tmp_path))
-    config = bd.make_config("dreamer", "reacher-easy", "noiseless", (6,), 2, args.preset, args.policy)
+    config = bd.make_config("dreamer", "reacher-easy", "noiseless", (6,), 2, args.preset, args.agent)
     loop = bd.loop_config(args, "reacher-easy", "noiseless", 0)
     history = [dict(env_steps=5000, train_return=3.0), dict(env_steps=10_000, train_return=4.0, eval_return=7.5)]
     record = dict(bd.run_record("reacher-easy", "noiseless", "dreamer", 0, config, loop, history,
@@ -387,61 +388,73 @@ def test_random_actions_score_the_final_evaluations_episodes_with_the_random_pre
 
 
 def test_batch_and_imagination_flags_reach_the_configs_and_bad_values_are_rejected(tmp_path):
-    args = bd.Args(tasks=("reacher-easy",), batch_size=50, chunk=50, imagine_starts=2500, out_dir=str(tmp_path))
+    args = bd.Args(tasks=("reacher-easy",), batch_size=50, chunk=50, agent=Settings(imagine_starts=2500),
+                   out_dir=str(tmp_path))
     loop = bd.loop_config(args, "reacher-easy", "noiseless", 0)
     assert (loop.batch_size, loop.chunk) == (50, 50)
     assert bd.loop_config(bd.Args(updates_per_call=10), "reacher-easy", "noiseless", 0).updates_per_call == 10
-    config = bd.make_config("dreamer", "reacher-easy", "noiseless", (6,), 2, "cpu", "imagine",
-                            imagine_starts=args.imagine_starts)
+    config = bd.make_config("dreamer", "reacher-easy", "noiseless", (6,), 2, "cpu", args.agent)
     assert config.imagine_starts == 2500
     default = bd.loop_config(bd.Args(), "reacher-easy", "noiseless", 0)
     assert (default.batch_size, default.chunk) == (presets.DMC_PRESETS["cpu"]["batch_size"], presets.DMC_PRESETS["cpu"]["chunk"])
     assert "batch 50 x 50, imagining from 2500" in bd._budget(args)
-    for name in ("batch_size", "chunk", "imagine_starts"):
+    for name in ("batch_size", "chunk"):
         with pytest.raises(ValueError, match=f"--{name.replace('_', '-')} must be >= 1"):
             bd.Args(**{name: 0})
+    with pytest.raises(ValueError, match="--imagine-starts must be >= 1"):
+        Settings(imagine_starts=0)
     with pytest.raises(ValueError, match="--chunk must be <= 501"):
         bd.Args(chunk=502)
     # --beta replaces Table D.5's beta for Denoised MDP, and the plots' budget line says so
-    table = bd.make_config("denoised", "cheetah-run", "distractors", (6,), 2, "cpu", "imagine")
-    chosen = bd.make_config("denoised", "cheetah-run", "distractors", (6,), 2, "cpu", "imagine", beta=1.0)
+    table = bd.make_config("denoised", "cheetah-run", "distractors", (6,), 2, "cpu")
+    chosen = bd.make_config("denoised", "cheetah-run", "distractors", (6,), 2, "cpu", Settings(beta=1.0))
     assert (table.beta, chosen.beta) == (bd.BETAS["cheetah-run"]["distractors"], 1.0)
-    assert "beta 1.0" in bd._budget(bd.Args(beta=1.0)) and "beta" not in bd._budget(bd.Args())
+    assert "beta 1.0" in bd._budget(bd.Args(agent=Settings(beta=1.0))) and "beta" not in bd._budget(bd.Args())
     with pytest.raises(ValueError, match="--beta must be > 0"):
-        bd.Args(beta=0.0)
+        bd.Args(agent=Settings(beta=0.0))
     # Free nats: --free-nats is Denoised MDP's, --dreamer-free-nats Dreamer's; each reaches its method only
     kw = dict(free_nats=2.0, dreamer_free_nats=0.5)
-    assert bd.make_config("dreamer", "reacher-easy", "noiseless", (6,), 2, "cpu", "imagine", **kw).free_nats == 0.5
-    assert bd.make_config("denoised", "reacher-easy", "noiseless", (6,), 2, "cpu", "imagine", **kw).free_nats == 2.0
-    assert bd.make_config("dreamer", "reacher-easy", "noiseless", (6,), 2, "cpu", "imagine").free_nats == 3.0
-    assert "Dreamer free nats 0.5" in bd._budget(bd.Args(dreamer_free_nats=0.5)) and "free nats" not in bd._budget(
-        bd.Args())
+    assert bd.make_config("dreamer", "reacher-easy", "noiseless", (6,), 2, "cpu", Settings(**kw)).free_nats == 0.5
+    assert bd.make_config("denoised", "reacher-easy", "noiseless", (6,), 2, "cpu", Settings(**kw)).free_nats == 2.0
+    assert bd.make_config("dreamer", "reacher-easy", "noiseless", (6,), 2, "cpu").free_nats == 3.0
+    assert "Dreamer free nats 0.5" in bd._budget(bd.Args(agent=Settings(dreamer_free_nats=0.5)))
+    assert "free nats" not in bd._budget(bd.Args())
     for name in ("free_nats", "dreamer_free_nats"):
         with pytest.raises(ValueError, match=f"--{name.replace('_', '-')} must be >= 0"):
-            bd.Args(**{name: -1.0})
+            Settings(**{name: -1.0})
     # --dreamer-alpha weighs Dreamer's KL only; --alpha Denoised MDP's only
     kw = dict(alpha=0.3, dreamer_alpha=0.5)
-    assert bd.make_config("dreamer", "reacher-easy", "noiseless", (6,), 2, "cpu", "imagine", **kw).alpha == 0.5
-    assert bd.make_config("denoised", "reacher-easy", "noiseless", (6,), 2, "cpu", "imagine", **kw).alpha == 0.3
-    assert bd.make_config("dreamer", "reacher-easy", "noiseless", (6,), 2, "cpu", "imagine", alpha=0.3).alpha == 1.0
-    assert "Dreamer alpha 0.5" in bd._budget(bd.Args(dreamer_alpha=0.5)) and "Dreamer alpha" not in bd._budget(
-        bd.Args())
+    assert bd.make_config("dreamer", "reacher-easy", "noiseless", (6,), 2, "cpu", Settings(**kw)).alpha == 0.5
+    assert bd.make_config("denoised", "reacher-easy", "noiseless", (6,), 2, "cpu", Settings(**kw)).alpha == 0.3
+    assert bd.make_config("dreamer", "reacher-easy", "noiseless", (6,), 2, "cpu", Settings(alpha=0.3)).alpha == 1.0
+    assert "Dreamer alpha 0.5" in bd._budget(bd.Args(agent=Settings(dreamer_alpha=0.5)))
+    assert "Dreamer alpha" not in bd._budget(bd.Args())
     for bad in (0.0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="--dreamer-alpha must be > 0"):
-            bd.Args(dreamer_alpha=bad)
+            bd.Args(agent=Settings(dreamer_alpha=bad))
     # --x-size sets x (Dreamer's whole latent) for both methods; y keeps the preset's
     for method in ("denoised", "dreamer"):
-        model = bd.make_config(method, "reacher-easy", "noiseless", (6,), 2, "cpu", "imagine", x_size=(30, 7)).model
+        model = bd.make_config(method, "reacher-easy", "noiseless", (6,), 2, "cpu", Settings(x_size=(30, 7))).model
         assert (model.x_belief, model.x_state) == (30, 7)
     cpu = presets.DMC_PRESETS["cpu"]
-    sized = bd.make_config("denoised", "reacher-easy", "noiseless", (6,), 2, "cpu", "imagine", x_size=(30, 7)).model
+    sized = bd.make_config("denoised", "reacher-easy", "noiseless", (6,), 2, "cpu", Settings(x_size=(30, 7))).model
     assert (sized.y_belief, sized.y_state) == (cpu["model"]["y_belief"], cpu["model"]["y_state"])
-    dreamer = bd.make_config("dreamer", "reacher-easy", "noiseless", (6,), 2, "cpu", "imagine").model
+    dreamer = bd.make_config("dreamer", "reacher-easy", "noiseless", (6,), 2, "cpu").model
     assert (dreamer.x_belief, dreamer.x_state) == (cpu["dreamer"]["x_belief"], cpu["dreamer"]["x_state"])
-    assert "x size 30 + 7" in bd._budget(bd.Args(x_size=(30, 7))) and "x size" not in bd._budget(bd.Args())
+    assert "x size 30 + 7" in bd._budget(bd.Args(agent=Settings(x_size=(30, 7))))
+    assert "x size" not in bd._budget(bd.Args())
     for bad in ((30, 0), (30,), (30, 7, 2)):
         with pytest.raises(ValueError, match="--x-size takes two sizes >= 1"):
-            bd.Args(x_size=bad)
+            bd.Args(agent=Settings(x_size=bad))
+    # --kl-split is Denoised MDP's alone; a new settings field named like a config field reaches both methods' configs
+    split = Settings(kl_split=True)
+    assert bd.make_config("denoised", "reacher-easy", "noiseless", (6,), 2, "cpu", split).kl_split
+    assert not bd.make_config("dreamer", "reacher-easy", "noiseless", (6,), 2, "cpu", split).kl_split
+    assert "KL-x split True" in bd._budget(bd.Args(agent=split))
+    extended = dataclasses.make_dataclass("Extended", [("horizon", int, dataclasses.field(default=7))],
+                                          bases=(Settings,), frozen=True)
+    for method in ("denoised", "dreamer"):
+        assert bd.make_config(method, "reacher-easy", "noiseless", (6,), 2, "cpu", extended()).horizon == 7
 
 
 def test_seconds_per_10k_counts_the_training_rows_after_the_prefill():
@@ -468,14 +481,14 @@ def test_learning_signals_are_the_update_metrics_averaged_per_window_of_env_step
 
 def test_alpha_follows_the_observation_size_for_denoised_mdp_only():
     """The thesis' rule (Section 5.3): alpha proportional to the observation's size, 1 at DMC's 64x64x3 pixels."""
-    states = bd.make_config("denoised", "cheetah-run", "distractors", (34,), 6, "cpu", "imagine")
-    pixels = bd.make_config("denoised", "cheetah-run", "distractors", (64, 64, 3), 6, "cpu", "imagine")
+    states = bd.make_config("denoised", "cheetah-run", "distractors", (34,), 6, "cpu")
+    pixels = bd.make_config("denoised", "cheetah-run", "distractors", (64, 64, 3), 6, "cpu")
     assert states.alpha == pytest.approx(34 / 12288) and pixels.alpha == 1.0
-    assert bd.make_config("dreamer", "cheetah-run", "distractors", (34,), 6, "cpu", "imagine").alpha == 1.0
-    assert bd.make_config("denoised", "cheetah-run", "distractors", (34,), 6, "cpu", "imagine", alpha=0.5).alpha == 0.5
-    assert "alpha 0.5" in bd._budget(bd.Args(alpha=0.5)) and "alpha" not in bd._budget(bd.Args())
+    assert bd.make_config("dreamer", "cheetah-run", "distractors", (34,), 6, "cpu").alpha == 1.0
+    assert bd.make_config("denoised", "cheetah-run", "distractors", (34,), 6, "cpu", Settings(alpha=0.5)).alpha == 0.5
+    assert "alpha 0.5" in bd._budget(bd.Args(agent=Settings(alpha=0.5))) and "alpha" not in bd._budget(bd.Args())
     with pytest.raises(ValueError, match="--alpha must be > 0"):
-        bd.Args(alpha=0.0)
+        bd.Args(agent=Settings(alpha=0.0))
 
 
 def test_distractor_flags_reach_the_env_and_the_budget_line():
@@ -503,7 +516,7 @@ def test_a_record_of_an_earlier_run_format_is_refused_not_reused(tmp_path):
     loop = bd.loop_config(args, "reacher-easy", "noiseless", 0)
     env = loop.make_env()
     config = bd.make_config("dreamer", "reacher-easy", "noiseless", env.observation_space.shape,
-                            env.action_space.shape[0], args.preset, args.policy)
+                            env.action_space.shape[0], args.preset, args.agent)
     record = bd.run_record("reacher-easy", "noiseless", "dreamer", 0, config, loop,
                            [dict(env_steps=10_000, train_return=1.0, eval_return=2.0)], {}, 1.0)
     record["probe_settings"] = bd.probe_settings(args)

@@ -47,7 +47,7 @@ def test_the_settings_are_the_dmc_benchmarks_pixel_configs(method):
     args = fit.Args(method=method)
     for setting, (variant, width, sequences, steps, *free_nats) in fit.SETTINGS.items():
         config, batch_size, chunk = fit.setting_config(args, setting, 6)
-        expected = make_config(method, "cheetah-run", variant, (64, 64, 3), 6, "cpu", "imagine")
+        expected = make_config(method, "cheetah-run", variant, (64, 64, 3), 6, "cpu")
         assert config.model.conv_width == (width or 16) and (batch_size, chunk) == (sequences or 16, steps or 32)
         assert config == dataclasses.replace(expected, model=dataclasses.replace(expected.model,
                                                                                  conv_width=width or 16),

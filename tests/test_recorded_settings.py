@@ -30,6 +30,8 @@ def settings_differing(record: dict) -> dict:
     module, arguments = recorded_command(record)
     args = tyro.cli(importlib.import_module(module).Args, args=arguments)
     today = json.loads(json.dumps(dataclasses.asdict(args), default=report.plain))
+    # A group of flags without a prefix (the DMC benchmark's methods' settings) is recorded flat by earlier records.
+    today.update({k: v for group in list(today.values()) if isinstance(group, dict) for k, v in group.items()})
     return {k: (v, today[k]) for k, v in record["args"].items() if k in today and today[k] != v}
 
 
