@@ -53,7 +53,7 @@ from platonic_rl.benchmarks.presets import device_loop_agent_config, device_loop
 from platonic_rl.envs import maze_geometry
 from platonic_rl.replearn import metrics
 from platonic_rl.training.device_loop import DeviceLoopConfig, make_loop
-from platonic_rl.training.run import as_json, describe_differences, read_json, settings_differences, write_json
+from platonic_rl.training.run import as_json
 from platonic_rl.training.updates import check_finite
 
 MODULE = "platonic_rl.benchmarks.convergence"
@@ -229,22 +229,20 @@ def train_and_represent(args: Args, scale: Scale, env_name: str, method: str, in
 def load_or_train(args: Args, scale: Scale, env_name: str, method: str, inputs: dict, runs: Path) -> tuple[dict, dict]:
     """The (env, method) run's record and features: reused from ``runs`` when finished with these settings."""
     run_dir = runs / f"{env_name}-{method}"
-    saved, arrays = run_dir / "record.json", run_dir / "representations.npz"
-    if saved.exists() and arrays.exists() and not args.overwrite:
-        record = read_json(saved, "a finished convergence run's record")
-        differ = settings_differences(record.get("settings", {}), run_settings(args, scale, env_name, method))
-        if differ:
-            raise ValueError(f"{saved} holds a finished run with other settings than this call's:\n"
-                             f"{describe_differences(differ)}\npass --overwrite to train it again, or choose another "
-                             "--runs-dir")
-        print(f"{env_name}-{method}: finished in {run_dir}, its record and representations reused")
-        with np.load(arrays) as data:
-            return record, {view: data[view] for view in data.files}
-    record, features = train_and_represent(args, scale, env_name, method, inputs)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    np.savez(arrays, **features)
-    write_json(saved, record)
-    return record, features
+    arrays, trained = run_dir / "representations.npz", {}
+
+    def train() -> dict:
+        record, trained["features"] = train_and_represent(args, scale, env_name, method, inputs)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        np.savez(arrays, **trained["features"])
+        return record
+
+    record = report.finished_run(run_dir / "record.json", run_settings(args, scale, env_name, method), train,
+                                 overwrite=args.overwrite or not arrays.exists(), elsewhere="--runs-dir")
+    if "features" in trained:
+        return record, trained["features"]
+    with np.load(arrays) as data:
+        return record, {view: data[view] for view in data.files}
 
 
 # ----------------------------------------------------------------------------------------- alignment

@@ -66,7 +66,7 @@ from platonic_rl.envs.reacher import GOALS, Reacher
 from platonic_rl.common.settings import HOST, fields_on_resume
 from platonic_rl.training.device_loop import DeviceLoopConfig, env_settings, train_on_device
 from platonic_rl.training.goal_online import OnlineConfig, train_online
-from platonic_rl.training.run import as_json, describe_differences, read_json, settings_differences, write_json
+from platonic_rl.training.run import read_json, write_json
 
 Part = Literal["envs", "throughput", "seeds", "devices", "learning"]
 Method = Literal["qrl", "crl", "gcbc"]
@@ -260,44 +260,41 @@ LEARNING_HOST_ONLY = tuple(f"loop.{k}" for k in fields_on_resume(DeviceLoopConfi
 
 def run_learning(args: Args, scale: DeviceLoopScale, out: Path) -> dict:
     """Each (env, method) of ``args``: its record if it finished with these settings, else trained (resuming its
-    checkpoint if any), checked (QRL) and recorded."""
-    results = {}
+    checkpoint if any), checked (QRL) and recorded (:func:`learning_run`)."""
+    return {f"{name}/{method}": learning_run(args, scale, name, method, out / "runs" / f"{name}-{method}")
+            for name in args.envs for method in args.methods}
+
+
+def learning_run(args: Args, scale: DeviceLoopScale, name: str, method: str, run_dir: Path) -> dict:
+    """One (env, method)'s record in ``run_dir``: success per evaluation and seed, and for QRL the critic check
+    (:func:`critic_check`); reused where it finished with these settings (:func:`report.finished_run`)."""
     seeds = tuple(range(args.seeds))
     config = learning_config(args, scale)
-    for name in args.envs:
-        env = device_loop_env(name, args.reacher_goal)
-        for method in args.methods:
-            cfg = device_loop_agent_config(method, scale, env.obs_dim, env.action_dim, args.qrl_entropy_init)
-            run_dir = out / "runs" / f"{name}-{method}"
-            saved = run_dir / RECORD
-            if saved.exists() and not args.overwrite:
-                record = read_json(saved, "a finished learning run's record")
-                differ = settings_differences(record.get("settings", {}), learning_settings(cfg, env, config, seeds),
-                                              ignore=LEARNING_HOST_ONLY)
-                check = record.get("critic_check", {})
-                if method == "qrl" and check.get("episodes") != args.check_episodes:
-                    differ["check_episodes"] = (check.get("episodes"), args.check_episodes)
-                if method == "qrl" and check.get("hold_steps", []) != list(args.check_hold_steps):
-                    differ["check_hold_steps"] = (check.get("hold_steps", []), list(args.check_hold_steps))
-                if differ:
-                    raise ValueError(f"{saved} holds a finished run with other settings than this call's:\n"
-                                     f"{describe_differences(differ)}\npass --overwrite to train it again, or "
-                                     "choose another --out-dir")
-                print(f"{name}-{method}: finished in {run_dir}, its record reused")
-                results[f"{name}/{method}"] = record
-                continue
-            start = time.perf_counter()
-            agents, rows = train_on_device(cfg, env, config, seed=seeds, run_dir=run_dir, overwrite=args.overwrite,
-                                           desc=f"{name}-{method} x{len(seeds)} seeds")
-            evaluated = [r for r in rows if "eval_success" in r]
-            record = dict(env_steps=[r["env_steps"] for r in evaluated],
-                          success=[[r[f"eval_success/{s}"] for s in seeds] for r in evaluated],
-                          seconds=time.perf_counter() - start, settings=as_json(learning_settings(cfg, env, config, seeds)))
-            if method == "qrl":
-                record["critic_check"] = critic_check(agents, env, args.check_episodes, args.check_hold_steps)
-            write_json(saved, record)
-            results[f"{name}/{method}"] = record
-    return results
+    env = device_loop_env(name, args.reacher_goal)
+    cfg = device_loop_agent_config(method, scale, env.obs_dim, env.action_dim, args.qrl_entropy_init)
+
+    def train() -> dict:
+        start = time.perf_counter()
+        agents, rows = train_on_device(cfg, env, config, seed=seeds, run_dir=run_dir, overwrite=args.overwrite,
+                                       desc=f"{name}-{method} x{len(seeds)} seeds")
+        evaluated = [r for r in rows if "eval_success" in r]
+        record = dict(env_steps=[r["env_steps"] for r in evaluated],
+                      success=[[r[f"eval_success/{s}"] for s in seeds] for r in evaluated],
+                      seconds=time.perf_counter() - start)
+        if method == "qrl":
+            record["critic_check"] = critic_check(agents, env, args.check_episodes, args.check_hold_steps)
+        return record
+
+    def check_settings(record: dict) -> dict:
+        """The critic check's settings, where the record has one (QRL's)."""
+        check, asked = record.get("critic_check", {}), dict(episodes=args.check_episodes,
+                                                            hold_steps=list(args.check_hold_steps))
+        recorded = dict(episodes=check.get("episodes"), hold_steps=check.get("hold_steps", []))
+        return {} if method != "qrl" else {f"check_{k}": (recorded[k], asked[k]) for k in asked
+                                           if recorded[k] != asked[k]}
+
+    return report.finished_run(run_dir / RECORD, learning_settings(cfg, env, config, seeds), train,
+                               overwrite=args.overwrite, ignore=LEARNING_HOST_ONLY, checked=check_settings)
 
 
 def final_success(run: dict) -> np.ndarray:

@@ -142,3 +142,32 @@ def cached_record(path: str | Path, compute: Callable[[], Mapping[str, Any]], *,
     if saved is not None and current(saved):
         return saved
     return write_record(path, compute(), indent)
+
+
+def finished_run(path: str | Path, settings: Mapping[str, Any], train: Callable[[], Mapping[str, Any]], *,
+                 overwrite: bool = False, ignore: Sequence[str] = (),
+                 checked: Callable[[dict], dict] = lambda record: {}, elsewhere: str = "--out-dir") -> dict:
+    """The record of a run that trains (at ``path``, beside its run directory): reused where it was saved with
+    ``settings`` (compared field by field, the names in ``ignore`` aside, with ``checked(record)``'s further
+    ``{name: (recorded, asked)}`` differences); refused, the differences named, where it was saved with others
+    (unlike :func:`cached_record`, which makes such a record again: retraining a finished run is asked for with
+    ``overwrite``); else ``train()``'s record, saved with ``settings`` under ``"settings"``.
+
+        record = report.finished_run(run_dir / "record.json", dict(agent=config, seeds=[0, 1]), lambda: train(...),
+                                     overwrite=args.overwrite)"""
+    from platonic_rl.training.run import as_json, describe_differences, settings_differences
+
+    path = Path(path)
+
+    def current(record: dict) -> bool:
+        differ = {**settings_differences(record.get("settings", {}), settings, ignore=tuple(ignore)),
+                  **checked(record)}
+        if differ:
+            raise ValueError(f"{path} holds a finished run with other settings than this call's:\n"
+                             f"{describe_differences(differ)}\npass --overwrite to train it again, or choose another "
+                             f"{elsewhere}")
+        print(f"{path.parent.name}: finished in {path.parent}, its record reused", flush=True)
+        return True
+
+    return cached_record(path, lambda: {**train(), "settings": as_json(settings)}, current=current,
+                         overwrite=overwrite)

@@ -116,3 +116,28 @@ def test_cached_record_reuses_a_current_record_and_remakes_one_of_other_settings
     report.cached_record(path, lambda: compute(20), current=lambda record: True, overwrite=True)
     assert calls == [10, 20, 20]
     assert report.read_record(tmp_path / "missing.json") is None
+
+
+def test_finished_run_reuses_its_record_refuses_other_settings_and_retrains_only_on_overwrite(tmp_path):
+    path, calls = tmp_path / "runs" / "maze-qrl" / "record.json", []
+
+    def train(value):
+        calls.append(value)
+        return dict(success=[value])
+
+    settings = dict(agent=dict(width=64), loop=dict(steps=100, log_every=10))
+    first = report.finished_run(path, settings, lambda: train(0.5))
+    assert first == dict(success=[0.5], settings=settings) and report.read_record(path) == first
+    assert report.finished_run(path, settings, lambda: train(0.9)) == first and calls == [0.5]
+    # a host-only field named in ``ignore`` may differ; any other field is refused, named with both values
+    host = dict(settings, loop=dict(steps=100, log_every=50))
+    assert report.finished_run(path, host, lambda: train(0.9), ignore=("loop.log_every",)) == first
+    with pytest.raises(ValueError, match=r"(?s)other settings.*agent\.width.*64.*128.*--overwrite"):
+        report.finished_run(path, dict(settings, agent=dict(width=128)), lambda: train(0.9))
+    with pytest.raises(ValueError, match=r"(?s)check_episodes.*--runs-dir"):
+        report.finished_run(path, settings, lambda: train(0.9), elsewhere="--runs-dir",
+                            checked=lambda record: dict(check_episodes=(None, 20)))
+    assert calls == [0.5] and report.read_record(path) == first  # nothing trained, nothing lost
+    wider = dict(settings, agent=dict(width=128))
+    assert report.finished_run(path, wider, lambda: train(0.9), overwrite=True) == dict(success=[0.9], settings=wider)
+    assert calls == [0.5, 0.9]
