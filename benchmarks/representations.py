@@ -176,10 +176,7 @@ def run(args: Args) -> dict:
         enc["uniform"] = float(objectives.uniform_loss(test, 2.0))
 
     names = [e["name"] for e in encoders]
-    alignment = np.eye(len(encoders))
-    pairs = [(i, j) for i in range(len(encoders)) for j in range(i + 1, len(encoders))]
-    for i, j in tqdm(pairs, desc="mutual k-NN", unit="pair"):
-        alignment[i, j] = alignment[j, i] = float(metrics.mutual_knn(encoders[i]["test"], encoders[j]["test"], args.k))
+    alignment = alignment_matrix([e["test"] for e in encoders], args.k)
 
     summary = summarise(encoders, alignment)
     record = dict(
@@ -191,6 +188,19 @@ def run(args: Args) -> dict:
              "alignment.png": lambda path: plot_alignment(path, encoders, alignment, title_extra=extra, k=args.k)}
     return report.save_run(out, "platonic_rl.benchmarks.representations", args, record, table=format_table(record),
                            plots=plots, total_seconds=time.time() - t0)
+
+
+def alignment_matrix(features: list, k: int) -> np.ndarray:
+    """Mutual k-NN alignment (:func:`metrics.mutual_knn`) between every pair of ``features`` (each ``[n, d]``, the
+    same n samples), ones on the diagonal: each one's neighbour lists are found once, then only compared."""
+    neighbours = [metrics.knn_indices(metrics.unit_rows(jnp.asarray(x, jnp.float32)), k)
+                  for x in tqdm(features, desc="k-NN", unit="encoder")]
+    overlap = jax.jit(metrics.knn_overlap)
+    alignment = np.eye(len(features))
+    for i in range(len(features)):
+        for j in range(i + 1, len(features)):
+            alignment[i, j] = alignment[j, i] = float(overlap(neighbours[i], neighbours[j]))
+    return alignment
 
 
 def summarise(encoders, alignment) -> dict:

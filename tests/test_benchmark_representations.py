@@ -56,3 +56,16 @@ def test_quick_benchmark_end_to_end(tmp_path):
     record = br.run(br.Args(out_dir=str(tmp_path)))
     assert (tmp_path / "alignment.png").exists() and (tmp_path / "align_uniform.png").exists()
     assert record["summary"]["best_infonce"]["accuracy"] > 0.85
+
+
+def test_alignment_matrix_equals_mutual_knn_pair_by_pair():
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=(60, 8)).astype(np.float32)
+    features = [base, base @ rng.normal(size=(8, 8)).astype(np.float32), rng.normal(size=(60, 64))]
+    from platonic_rl.replearn import metrics
+
+    matrix = br.alignment_matrix(features, k=5)
+    assert np.array_equal(np.diag(matrix), np.ones(3)) and np.array_equal(matrix, matrix.T)
+    for i in range(3):
+        for j in range(i + 1, 3):
+            assert matrix[i, j] == pytest.approx(float(metrics.mutual_knn(features[i], features[j], 5)), abs=0)
