@@ -34,7 +34,8 @@ from platonic_rl.agents.denoised_mdp import POLICY_LEARNERS
 from platonic_rl.benchmarks import report
 from platonic_rl.benchmarks.presets import DMC_PIXEL_MODEL, DMC_PRESETS, FETCH_QRL_PRESETS, maze2d_scales
 from platonic_rl.benchmarks.timing import (discrete_batch, goal_batch, matmul_peak, sequence_batch, time_call,
-                                           time_update)
+                                           time_matmuls_alone, time_update)
+from platonic_rl.common.train_state import TrainState
 from platonic_rl.denoised.model import FactoredRSSM, WorldModelConfig, all_features, observe
 from platonic_rl.qrl import quasimetrics as qm
 
@@ -71,6 +72,7 @@ class Case:
     build: Callable   # () -> (agent, batch)
     samples: int      # samples per update (transitions, or sequence steps)
     iqe_kernel: str = "int keys + custom JVP (library)"  # the IQE kernel the update is traced with
+    profile: bool = False  # also time the update's parts (:func:`profile_update`)
 
 
 def _fetch_qrl(**overrides) -> Callable:
@@ -111,33 +113,38 @@ def _maze2d_qrl(width: int, batch: int) -> Callable:
 
 
 def maze2d_cases() -> list[Case]:
-    return [Case(f"maze2d_qrl_w{w}_b{b}", f"maze2d, cpu preset at width {w}, batch {b}", _maze2d_qrl(w, b), b)
-            for w, b in MAZE2D_LADDER]
+    cpu = maze2d_scales()["cpu"]  # the preset's own size is profiled
+    own = (cpu.qrl.encoder_hidden[0], cpu.qrl_train.batch_size)
+    return [Case(f"maze2d_qrl_w{w}_b{b}", f"maze2d, cpu preset at width {w}, batch {b}", _maze2d_qrl(w, b), b,
+                 profile=(w, b) == own) for w, b in MAZE2D_LADDER]
 
 
 def full_cases() -> list[Case]:
 
     seq = {p: DMC_PRESETS[p]["batch_size"] * DMC_PRESETS[p]["chunk"] for p in DMC_PRESETS}
     return [
-        Case("qrl_continuous", "Fetch, C.3.3 (IQE 64x32, 2 critics)", _fetch_qrl(), 256),
+        Case("qrl_continuous", "Fetch, C.3.3 (IQE 64x32, 2 critics)", _fetch_qrl(), 256, profile=True),
         Case("qrl_continuous_l2", "Fetch, C.3.3 with an l2 head", _fetch_qrl(head="l2"), 256),
         Case("qrl_continuous_previous_iqe", "Fetch, C.3.3 with the previous IQE kernel", _fetch_qrl(), 256,
              iqe_kernel="float pairs + autodiff (previous)"),
         Case("qrl_continuous_bf16", "Fetch, C.3.3, compute_dtype bfloat16", _fetch_qrl(compute_dtype="bfloat16"),
              256),
-        Case("qrl_continuous_cpu", "Fetch, cpu preset (IQE 16x32)", _fetch_qrl(**FETCH_QRL_PRESETS["cpu"]), 256),
+        Case("qrl_continuous_cpu", "Fetch, cpu preset (IQE 16x32)", _fetch_qrl(**FETCH_QRL_PRESETS["cpu"]), 256,
+             profile=True),
         Case("qrl", "MountainCar, C.3.1 (batch 1024)",
-             lambda: (QRLAgent.create(QRLConfig(), 0), discrete_batch(1024, 3, 3)), 1024),
+             lambda: (QRLAgent.create(QRLConfig(), 0), discrete_batch(1024, 3, 3)), 1024, profile=True),
         Case("crl", "Fetch, default (batch 256)",
-             lambda: (CRLAgent.create(CRLConfig(), 0), goal_batch(256, 10, 4)), 256),
+             lambda: (CRLAgent.create(CRLConfig(), 0), goal_batch(256, 10, 4)), 256, profile=True),
         Case("gcbc", "Fetch, default (batch 256)",
-             lambda: (GCBCAgent.create(GCBCConfig(), 0), goal_batch(256, 10, 4)), 256),
+             lambda: (GCBCAgent.create(GCBCConfig(), 0), goal_batch(256, 10, 4)), 256, profile=True),
         Case("ddpg_her", "Fetch, default MLP critic (batch 256)",
              lambda: (DDPGHERAgent.create(DDPGHERConfig(), 0), goal_batch(256, 10, 4)), 256),
-        Case("denoised_mdp_cpu", "cheetah states, cpu preset (16 x 32 steps)", _world_model(False, "cpu"), seq["cpu"]),
+        Case("denoised_mdp_cpu", "cheetah states, cpu preset (16 x 32 steps)", _world_model(False, "cpu"), seq["cpu"],
+             profile=True),
         Case("denoised_mdp_cpu_bf16", "cheetah states, cpu preset, compute_dtype bfloat16",
              _world_model(False, "cpu", "bfloat16"), seq["cpu"]),
-        Case("dreamer_cpu", "cheetah states, cpu preset (16 x 32 steps)", _world_model(True, "cpu"), seq["cpu"]),
+        Case("dreamer_cpu", "cheetah states, cpu preset (16 x 32 steps)", _world_model(True, "cpu"), seq["cpu"],
+             profile=True),
         Case("dreamer_cpu_pixels_xla", "cheetah 64x64 pixels, cpu preset, conv_impl xla (lax convolutions)",
              _world_model(True, "cpu", pixels=True, conv_impl="xla"), seq["cpu"]),
         Case("dreamer_cpu_pixels", "cheetah 64x64 pixels, cpu preset, conv_impl im2col (one matmul per layer)",
@@ -147,7 +154,7 @@ def full_cases() -> list[Case]:
         Case("denoised_mdp_cpu_pixels", "cheetah 64x64 pixels, cpu preset, conv_impl im2col (one matmul per layer)",
              _world_model(False, "cpu", pixels=True, conv_impl="im2col"), seq["cpu"]),
         Case("denoised_mdp", "cheetah states, Table D.4 (50 x 50 steps)", _world_model(False, "paper"),
-             seq["paper"]),
+             seq["paper"], profile=True),
     ] + maze2d_cases()
 
 
@@ -157,12 +164,12 @@ def quick_cases() -> list[Case]:
     small_model = WorldModelConfig(obs_shape=(5,), action_dim=2, x_belief=16, x_state=4, y_belief=8, y_state=2,
                                    hidden=16, embed_dim=16, mlp_encoder_hidden=(16,), mlp_decoder_hidden=(16,))
     return [
-        Case("qrl_continuous", "tiny", _fetch_qrl(**tiny), 256),
+        Case("qrl_continuous", "tiny", _fetch_qrl(**tiny), 256, profile=True),
         Case("qrl_continuous_l2", "tiny, l2 head", _fetch_qrl(**tiny, head="l2", l2_dim=32), 256),
         Case("gcbc", "tiny", lambda: (GCBCAgent.create(GCBCConfig(hidden=(32,)), 0), goal_batch(64, 10, 4)), 64),
         Case("denoised_mdp", "tiny", lambda: (DenoisedMDPAgent.create(DenoisedMDPConfig(
             model=small_model, actor_hidden=(16,), critic_hidden=(16,), horizon=3, imagine_starts=8), 0),
-            sequence_batch(4, 6, 5, 2)), 24),
+            sequence_batch(4, 6, 5, 2)), 24, profile=True),
     ]
 
 
@@ -198,6 +205,14 @@ def iqe_sort(x: jax.Array, y: jax.Array, dim_per_component: int) -> jax.Array:
     return jnp.sum(jnp.maximum(ends - jnp.maximum(starts, before), 0.0), -1)
 
 
+def iqe_no_union(x: jax.Array, y: jax.Array, dim_per_component: int) -> jax.Array:
+    """A stand-in for the IQE head's interval union, for timing only: the intervals' lengths summed (overlaps
+    counted twice), the same inputs and outputs at about the cost of one elementwise pass."""
+    shape = x.shape[:-1] + (x.shape[-1] // dim_per_component, dim_per_component)
+    starts = x.reshape(shape)
+    return jnp.sum(jnp.maximum(starts, y.reshape(shape)) - starts, -1)
+
+
 IQE_KERNELS = {"int keys + custom JVP (library)": qm.iqe_components,
                "float pairs + autodiff (previous)": iqe_float_pairs,
                "sort + cummax": iqe_sort}
@@ -222,10 +237,10 @@ def time_iqe(pairs: int, components: int, dim: int, repeats: int) -> dict:
 
 @contextlib.contextmanager
 def iqe_kernel(name: str):
-    """Trace IQE heads with the kernel ``name`` of :data:`IQE_KERNELS` inside this block (for comparing kernels
-    inside an update; the library's is restored after)."""
+    """Trace IQE heads with the kernel ``name`` of :data:`IQE_KERNELS` (or ``"no union"``: :func:`iqe_no_union`)
+    inside this block, for comparing kernels inside an update; the library's is restored after."""
     library = qm.iqe_components
-    qm.iqe_components = IQE_KERNELS[name]
+    qm.iqe_components = iqe_no_union if name == "no union" else IQE_KERNELS[name]
     try:
         yield
     finally:
@@ -241,7 +256,45 @@ def time_case(case: Case, args: Args, peak: float) -> dict:
                    **time_update(agent, batch, case.samples, args.repeats, args.scan_length, peak))
         if isinstance(agent, DenoisedMDPAgent):
             out["parts_ms"] = world_model_parts(agent, jax.tree.map(jnp.asarray, batch), args.repeats)
-        return out
+    if case.profile:
+        out["profile"] = profile_update(case, args.repeats)
+    return out
+
+
+def profile_update(case: Case, repeats: int) -> dict:
+    """Where one update's time goes (ms, each measured alone; XLA's CPU profiler reports only fused regions, not
+    operations, so the parts are timed by replay and ablation): the whole update (one jitted call); its matrix
+    products replayed alone at their shapes and counts (:func:`~platonic_rl.benchmarks.timing.time_matmuls_alone`);
+    the optimiser steps of its train states alone; for IQE heads, the interval union: the update minus the same
+    update with the union replaced by :func:`iqe_no_union`; the rest (elementwise work, reductions, data movement
+    between fused regions) is the whole minus those. Also XLA's own count of the compiled update's FLOPs (all
+    operations) and bytes accessed."""
+    with iqe_kernel(case.iqe_kernel):
+        agent, batch = case.build()
+        batch = jax.tree.map(jnp.asarray, batch)
+        update = jax.jit(type(agent).update)
+        whole = time_call(update, (agent, batch), repeats)
+        jaxpr = jax.make_jaxpr(type(agent).update)(agent, batch)
+        cost = update.lower(agent, batch).compile().cost_analysis()
+        cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    states = {f.name: getattr(agent, f.name) for f in dataclasses.fields(agent)
+              if isinstance(getattr(agent, f.name), TrainState)}
+    parts = dict(matmuls=time_matmuls_alone(jaxpr, repeats),
+                 optimiser=time_call(jax.jit(lambda s: {k: v.apply_gradients(v.params) for k, v in s.items()}),
+                                     (states,), repeats))
+    if _has_iqe(agent):
+        with iqe_kernel("no union"):
+            parts["iqe_union"] = whole - time_call(jax.jit(type(agent).update), (agent, batch), repeats)
+    parts["rest"] = whole - sum(parts.values())
+    return dict(whole_ms=1e3 * whole, parts_ms={k: 1e3 * v for k, v in parts.items()},
+                xla_gflop=float(cost.get("flops", float("nan"))) / 1e9,
+                xla_mb_accessed=float(cost.get("bytes accessed", float("nan"))) / 1e6)
+
+
+def _has_iqe(agent) -> bool:
+    """Whether the agent's critic has an IQE head (its config's ``head``)."""
+    config = agent.config
+    return getattr(getattr(config, "critic_config", config), "head", None) == "iqe"
 
 
 def world_model_parts(agent: DenoisedMDPAgent, batch: dict, repeats: int) -> dict:
@@ -291,6 +344,19 @@ def table(record: dict) -> str:
             total = record["updates"][name]["ms_one_call"]
             lines.append(f"- {name} ({total:.3g} ms): " + ", ".join(
                 f"{part.replace('_', ' ')} {ms:.3g} ({100 * ms / total:.0f}%)" for part, ms in p.items()))
+    profiles = {name: r["profile"] for name, r in record["updates"].items() if "profile" in r}
+    if profiles:
+        lines += ["", "Where an update's time goes (ms and share of the whole; each part timed alone: the matrix products "
+                      "replayed at their shapes, the optimiser steps, the IQE union as the update minus the update "
+                      "without it; the rest is elementwise work, reductions and data movement):", "",
+                  "| update | whole ms | matmuls | IQE union | optimiser | rest | XLA GFLOP | XLA MB accessed |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for name, p in profiles.items():
+            whole = p["whole_ms"]
+            cell = lambda part: (f"{p['parts_ms'][part]:.3g} ({100 * p['parts_ms'][part] / whole:.0f}%)"  # noqa: E731
+                                 if part in p["parts_ms"] else "-")
+            lines.append(f"| {name} | {whole:.3g} | {cell('matmuls')} | {cell('iqe_union')} | {cell('optimiser')} | "
+                         f"{cell('rest')} | {p['xla_gflop']:.3g} | {p['xla_mb_accessed']:.3g} |")
     for base, share in record.get("iqe_share", {}).items():
         lines += ["", f"IQE share of the {base} update (one call; the update with an l2 head on the same projector "
                       f"as the baseline): {share['iqe_ms']:.1f} of {share['update_ms']:.1f} ms = "

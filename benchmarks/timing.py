@@ -24,38 +24,72 @@ from platonic_rl.training.device_loop import DeviceLoopConfig, make_loop
 from platonic_rl.training.updates import update_steps
 
 
-def matmul_flops(jaxpr) -> int:
-    """FLOPs of the matrix products in ``jaxpr`` (a ``Jaxpr`` or ``ClosedJaxpr``): 2 per multiply-add of every
-    ``dot_general`` and convolution, sub-jaxprs included, a scan's body times its length, a ``cond`` as its
-    most expensive branch and a ``while`` body once (its trip count is not static)."""
+MATMULS = ("dot_general", "conv_general_dilated")
+
+
+def matmul_eqns(jaxpr, count: int = 1) -> list[tuple[object, int]]:
+    """The matrix products of ``jaxpr`` (a ``Jaxpr`` or ``ClosedJaxpr``): each ``dot_general`` and convolution
+    equation with the number of times one call runs it, ``count`` times. Sub-jaxprs are included, a scan's body
+    times its length, a ``cond`` as its most expensive branch and a ``while`` body once (its trip count is not
+    static)."""
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    total = 0
+    found = []
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
-        if name == "dot_general":
-            (lhs_contract, _), _ = eqn.params["dimension_numbers"]
-            lhs = eqn.invars[0].aval.shape
-            total += 2 * math.prod(eqn.outvars[0].aval.shape) * math.prod(lhs[i] for i in lhs_contract)
-        elif name == "conv_general_dilated":
-            rhs = eqn.invars[1].aval.shape
-            spec = eqn.params["dimension_numbers"].rhs_spec  # (out features, in features, *spatial)
-            per_output = math.prod(rhs[i] for i in spec[1:])  # in features per group x kernel window
-            total += 2 * math.prod(eqn.outvars[0].aval.shape) * per_output
-        if name == "cond":
-            total += max(_sub_flops(b) for b in eqn.params["branches"])
+        if name in MATMULS:
+            found.append((eqn, count))
+        elif name == "cond":
+            found += max((matmul_eqns(branch, count) for branch in eqn.params["branches"]),
+                         key=lambda eqns: sum(n * eqn_flops(e) for e, n in eqns))
         elif name == "scan":
-            total += eqn.params["length"] * _sub_flops(eqn.params["jaxpr"])
+            found += matmul_eqns(eqn.params["jaxpr"], count * eqn.params["length"])
         else:
-            total += sum(_sub_flops(value) for value in eqn.params.values())
-    return total
+            found += [pair for value in eqn.params.values() for pair in _sub_eqns(value, count)]
+    return found
 
 
-def _sub_flops(value) -> int:
+def _sub_eqns(value, count: int) -> list:
     if isinstance(value, (jax.extend.core.Jaxpr, jax.extend.core.ClosedJaxpr)):
-        return matmul_flops(value)
+        return matmul_eqns(value, count)
     if isinstance(value, (tuple, list)):
-        return sum(_sub_flops(v) for v in value)
-    return 0
+        return [pair for v in value for pair in _sub_eqns(v, count)]
+    return []
+
+
+def eqn_flops(eqn) -> int:
+    """FLOPs of one ``dot_general`` or convolution equation: 2 per multiply-add."""
+    if eqn.primitive.name == "dot_general":
+        (lhs_contract, _), _ = eqn.params["dimension_numbers"]
+        lhs = eqn.invars[0].aval.shape
+        return 2 * math.prod(eqn.outvars[0].aval.shape) * math.prod(lhs[i] for i in lhs_contract)
+    rhs = eqn.invars[1].aval.shape
+    spec = eqn.params["dimension_numbers"].rhs_spec  # (out features, in features, *spatial)
+    per_output = math.prod(rhs[i] for i in spec[1:])  # in features per group x kernel window
+    return 2 * math.prod(eqn.outvars[0].aval.shape) * per_output
+
+
+def matmul_flops(jaxpr) -> int:
+    """FLOPs of the matrix products in ``jaxpr`` (:func:`matmul_eqns`: scans times their length, a ``cond`` as its
+    most expensive branch, a ``while`` body once)."""
+    return sum(count * eqn_flops(eqn) for eqn, count in matmul_eqns(jaxpr))
+
+
+def time_matmuls_alone(jaxpr, repeats: int) -> float:
+    """Median seconds of the matrix products of ``jaxpr`` (:func:`matmul_eqns`) run alone, at their shapes and as
+    many times as one call runs them, in one jitted call: what the products cost without the work around them.
+    Every run of a product reads random inputs of its own (a product run n times in a scan is run over n stacked
+    inputs by ``lax.map``), so none can be computed once for several."""
+    eqns = matmul_eqns(jaxpr)
+    key = jax.random.PRNGKey(0)
+    inputs = [[jax.random.normal(jax.random.fold_in(key, 2 * i + k), (count, *v.aval.shape)).astype(v.aval.dtype)
+               for k, v in enumerate(eqn.invars)] for i, (eqn, count) in enumerate(eqns)]
+
+    def products(inputs):
+        return [eqn.primitive.bind(*(x[0] for x in xs), **eqn.params) if count == 1
+                else jax.lax.map(lambda ys, eqn=eqn: eqn.primitive.bind(*ys, **eqn.params), xs)
+                for (eqn, count), xs in zip(eqns, inputs)]
+
+    return time_call(jax.jit(products), (inputs,), repeats)
 
 
 def time_call(fn: Callable, args: tuple, repeats: int) -> float:

@@ -81,3 +81,35 @@ def test_world_model_parts_time_each_part_of_the_update():
     parts = speed.world_model_parts(agent, jax.tree.map(jnp.asarray, batch), repeats=1)
     assert set(parts) == {"model_loss_and_gradient", "filtering_forward", "imagination_loss_and_gradient"}
     assert all(ms > 0 for ms in parts.values())
+
+
+def test_matmul_eqns_list_each_product_with_its_count_and_their_flops_add_up():
+    from platonic_rl.benchmarks.timing import eqn_flops, matmul_eqns, time_matmuls_alone
+
+    a, w = jnp.ones((4, 8)), jnp.ones((8, 8))
+    scanned = jax.make_jaxpr(lambda w: jax.lax.scan(lambda c, _: (jnp.tanh(c @ w) @ w, None), a, None,
+                                                    length=3)[0] @ w)(w)
+    eqns = matmul_eqns(scanned)
+    assert sorted(count for _, count in eqns) == [1, 3, 3]
+    assert sum(count * eqn_flops(eqn) for eqn, count in eqns) == matmul_flops(scanned) == 7 * 2 * 4 * 8 * 8
+    assert time_matmuls_alone(scanned, repeats=1) > 0
+
+
+def test_the_iqe_stand_in_sums_interval_lengths_the_union_only_where_they_are_disjoint():
+    x = np.array([[0.0, 2.0, 0.0, 1.0]], np.float32)  # one component of 4 intervals [x, max(x, y)]
+    disjoint = np.array([[1.0, 3.0, 0.0, 1.0]], np.float32)  # [0,1], [2,3], empty, empty
+    overlapping = np.array([[3.0, 3.0, 0.0, 1.0]], np.float32)  # [0,3], [2,3]: union 3, lengths 4
+    assert float(speed.iqe_no_union(x, disjoint, 4)[0, 0]) == float(speed.qm.iqe_components(x, disjoint, 4)[0, 0]) == 2
+    assert float(speed.iqe_no_union(x, overlapping, 4)[0, 0]) == 4.0
+    assert float(speed.qm.iqe_components(x, overlapping, 4)[0, 0]) == 3.0
+
+
+@pytest.mark.slow  # ~15 s: compiles two tiny updates and their parts
+def test_profile_parts_add_up_to_the_whole_and_only_iqe_heads_have_a_union_part():
+    cases = {c.name: c for c in speed.quick_cases()}
+    qrl = speed.profile_update(cases["qrl_continuous"], repeats=1)
+    assert set(qrl["parts_ms"]) == {"matmuls", "optimiser", "iqe_union", "rest"}
+    assert sum(qrl["parts_ms"].values()) == pytest.approx(qrl["whole_ms"])
+    assert qrl["parts_ms"]["matmuls"] > 0 and qrl["parts_ms"]["optimiser"] > 0 and qrl["xla_gflop"] > 0
+    l2 = speed.profile_update(cases["qrl_continuous_l2"], repeats=1)
+    assert "iqe_union" not in l2["parts_ms"] and l2["xla_mb_accessed"] > 0
