@@ -226,9 +226,12 @@ class QRLContinuousAgent(StatelessPolicy, flax.struct.PyTreeNode):
         """d_i(T_i(f_i(s), a), f_i(g)) for every critic: ``[num_critics, ...]``."""
         critic = self.critic
 
-        def one(params):
-            z = critic.apply(params, observations, method="encode")
-            z_goal = critic.apply(params, goals, method="encode")
+        def encode(params, x):
+            return critic.apply(params, x, method="encode")
+
+        def one(params):  # observations and goals of one shape encoded in one pass, as the critic loss does
+            z, z_goal = (jnp.split(encode(params, jnp.concatenate([observations, goals])), 2)
+                         if observations.shape == goals.shape else (encode(params, observations), encode(params, goals)))
             z_pred = critic.apply(params, z, actions, method="dynamics")
             return critic.apply(params, z_pred, z_goal, method="distance")
 

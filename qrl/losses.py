@@ -63,8 +63,14 @@ def transition_loss(distance_fn: Callable[[jax.Array, jax.Array], jax.Array], pr
 
     ``z'_pred = T(f(s), a)`` and ``z' = f(s')``; gradients reach both d and T (section 4.3.4).
     """
-    per_row = 0.5 * (jnp.square(distance_fn(predicted_next, next_latent))
-                     + jnp.square(distance_fn(next_latent, predicted_next)))
+    return transition_loss_of(distance_fn(predicted_next, next_latent), distance_fn(next_latent, predicted_next),
+                              mask)
+
+
+def transition_loss_of(forward: jax.Array, backward: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+    """:func:`transition_loss` from its two distances, ``forward`` = d(z'_pred, z') and ``backward`` = d(z', z'_pred)
+    per row (for a caller that computes many distances in one call)."""
+    per_row = 0.5 * (jnp.square(forward) + jnp.square(backward))
     if mask is None:
         return jnp.mean(per_row)
     mask = mask.astype(per_row.dtype)

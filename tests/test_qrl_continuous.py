@@ -228,3 +228,40 @@ def test_crl_behaviour_cloning_is_the_dataset_actions_nll():
 
     metrics, (mean, log_std) = bc_nll_and_policy(agent, b)
     np.testing.assert_allclose(metrics["bc_nll"], _tanh_normal_nll_numpy(mean, log_std, b["actions"]), rtol=1e-5)
+
+
+def test_the_critic_loss_with_its_distances_fused_equals_the_loss_read_distance_by_distance():
+    """The critic loss computes its four distances in one projector pass and one head call; here each is its own
+    d(z1, z2) call, as eq. 4.12 and the transition loss read. Values and gradients agree to float32 rounding."""
+    from platonic_rl.agents.qrl import QuasimetricCritic, quasimetric_critic_loss
+
+    config = QRLContinuousConfig(obs_dim=5, action_dim=2, encoder_hidden=(32,), latent_dim=16,
+                                 projector_hidden=(32,), iqe_components=4, iqe_dim_per_component=8,
+                                 dynamics_hidden=(32,))
+    agent = QRLContinuousAgent.create(config, 0)
+    c = config.critic_config
+    rng = np.random.default_rng(0)
+    obs, nxt, goals = (jnp.asarray(rng.normal(size=(12, 5)), jnp.float32) for _ in range(3))
+    actions, rewards = jnp.asarray(rng.uniform(-1, 1, (12, 2)), jnp.float32), -jnp.ones(12)
+    mask = jnp.arange(12) % 3 != 0
+    params, lagrange_raw = jax.tree.map(lambda x: x[0], agent.critic_params), agent.lagrange_raw[0]
+
+    def by_distance(params, lagrange_raw):
+        critic = QuasimetricCritic(c)
+        z, z_next, z_goal = (critic.apply(params, x, method="encode") for x in (obs, nxt, goals))
+        dist = lambda a, b: critic.apply(params, a, b, method="distance")  # noqa: E731
+        violation = losses.constraint_violation(dist(z, z_next), rewards)
+        model_term, multiplier_loss, _ = losses.lagrangian_terms(violation, lagrange_raw, c.epsilon)
+        push = losses.push_loss(dist(z, z_goal), lambda d: losses.softplus_phi(d, c.phi_offset, c.phi_beta))
+        z_pred = critic.apply(params, z, actions, method="dynamics")
+        transition = losses.transition_loss(dist, z_pred, z_next, mask)
+        return push + model_term + c.transition_weight * transition + multiplier_loss
+
+    def fused(params, lagrange_raw):
+        return quasimetric_critic_loss(c, params, lagrange_raw, obs, nxt, goals, actions, rewards, mask)[0]
+
+    want, want_grads = jax.value_and_grad(by_distance, argnums=(0, 1))(params, lagrange_raw)
+    got, got_grads = jax.value_and_grad(fused, argnums=(0, 1))(params, lagrange_raw)
+    assert float(got) == pytest.approx(float(want), rel=1e-6)
+    for g, w in zip(jax.tree.leaves(got_grads), jax.tree.leaves(want_grads)):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-6)
