@@ -177,7 +177,14 @@ class WaypointPolicy(flax.struct.PyTreeNode):
     the one whose cheapest path to the goal over the waypoint graph (:func:`waypoint_graph`, computed once in
     :meth:`create`; every leg within reach, the last one to the goal included) costs least -- the farthest waypoint
     within reach along that path. The path costs from each waypoint to a goal are computed when the goal changes.
-    Where no waypoint within reach has a path, the choice is made on d(w, g) as above."""
+    Where no waypoint within reach has a path, the choice is made on d(w, g) as above.
+
+    ``patience`` (None: off): where the chosen targets' cost to the goal has not improved by at least 1 (a step's
+    cost) for more than ``patience`` steps, the waypoints within reach that rank within H of the best cost so far
+    are dropped for the rest of the episode (its goal), and the choice is made without them. Where the learned distance puts waypoints within
+    reach through a wall, the inner policy presses against the wall and the same few waypoints are chosen again and
+    again; this is the suite's form of the cleanup of Sparse Graphical Memory (Emmons et al., 2020), which removes a
+    graph edge the agent failed to traverse."""
     agent: QRLContinuousAgent
     inner: Any
     waypoints: jax.Array            # [M, D]
@@ -186,10 +193,11 @@ class WaypointPolicy(flax.struct.PyTreeNode):
     paths: jax.Array | None = None   # plan="graph": shortest path costs between waypoints [M, M]
     replan_every: int = flax.struct.field(pytree_node=False, default=1)
     plan: str = flax.struct.field(pytree_node=False, default="greedy")
+    patience: int | None = flax.struct.field(pytree_node=False, default=None)
 
     @classmethod
     def create(cls, agent: QRLContinuousAgent, waypoints: jax.Array, reach: float, inner: Any = None,
-               replan_every: int = 1, plan: str = "greedy") -> "WaypointPolicy":
+               replan_every: int = 1, plan: str = "greedy", patience: int | None = None) -> "WaypointPolicy":
         waypoints = jnp.asarray(waypoints, jnp.float32)
         if waypoints.ndim != 2 or waypoints.shape[0] < 1 or waypoints.shape[1:] != agent.config.obs_shape:
             raise ValueError(f"waypoints must be dataset states [M >= 1, {agent.config.obs_shape}], got "
@@ -200,11 +208,13 @@ class WaypointPolicy(flax.struct.PyTreeNode):
             raise ValueError(f"replan_every must be an int >= 1 (steps), got {replan_every!r}")
         if plan not in ("greedy", "graph"):
             raise ValueError(f"plan must be 'greedy' or 'graph', got {plan!r}")
+        if patience is not None and (not isinstance(patience, int) or patience < 1):
+            raise ValueError(f"patience must be None or an int >= 1 (steps), got {patience!r}")
         projections = _project(agent, _encode(agent, waypoints))
         paths = waypoint_graph(agent, projections, jnp.float32(reach)) if plan == "graph" else None
         return cls(agent=agent, inner=agent if inner is None else inner, waypoints=waypoints,
                    waypoint_projections=projections, reach=jnp.float32(reach), paths=paths,
-                   replan_every=replan_every, plan=plan)
+                   replan_every=replan_every, plan=plan, patience=patience)
 
     def waypoint_goal_distances(self, goals: jax.Array) -> jax.Array:
         """max_i d_i(w, g) for every waypoint and goal: ``[N, M]``."""
@@ -221,18 +231,21 @@ class WaypointPolicy(flax.struct.PyTreeNode):
         return jax.lax.map(lambda row: jnp.min(self.paths + row[None, :], axis=1), last_leg)
 
     def targets(self, observations: jax.Array, goals: jax.Array, d_wg: jax.Array | None = None,
-                costs: jax.Array | None = None) -> tuple[jax.Array, dict[str, jax.Array]]:
+                costs: jax.Array | None = None, dropped: jax.Array | None = None
+                ) -> tuple[jax.Array, dict[str, jax.Array]]:
         """``(targets [N, D], info)``: each state's chosen waypoint (or its goal) and, in ``info``, d(s, g),
-        d(s, target), d(target, g) and whether a waypoint was chosen (with ``plan="graph"``, d(target, g) is the
-        path's cost). ``d_wg``, ``costs``: the waypoints' distances to the goals and what the choice ranks them by,
-        if known (:meth:`waypoint_goal_distances`, :meth:`goal_costs`)."""
+        d(s, target), d(target, g), whether a waypoint was chosen and which (``waypoint``, -1: the goal; with
+        ``plan="graph"``, d(target, g) is the path's cost), the waypoints within reach and what the choice ranked them
+        by (``in_reach``, ``ranking``: ``[N, M]``). ``d_wg``, ``costs``: the waypoints' distances to the goals and
+        what the choice ranks them by, if known (:meth:`waypoint_goal_distances`, :meth:`goal_costs`);
+        ``dropped [N, M]``: waypoints left out of the choice (``patience``)."""
         p_s = _project(self.agent, _encode(self.agent, observations))   # [C, N, P]
         p_g = _project(self.agent, _encode(self.agent, goals))
         d_sg = _head(self.agent, p_s, p_g)                              # [N]
         d_sw = _head(self.agent, p_s[:, :, None], self.waypoint_projections[:, None])  # [N, M]
         d_wg = self.waypoint_goal_distances(goals) if d_wg is None else d_wg
         costs = self.goal_costs(d_wg) if costs is None else costs
-        in_reach = d_sw <= self.reach
+        in_reach = (d_sw <= self.reach) & (True if dropped is None else ~dropped)
         # The waypoint within reach that costs least; where none within reach has a finite cost (the graph: no path),
         # the one nearest the goal, min d(w, g).
         has_cost = jnp.isfinite(jnp.where(in_reach, costs, jnp.inf)).any(1)
@@ -241,19 +254,24 @@ class WaypointPolicy(flax.struct.PyTreeNode):
         use_waypoint = in_reach.any(1) & (d_sg > self.reach)
         targets = jnp.where(use_waypoint[:, None], self.waypoints[best], goals)
         pick = lambda d: jnp.take_along_axis(d, best[:, None], 1)[:, 0]  # noqa: E731
-        info = dict(goal_distance=d_sg, use_waypoint=use_waypoint,
+        info = dict(goal_distance=d_sg, use_waypoint=use_waypoint, waypoint=jnp.where(use_waypoint, best, -1),
                     target_distance=jnp.where(use_waypoint, pick(d_sw), d_sg),
-                    target_goal_distance=jnp.where(use_waypoint, pick(d_wg), 0.0))
+                    target_goal_distance=jnp.where(use_waypoint, pick(d_wg), 0.0), in_reach=in_reach, ranking=d_wg)
         return targets, info
 
     def initial_policy_state(self, batch_size: int) -> dict[str, Any]:
         """The inner policy's state, the waypoints' distances to the last goals seen (NaN goals: none yet; with
-        ``plan="graph"`` also their path costs), the current targets and the steps since they were chosen."""
+        ``plan="graph"`` also their path costs), the current targets and the steps since they were chosen; with
+        ``patience``, also each episode's best progress (the lowest cost to the goal of a target chosen since the
+        last drop), the steps since it improved, and the waypoints dropped for the episode."""
         shape = (batch_size, *self.waypoints.shape[1:])
         per_waypoint = jnp.zeros((batch_size, self.waypoints.shape[0]))
+        patience = dict(best=jnp.full(batch_size, jnp.inf), since_best=jnp.zeros(batch_size, jnp.int32),
+                        dropped=jnp.zeros(per_waypoint.shape, bool))
         return dict(inner=self.inner.initial_policy_state(batch_size), goals=jnp.full(shape, jnp.nan),
                     goal_distances=per_waypoint, targets=jnp.zeros(shape), since_replan=jnp.int32(0),
-                    **(dict(goal_costs=per_waypoint) if self.plan == "graph" else {}))
+                    **(dict(goal_costs=per_waypoint) if self.plan == "graph" else {}),
+                    **(patience if self.patience is not None else {}))
 
     def step(self, policy_state, observations, goals, prev_actions=None, rng=None):
         """Targets (chosen again when due), then the inner policy's step towards them. d(w, g) (and the graph's
@@ -272,12 +290,45 @@ class WaypointPolicy(flax.struct.PyTreeNode):
 
         d_wg, costs = jax.lax.cond(same_goals, cached, for_new_goals)
         due = ~same_goals | (policy_state["since_replan"] % self.replan_every == 0)
-        targets = jax.lax.cond(due, lambda: self.targets(observations, goals, d_wg, costs)[0],
-                               lambda: policy_state["targets"])
+        carried = dict(goals=goals, goal_distances=d_wg, **(dict(goal_costs=costs) if self.plan == "graph" else {}))
+        if self.patience is None:
+            targets = jax.lax.cond(due, lambda: self.targets(observations, goals, d_wg, costs)[0],
+                                   lambda: policy_state["targets"])
+        else:
+            targets, kept = self._patient_targets(policy_state, observations, goals, d_wg, costs, due)
+            carried.update(kept)
         actions, inner = self.inner.step(policy_state["inner"], observations, targets, prev_actions, rng)
         since = jnp.where(due, 1, policy_state["since_replan"] + 1).astype(jnp.int32)
-        return actions, dict(inner=inner, goals=goals, goal_distances=d_wg, targets=targets, since_replan=since,
-                             **(dict(goal_costs=costs) if self.plan == "graph" else {}))
+        return actions, dict(carried, inner=inner, targets=targets, since_replan=since)
+
+    def _patient_targets(self, policy_state, observations, goals, d_wg, costs, due):
+        """The targets (chosen when ``due``, as :meth:`targets` does, without the waypoints dropped in the episode)
+        and the state ``patience`` keeps. Progress is the chosen target's cost to the goal (a waypoint's ranking, the
+        goal's d(s, g)); where it has not improved by at least 1 for more than ``patience`` steps, every waypoint
+        within reach that ranks within H of the best so far is dropped for the episode (the options that promised
+        that progress from here and did not give it: a wall the learned distance does not see), and progress is
+        counted afresh."""
+        new_goal = jnp.any(goals != policy_state["goals"], axis=-1)   # [N]: a new episode (NaN goals: the first)
+        dropped = policy_state["dropped"] & ~new_goal[:, None]
+        best = jnp.where(new_goal, jnp.inf, policy_state["best"])
+        since = jnp.where(new_goal, 0, policy_state["since_best"])
+
+        def choose():
+            targets, info = self.targets(observations, goals, d_wg, costs, dropped)
+            return targets, jnp.where(info["use_waypoint"], info["target_goal_distance"], info["goal_distance"])
+
+        targets, progress = jax.lax.cond(due, choose, lambda: (policy_state["targets"], best))
+        improved = progress < best - 1.0  # by at least one step's cost
+        best, since = jnp.minimum(best, progress), jnp.where(improved, 0, since + 1)
+        stalled = since > self.patience
+
+        def promised():  # [N, M]: within reach of the stalled states and ranked within H of their best
+            info = self.targets(observations, goals, d_wg, costs, dropped)[1]
+            return info["in_reach"] & (info["ranking"] <= best[:, None] + self.reach) & stalled[:, None]
+
+        dropped = dropped | jax.lax.cond(stalled.any(), promised, lambda: jnp.zeros_like(dropped))
+        return targets, dict(best=jnp.where(stalled, jnp.inf, best), since_best=jnp.where(stalled, 0, since).astype(
+            jnp.int32), dropped=dropped)
 
     def act(self, observations, goals, rng=None):
         """``step`` from a fresh policy state."""
@@ -329,7 +380,8 @@ class MPPIPolicy(flax.struct.PyTreeNode):
 
 
 def _waypoints(agent, dataset_states, reach: float = 20.0, num_waypoints: int = 2000, inner: str = "actor",
-               hold_steps: int = 20, replan_every: int = 1, seed: int = 0, plan: str = "greedy", **inner_settings):
+               hold_steps: int = 20, replan_every: int = 1, seed: int = 0, plan: str = "greedy",
+               patience: int | None = None, **inner_settings):
     if dataset_states is None:
         raise ValueError("the waypoints policy needs dataset_states: the dataset's observations [N, D]")
     states = jnp.asarray(dataset_states, jnp.float32)
@@ -340,7 +392,7 @@ def _waypoints(agent, dataset_states, reach: float = 20.0, num_waypoints: int = 
     if inner not in ("actor", "lookahead"):
         raise ValueError(f"inner must be 'actor' or 'lookahead', got {inner!r}")
     inner_policy = agent if inner == "actor" else LatentLookahead(agent, hold_steps=hold_steps, **inner_settings)
-    return WaypointPolicy.create(agent, states, reach, inner_policy, replan_every, plan)
+    return WaypointPolicy.create(agent, states, reach, inner_policy, replan_every, plan, patience)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -68,6 +68,9 @@ class QRLPolicySettings:
     mppi_samples: int = 10_000    # MPPI at C.3.2's sample count (the scale's mppi_samples is the cpu row's)
     mppi_episodes: int = 10       # its evaluation episodes per (seed, setting): it costs ~150x the 64-sample row
     cap_to_goal_distance: bool = False  # the lookahead holds each action at most d(s, g) steps (LatentLookahead)
+    patience: int | None = 40     # graph waypoints: steps a waypoint may stay the target before it is dropped for the
+    #                               episode (twice the reach: an in-reach waypoint not reached in that time lies
+    #                               behind a wall the learned distance does not see; WaypointPolicy.patience)
 
     def policy_kwargs(self, policy: str, inner: str | None = None) -> dict:
         """``make_policy``'s settings for the ``lookahead`` or the ``waypoints`` / ``graph_waypoints`` (with
@@ -77,7 +80,8 @@ class QRLPolicySettings:
             return lookahead
         if policy in ("waypoints", "graph_waypoints"):
             kwargs = dict(reach=self.reach, num_waypoints=self.num_waypoints, replan_every=self.replan_every, inner=inner)
-            return kwargs | (lookahead if inner == "lookahead" else {})
+            return (kwargs | (lookahead if inner == "lookahead" else {})
+                    | (dict(patience=self.patience) if policy == "graph_waypoints" else {}))
         raise ValueError(f"policy must be 'lookahead', 'waypoints' or 'graph_waypoints' (the ones these settings "
                          f"describe), got {policy!r}")
 

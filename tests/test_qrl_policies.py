@@ -197,7 +197,7 @@ def test_every_policy_has_the_agents_acting_signature_and_vmaps_over_seeds():
     stack = stack.replace(agents=jax.vmap(lambda a, s: perturbed(a, s))(stack.agents, jnp.arange(2)))
     obs, goals, data = states(4, 11), states(4, 12), states(30, 13)
     settings = dict(actor={}, lookahead=dict(hold_steps=3, grid_size=3), waypoints=dict(reach=1.0, num_waypoints=20),
-                    graph_waypoints=dict(reach=1.0, num_waypoints=20), mppi=dict(num_samples=16, horizon=3))
+                    graph_waypoints=dict(reach=1.0, num_waypoints=20, patience=2), mppi=dict(num_samples=16, horizon=3))
     assert set(settings) == set(P.POLICIES)
     for name, kw in settings.items():
         def acts(agent):
@@ -264,3 +264,41 @@ def test_waypoints_are_chosen_again_every_replan_every_steps(agent):
     assert not np.allclose(chosen[1], policy.targets(obs + 0.2, goals)[0])  # kept, though a replan would move them
     with pytest.raises(ValueError, match="replan_every must be an int >= 1"):
         P.WaypointPolicy.create(agent, waypoints, 1.0, replan_every=0)
+
+
+def test_waypoints_that_give_no_progress_past_patience_are_dropped_for_the_episode(agent):
+    obs, goals, waypoints = states(3, 21), states(3, 22), states(40, 23)
+    d_sg = P.WaypointPolicy.create(agent, waypoints, 1.0).targets(obs, goals)[1]["goal_distance"]
+    reach = 0.9 * float(np.min(d_sg))  # below every d(s, g): each episode targets a waypoint
+    policy = P.WaypointPolicy.create(agent, waypoints, reach, replan_every=2, patience=3)
+    first, info = policy.targets(obs, goals)
+    assert np.all(np.asarray(info["use_waypoint"])), "the test needs a waypoint target in every episode"
+    step = jax.jit(type(policy).step)
+    state = policy.initial_policy_state(3)
+    for t in range(5):  # the point does not move (a wall): the cost to the goal does not improve ...
+        _, state = step(policy, state, obs, goals)
+        if t < 4:
+            np.testing.assert_allclose(state["targets"], first, rtol=1e-6)
+            assert not np.asarray(state["dropped"]).any() and np.all(np.asarray(state["since_best"]) == t)
+    # ... for 4 steps (> patience 3): every waypoint within reach ranked within H of the best is dropped
+    best = np.asarray(info["target_goal_distance"])
+    promised = np.asarray(info["in_reach"]) & (np.asarray(info["ranking"]) <= best[:, None] + reach)
+    np.testing.assert_array_equal(state["dropped"], promised)
+    assert np.all(promised[np.arange(3), np.asarray(info["waypoint"])])
+    assert np.all(np.isinf(np.asarray(state["best"]))) and np.all(np.asarray(state["since_best"]) == 0)
+    # the next replan (two steps on) chooses without them: the choice targets() makes with them dropped
+    for _ in range(2):
+        _, state = step(policy, state, obs, goals)
+    np.testing.assert_allclose(state["targets"], policy.targets(obs, goals, dropped=jnp.asarray(promised))[0],
+                               rtol=1e-6)
+    assert not np.allclose(state["targets"], first)
+    # without patience the first choice stays for ever; a new goal starts an episode with none dropped
+    lasting = P.WaypointPolicy.create(agent, waypoints, reach, replan_every=2)
+    state2 = lasting.initial_policy_state(3)
+    for _ in range(8):
+        _, state2 = jax.jit(type(lasting).step)(lasting, state2, obs, goals)
+    np.testing.assert_allclose(state2["targets"], first, rtol=1e-6)
+    _, fresh = step(policy, state, obs, states(3, 24))
+    assert not np.asarray(fresh["dropped"]).any() and np.all(np.asarray(fresh["since_best"]) == 0)
+    with pytest.raises(ValueError, match="patience must be None or an int >= 1"):
+        P.WaypointPolicy.create(agent, waypoints, reach, patience=0)
