@@ -180,11 +180,11 @@ class WaypointPolicy(flax.struct.PyTreeNode):
     Where no waypoint within reach has a path, the choice is made on d(w, g) as above.
 
     ``patience`` (None: off): where the chosen targets' cost to the goal has not improved by at least 1 (a step's
-    cost) for more than ``patience`` steps, the waypoints within reach that rank within H of the best cost so far
-    are dropped for the rest of the episode (its goal), and the choice is made without them. Where the learned distance puts waypoints within
-    reach through a wall, the inner policy presses against the wall and the same few waypoints are chosen again and
-    again; this is the suite's form of the cleanup of Sparse Graphical Memory (Emmons et al., 2020), which removes a
-    graph edge the agent failed to traverse."""
+    cost) for more than ``patience`` steps, the waypoints within reach that rank within H of that cost are dropped
+    for the rest of the episode (its goal), and the choice is made without them. Where the learned distance puts
+    waypoints within reach through a wall, the inner policy presses against the wall and the same few waypoints are
+    chosen again and again; this is the suite's form of the cleanup of Sparse Graphical Memory (Emmons et al.,
+    2020), which removes a graph edge the agent failed to traverse."""
     agent: QRLContinuousAgent
     inner: Any
     waypoints: jax.Array            # [M, D]
@@ -262,8 +262,9 @@ class WaypointPolicy(flax.struct.PyTreeNode):
     def initial_policy_state(self, batch_size: int) -> dict[str, Any]:
         """The inner policy's state, the waypoints' distances to the last goals seen (NaN goals: none yet; with
         ``plan="graph"`` also their path costs), the current targets and the steps since they were chosen; with
-        ``patience``, also each episode's best progress (the lowest cost to the goal of a target chosen since the
-        last drop), the steps since it improved, and the waypoints dropped for the episode."""
+        ``patience``, also each episode's progress (the cost to the goal of the target chosen at its last
+        improvement by at least 1 since the last drop), the steps since then, and the waypoints dropped for the
+        episode."""
         shape = (batch_size, *self.waypoints.shape[1:])
         per_waypoint = jnp.zeros((batch_size, self.waypoints.shape[0]))
         patience = dict(best=jnp.full(batch_size, jnp.inf), since_best=jnp.zeros(batch_size, jnp.int32),
@@ -305,7 +306,7 @@ class WaypointPolicy(flax.struct.PyTreeNode):
         """The targets (chosen when ``due``, as :meth:`targets` does, without the waypoints dropped in the episode)
         and the state ``patience`` keeps. Progress is the chosen target's cost to the goal (a waypoint's ranking, the
         goal's d(s, g)); where it has not improved by at least 1 for more than ``patience`` steps, every waypoint
-        within reach that ranks within H of the best so far is dropped for the episode (the options that promised
+        within reach that ranks within H of its cost at the last improvement is dropped for the episode (the options that promised
         that progress from here and did not give it: a wall the learned distance does not see), and progress is
         counted afresh."""
         new_goal = jnp.any(goals != policy_state["goals"], axis=-1)   # [N]: a new episode (NaN goals: the first)
@@ -318,8 +319,8 @@ class WaypointPolicy(flax.struct.PyTreeNode):
             return targets, jnp.where(info["use_waypoint"], info["target_goal_distance"], info["goal_distance"])
 
         targets, progress = jax.lax.cond(due, choose, lambda: (policy_state["targets"], best))
-        improved = progress < best - 1.0  # by at least one step's cost
-        best, since = jnp.minimum(best, progress), jnp.where(improved, 0, since + 1)
+        improved = progress < best - 1.0  # by at least one step's cost since the last improvement
+        best, since = jnp.where(improved, progress, best), jnp.where(improved, 0, since + 1)
         stalled = since > self.patience
 
         def promised():  # [N, M]: within reach of the stalled states and ranked within H of their best
