@@ -273,9 +273,8 @@ def alignments(features: list[np.ndarray], references: dict[str, dict], k: int) 
     linear_cka = jax.jit(lambda a, b: metrics.cka(a, b, normalize=False))
     kernel_cka = jax.jit(lambda x, kernel: metrics.kernel_cka(x @ x.T, kernel))
     m = len(units)
-    mknn, cka = np.eye(m), np.eye(m)
+    mknn, cka = metrics.knn_overlap_matrix(neighbours), np.eye(m)
     for i, j in itertools.combinations(range(m), 2):
-        mknn[i, j] = mknn[j, i] = float(overlap(neighbours[i], neighbours[j]))
         cka[i, j] = cka[j, i] = float(linear_cka(units[i], units[j]))
     world = {name: dict(mutual_knn=[float(overlap(nb, ref["knn"])) for nb in neighbours],
                         cka=[float(kernel_cka(x, ref["kernel"])) for x in units])

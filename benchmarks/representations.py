@@ -193,14 +193,8 @@ def run(args: Args) -> dict:
 def alignment_matrix(features: list, k: int) -> np.ndarray:
     """Mutual k-NN alignment (:func:`metrics.mutual_knn`) between every pair of ``features`` (each ``[n, d]``, the
     same n samples), ones on the diagonal: each one's neighbour lists are found once, then only compared."""
-    neighbours = [metrics.knn_indices(metrics.unit_rows(jnp.asarray(x, jnp.float32)), k)
-                  for x in tqdm(features, desc="k-NN", unit="encoder")]
-    overlap = jax.jit(metrics.knn_overlap)
-    alignment = np.eye(len(features))
-    for i in range(len(features)):
-        for j in range(i + 1, len(features)):
-            alignment[i, j] = alignment[j, i] = float(overlap(neighbours[i], neighbours[j]))
-    return alignment
+    return metrics.knn_overlap_matrix([metrics.knn_indices(metrics.unit_rows(jnp.asarray(x, jnp.float32)), k)
+                                       for x in tqdm(features, desc="k-NN", unit="encoder")])
 
 
 def summarise(encoders, alignment) -> dict:

@@ -12,7 +12,8 @@ matrices; linear CKA works in feature space (memory O(n d + d^2)).
 
 ========================  ===========================================================================
 mutual_knn                mean_i |N_a(i) & N_b(i)| / k (``knn_overlap`` from given neighbour lists,
-                          ``knn_from_distances`` for neighbours under a given distance matrix)
+                          ``knn_from_distances`` for neighbours under a given distance matrix,
+                          ``knn_overlap_matrix`` between every two of many neighbour lists)
 cycle_knn                 mean_i mean_{j in N_a(i)} 1[i in N_b(j)]: does the neighbour of i in a
                           count i among its own neighbours in b
 lcs_knn / edit_knn        ordered neighbour lists: longest common subsequence / k, and
@@ -104,6 +105,20 @@ def knn_overlap(neighbours_a: jax.Array, neighbours_b: jax.Array) -> jax.Array:
     if na.ndim != 2 or na.shape != nb.shape:
         raise ValueError(f"knn_overlap: neighbour lists must both have shape [n, k], got {na.shape} and {nb.shape}")
     return jnp.mean(jnp.sum(na[:, :, None] == nb[:, None, :], axis=(1, 2)) / na.shape[1])
+
+
+def knn_overlap_matrix(neighbours: list) -> np.ndarray:
+    """:func:`knn_overlap` between every two of ``neighbours`` (neighbour lists ``[n, k]`` of the same n samples, e.g.
+    from :func:`knn_indices`), ones on the diagonal: the mutual k-NN matrix of many feature sets, each set's
+    neighbours found once."""
+    if not neighbours:
+        raise ValueError("knn_overlap_matrix: neighbours must hold at least one [n, k] neighbour list, got none")
+    overlap = jax.jit(knn_overlap)
+    matrix = np.eye(len(neighbours))
+    for i in range(len(neighbours)):
+        for j in range(i + 1, len(neighbours)):
+            matrix[i, j] = matrix[j, i] = float(overlap(neighbours[i], neighbours[j]))
+    return matrix
 
 
 def _knn_pair(a, b, k, normalize):

@@ -167,6 +167,13 @@ def test_knn_from_distances_and_knn_overlap_match_brute_force():
         rm.knn_from_distances(np.ones((4, 5)), 2)
     with pytest.raises(ValueError, match=r"shape \[n, k\]"):
         rm.knn_overlap(np.zeros((4, 2), int), np.zeros((4, 3), int))
+    # Every two of many lists: the same overlaps, symmetric, ones on the diagonal
+    nz = rm.knn_indices(jnp.asarray(rng.normal(size=x.shape), jnp.float32), 5, normalized=False)
+    matrix = rm.knn_overlap_matrix([got, ny, nz])
+    assert matrix[0, 1] == matrix[1, 0] == pytest.approx(float(rm.knn_overlap(got, ny)))
+    assert matrix[1, 2] == pytest.approx(float(rm.knn_overlap(ny, nz))) and np.array_equal(np.diag(matrix), np.ones(3))
+    with pytest.raises(ValueError, match="neighbours must hold at least one"):
+        rm.knn_overlap_matrix([])
 
 
 def test_kernel_cka_equals_linear_cka_and_reads_a_distance_kernel():
