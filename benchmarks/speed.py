@@ -256,27 +256,25 @@ def time_case(case: Case, args: Args, peak: float) -> dict:
                    **time_update(agent, batch, case.samples, args.repeats, args.scan_length, peak))
         if isinstance(agent, DenoisedMDPAgent):
             out["parts_ms"] = world_model_parts(agent, jax.tree.map(jnp.asarray, batch), args.repeats)
-    if case.profile:
-        out["profile"] = profile_update(case, args.repeats)
-    return out
+        if case.profile:
+            out["profile"] = profile_update(agent, batch, args.repeats)
+        return out
 
 
-def profile_update(case: Case, repeats: int) -> dict:
+def profile_update(agent, batch: dict, repeats: int) -> dict:
     """Where one update's time goes (ms, each measured alone; XLA's CPU profiler reports only fused regions, not
     operations, so the parts are timed by replay and ablation): the whole update (one jitted call); its matrix
     products replayed alone at their shapes and counts (:func:`~platonic_rl.benchmarks.timing.time_matmuls_alone`);
     the optimiser steps of its train states alone; for IQE heads, the interval union: the update minus the same
     update with the union replaced by :func:`iqe_no_union`; the rest (elementwise work, reductions, data movement
     between fused regions) is the whole minus those. Also XLA's own count of the compiled update's FLOPs (all
-    operations) and bytes accessed."""
-    with iqe_kernel(case.iqe_kernel):
-        agent, batch = case.build()
-        batch = jax.tree.map(jnp.asarray, batch)
-        update = jax.jit(type(agent).update)
-        whole = time_call(update, (agent, batch), repeats)
-        jaxpr = jax.make_jaxpr(type(agent).update)(agent, batch)
-        cost = update.lower(agent, batch).compile().cost_analysis()
-        cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    operations) and bytes accessed. Traced with the IQE kernel in force where it is called (:func:`iqe_kernel`)."""
+    batch = jax.tree.map(jnp.asarray, batch)
+    update = jax.jit(type(agent).update)
+    whole = time_call(update, (agent, batch), repeats)
+    jaxpr = jax.make_jaxpr(type(agent).update)(agent, batch)
+    cost = update.lower(agent, batch).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     states = {f.name: getattr(agent, f.name) for f in dataclasses.fields(agent)
               if isinstance(getattr(agent, f.name), TrainState)}
     parts = dict(matmuls=time_matmuls_alone(jaxpr, repeats),

@@ -106,10 +106,10 @@ def test_the_iqe_stand_in_sums_interval_lengths_the_union_only_where_they_are_di
 
 @pytest.mark.slow  # ~15 s: compiles two tiny updates and their parts
 def test_profile_parts_add_up_to_the_whole_and_only_iqe_heads_have_a_union_part():
-    cases = {c.name: c for c in speed.quick_cases()}
-    qrl = speed.profile_update(cases["qrl_continuous"], repeats=1)
+    cases = {c.name: c.build() for c in speed.quick_cases()}
+    qrl = speed.profile_update(*cases["qrl_continuous"], repeats=1)
     assert set(qrl["parts_ms"]) == {"matmuls", "optimiser", "iqe_union", "rest"}
     assert sum(qrl["parts_ms"].values()) == pytest.approx(qrl["whole_ms"])
     assert qrl["parts_ms"]["matmuls"] > 0 and qrl["parts_ms"]["optimiser"] > 0 and qrl["xla_gflop"] > 0
-    l2 = speed.profile_update(cases["qrl_continuous_l2"], repeats=1)
+    l2 = speed.profile_update(*cases["qrl_continuous_l2"], repeats=1)
     assert "iqe_union" not in l2["parts_ms"] and l2["xla_mb_accessed"] > 0
