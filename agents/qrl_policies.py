@@ -306,9 +306,9 @@ class WaypointPolicy(flax.struct.PyTreeNode):
         """The targets (chosen when ``due``, as :meth:`targets` does, without the waypoints dropped in the episode)
         and the state ``patience`` keeps. Progress is the chosen target's cost to the goal (a waypoint's ranking, the
         goal's d(s, g)); where it has not improved by at least 1 for more than ``patience`` steps, every waypoint
-        within reach that ranks within H of its cost at the last improvement is dropped for the episode (the options that promised
-        that progress from here and did not give it: a wall the learned distance does not see), and progress is
-        counted afresh."""
+        within reach that ranks within H of its cost at the last improvement is dropped for the episode (the options
+        that promised that progress from here and did not give it: a wall the learned distance does not see), and
+        progress is counted afresh."""
         new_goal = jnp.any(goals != policy_state["goals"], axis=-1)   # [N]: a new episode (NaN goals: the first)
         dropped = policy_state["dropped"] & ~new_goal[:, None]
         best = jnp.where(new_goal, jnp.inf, policy_state["best"])
@@ -323,7 +323,7 @@ class WaypointPolicy(flax.struct.PyTreeNode):
         best, since = jnp.where(improved, progress, best), jnp.where(improved, 0, since + 1)
         stalled = since > self.patience
 
-        def promised():  # [N, M]: within reach of the stalled states and ranked within H of their best
+        def promised():  # [N, M]: within reach of the stalled states, ranked within H of their last progress
             info = self.targets(observations, goals, d_wg, costs, dropped)[1]
             return info["in_reach"] & (info["ranking"] <= best[:, None] + self.reach) & stalled[:, None]
 

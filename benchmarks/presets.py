@@ -68,9 +68,10 @@ class QRLPolicySettings:
     mppi_samples: int = 10_000    # MPPI at C.3.2's sample count (the scale's mppi_samples is the cpu row's)
     mppi_episodes: int = 10       # its evaluation episodes per (seed, setting): it costs ~150x the 64-sample row
     cap_to_goal_distance: bool = False  # the lookahead holds each action at most d(s, g) steps (LatentLookahead)
-    patience: int | None = 40     # graph waypoints: steps a waypoint may stay the target before it is dropped for the
-    #                               episode (twice the reach: an in-reach waypoint not reached in that time lies
-    #                               behind a wall the learned distance does not see; WaypointPolicy.patience)
+    patience: int | None = 40     # graph waypoints: steps without progress (the targets' cost to the goal down by 1)
+    #                               before the waypoints that promised it are dropped for the episode (twice the
+    #                               reach: they lie behind a wall the learned distance does not see;
+    #                               WaypointPolicy.patience)
 
     def policy_kwargs(self, policy: str, inner: str | None = None) -> dict:
         """``make_policy``'s settings for the ``lookahead`` or the ``waypoints`` / ``graph_waypoints`` (with
