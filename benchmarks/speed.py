@@ -344,9 +344,9 @@ def table(record: dict) -> str:
                 f"{part.replace('_', ' ')} {ms:.3g} ({100 * ms / total:.0f}%)" for part, ms in p.items()))
     profiles = {name: r["profile"] for name, r in record["updates"].items() if "profile" in r}
     if profiles:
-        lines += ["", "Where an update's time goes (ms and share of the whole; each part timed alone: the matrix products "
-                      "replayed at their shapes, the optimiser steps, the IQE union as the update minus the update "
-                      "without it; the rest is elementwise work, reductions and data movement):", "",
+        lines += ["", "Where an update's time goes (ms and share of the whole; each part timed alone: the matrix "
+                      "products replayed at their shapes, the optimiser steps, the IQE union as the update minus the "
+                      "update without it; the rest is elementwise work, reductions and data movement):", "",
                   "| update | whole ms | matmuls | IQE union | optimiser | rest | XLA GFLOP | XLA MB accessed |",
                   "|---|---|---|---|---|---|---|---|"]
         for name, p in profiles.items():
