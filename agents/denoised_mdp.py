@@ -312,7 +312,8 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
     def with_observation_statistics(self, observations, min_std: float = 1e-3) -> "DenoisedMDPAgent":
         """The agent with its observation normaliser set from ``observations`` ``[..., D]`` (e.g. the prefill
         data): per-dimension mean and standard deviation, the latter at least ``min_std`` (a constant dimension is
-        centred, not blown up). Pixels need no statistics."""
+        centred, not blown up). Pixels need no statistics. Non-finite observations are refused where they are concrete;
+        traced (inside a compiled loop), they show in the updates' finiteness checks."""
         m = self.config.model
         if m.pixels:
             raise ValueError("with_observation_statistics: pixel observations are not standardised (the encoder "
@@ -322,7 +323,11 @@ class DenoisedMDPAgent(flax.struct.PyTreeNode):
             raise ValueError(f"with_observation_statistics: observations must be [..., {m.obs_shape[0]}] with at "
                              f"least one row, got {observations.shape}")
         flat = observations.reshape((-1, m.obs_shape[0]))
-        if not bool(jnp.all(jnp.isfinite(flat))):
+        try:
+            finite = bool(jnp.all(jnp.isfinite(flat)))
+        except jax.errors.ConcretizationTypeError:  # traced
+            finite = True
+        if not finite:
             raise ValueError("with_observation_statistics: observations contain non-finite values")
         return self.replace(obs_mean=flat.mean(0), obs_std=jnp.maximum(flat.std(0), min_std))
 

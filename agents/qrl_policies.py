@@ -184,7 +184,11 @@ class WaypointPolicy(flax.struct.PyTreeNode):
     for the rest of the episode (its goal), and the choice is made without them. Where the learned distance puts
     waypoints within reach through a wall, the inner policy presses against the wall and the same few waypoints are
     chosen again and again; this is the suite's form of the cleanup of Sparse Graphical Memory (Emmons et al.,
-    2020), which removes a graph edge the agent failed to traverse."""
+    2020), which removes a graph edge the agent failed to traverse.
+
+    ``arrival`` (None: off): a policy with ``step`` (e.g. a :class:`LatentLookahead`) that acts instead of ``inner``
+    where the target is the goal itself (it is within reach): an inner policy that navigates between waypoints may not
+    stop at the goal (on maze2d medium the actor reaches the goal in 86-100% of the episodes and leaves it again)."""
     agent: QRLContinuousAgent
     inner: Any
     waypoints: jax.Array            # [M, D]
@@ -194,10 +198,12 @@ class WaypointPolicy(flax.struct.PyTreeNode):
     replan_every: int = flax.struct.field(pytree_node=False, default=1)
     plan: str = flax.struct.field(pytree_node=False, default="greedy")
     patience: int | None = flax.struct.field(pytree_node=False, default=None)
+    arrival: Any = None
 
     @classmethod
     def create(cls, agent: QRLContinuousAgent, waypoints: jax.Array, reach: float, inner: Any = None,
-               replan_every: int = 1, plan: str = "greedy", patience: int | None = None) -> "WaypointPolicy":
+               replan_every: int = 1, plan: str = "greedy", patience: int | None = None,
+               arrival: Any = None) -> "WaypointPolicy":
         waypoints = jnp.asarray(waypoints, jnp.float32)
         if waypoints.ndim != 2 or waypoints.shape[0] < 1 or waypoints.shape[1:] != agent.config.obs_shape:
             raise ValueError(f"waypoints must be dataset states [M >= 1, {agent.config.obs_shape}], got "
@@ -212,9 +218,12 @@ class WaypointPolicy(flax.struct.PyTreeNode):
             raise ValueError(f"patience must be None or an int >= 1 (steps), got {patience!r}")
         projections = _project(agent, _encode(agent, waypoints))
         paths = waypoint_graph(agent, projections, jnp.float32(reach)) if plan == "graph" else None
+        if arrival is not None and not callable(getattr(arrival, "step", None)):
+            raise ValueError(f"arrival must be None or a policy with step (e.g. a LatentLookahead), got "
+                             f"{type(arrival).__name__}")
         return cls(agent=agent, inner=agent if inner is None else inner, waypoints=waypoints,
                    waypoint_projections=projections, reach=jnp.float32(reach), paths=paths,
-                   replan_every=replan_every, plan=plan, patience=patience)
+                   replan_every=replan_every, plan=plan, patience=patience, arrival=arrival)
 
     def waypoint_goal_distances(self, goals: jax.Array) -> jax.Array:
         """max_i d_i(w, g) for every waypoint and goal: ``[N, M]``."""
@@ -269,7 +278,8 @@ class WaypointPolicy(flax.struct.PyTreeNode):
         per_waypoint = jnp.zeros((batch_size, self.waypoints.shape[0]))
         patience = dict(best=jnp.full(batch_size, jnp.inf), since_best=jnp.zeros(batch_size, jnp.int32),
                         dropped=jnp.zeros(per_waypoint.shape, bool))
-        return dict(inner=self.inner.initial_policy_state(batch_size), goals=jnp.full(shape, jnp.nan),
+        arrival = {} if self.arrival is None else dict(arrival=self.arrival.initial_policy_state(batch_size))
+        return dict(inner=self.inner.initial_policy_state(batch_size), goals=jnp.full(shape, jnp.nan), **arrival,
                     goal_distances=per_waypoint, targets=jnp.zeros(shape), since_replan=jnp.int32(0),
                     **(dict(goal_costs=per_waypoint) if self.plan == "graph" else {}),
                     **(patience if self.patience is not None else {}))
@@ -299,6 +309,10 @@ class WaypointPolicy(flax.struct.PyTreeNode):
             targets, kept = self._patient_targets(policy_state, observations, goals, d_wg, costs, due)
             carried.update(kept)
         actions, inner = self.inner.step(policy_state["inner"], observations, targets, prev_actions, rng)
+        if self.arrival is not None:  # where the target is the goal, the arrival policy acts
+            final, carried["arrival"] = self.arrival.step(policy_state["arrival"], observations, goals, prev_actions,
+                                                          rng)
+            actions = jnp.where(jnp.all(targets == goals, axis=-1, keepdims=True), final, actions)
         since = jnp.where(due, 1, policy_state["since_replan"] + 1).astype(jnp.int32)
         return actions, dict(carried, inner=inner, targets=targets, since_replan=since)
 
@@ -382,7 +396,7 @@ class MPPIPolicy(flax.struct.PyTreeNode):
 
 def _waypoints(agent, dataset_states, reach: float = 20.0, num_waypoints: int = 2000, inner: str = "actor",
                hold_steps: int = 20, replan_every: int = 1, seed: int = 0, plan: str = "greedy",
-               patience: int | None = None, **inner_settings):
+               patience: int | None = None, arrival: str | None = None, **inner_settings):
     if dataset_states is None:
         raise ValueError("the waypoints policy needs dataset_states: the dataset's observations [N, D]")
     states = jnp.asarray(dataset_states, jnp.float32)
@@ -392,8 +406,11 @@ def _waypoints(agent, dataset_states, reach: float = 20.0, num_waypoints: int = 
         states = states[jax.random.choice(jax.random.PRNGKey(seed), states.shape[0], (num_waypoints,), replace=False)]
     if inner not in ("actor", "lookahead"):
         raise ValueError(f"inner must be 'actor' or 'lookahead', got {inner!r}")
-    inner_policy = agent if inner == "actor" else LatentLookahead(agent, hold_steps=hold_steps, **inner_settings)
-    return WaypointPolicy.create(agent, states, reach, inner_policy, replan_every, plan, patience)
+    if arrival not in (None, "lookahead"):
+        raise ValueError(f"arrival must be None or 'lookahead', got {arrival!r}")
+    lookahead = LatentLookahead(agent, hold_steps=hold_steps, **inner_settings)
+    return WaypointPolicy.create(agent, states, reach, agent if inner == "actor" else lookahead, replan_every, plan,
+                                 patience, lookahead if arrival == "lookahead" else None)
 
 
 @dataclasses.dataclass(frozen=True)

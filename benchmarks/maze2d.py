@@ -66,8 +66,9 @@ from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
 from platonic_rl.training import signals
 from platonic_rl.training.offline import train_offline
 
-METHODS = ("qrl", "qrl_lookahead", "qrl_waypoints", "qrl_waypoints_lookahead", "qrl_graph_waypoints", "qrl_grid",
-           "qrl_true", "qrl_true_hold", "crl", "gcbc", "mppi", "mppi_paper_samples", "mppi_true")  # TABLE's rows
+METHODS = ("qrl", "qrl_lookahead", "qrl_waypoints", "qrl_waypoints_lookahead", "qrl_graph_waypoints",
+           "qrl_graph_waypoints_lookahead", "qrl_graph_waypoints_arrival", "qrl_grid", "qrl_true", "qrl_true_hold",
+           "crl", "gcbc", "mppi", "mppi_paper_samples", "mppi_true")  # TABLE's rows
 MethodName = Literal[METHODS]
 LAYOUTS = ("large", "medium", "umaze")
 
@@ -253,19 +254,19 @@ def _agent_policy(agent, layout, scale, seed, data):
     return host_policy(agent, normaliser(layout))
 
 
-def _qrl_policy(name: str, inner: str | None = None):
+def _qrl_policy(name: str, inner: str | None = None, arrival: str | None = None):
     """A row acting with :func:`~platonic_rl.agents.qrl_policies.make_policy`'s policy ``name`` at the scale's
     settings (:meth:`~platonic_rl.benchmarks.presets.QRLPolicySettings.policy_kwargs`)."""
     def build(agent, layout, scale, seed, data):
-        kwargs = scale.policies.policy_kwargs(name, inner)
+        kwargs = scale.policies.policy_kwargs(name, inner, arrival)
         return host_policy(make_policy(name, agent, data["observations"], **kwargs), normaliser(layout))
 
     return build
 
 
-def _recorded(name: str, inner: str | None = None) -> Callable[[Maze2dScale], dict]:
+def _recorded(name: str, inner: str | None = None, arrival: str | None = None) -> Callable[[Maze2dScale], dict]:
     """The settings a policy row keeps in its record: its policy's, less the inner policy's name."""
-    return lambda scale: {k: v for k, v in scale.policies.policy_kwargs(name, inner).items() if k != "inner"}
+    return lambda scale: {k: v for k, v in scale.policies.policy_kwargs(name, inner, arrival).items() if k != "inner"}
 
 
 def _true_greedy_policy(hold: Callable[[Maze2dScale], int]):
@@ -293,6 +294,12 @@ TABLE: dict[str, Method] = {
                                       "addition", settings=_recorded("waypoints", "lookahead")),
     "qrl_graph_waypoints": Method("QRL, graph waypoints + actor", "qrl", _qrl_policy("graph_waypoints", "actor"),
                                   "addition", settings=_recorded("graph_waypoints", "actor")),
+    "qrl_graph_waypoints_lookahead": Method("QRL, graph waypoints + lookahead", "qrl",
+                                            _qrl_policy("graph_waypoints", "lookahead"), "addition",
+                                            settings=_recorded("graph_waypoints", "lookahead")),
+    "qrl_graph_waypoints_arrival": Method("QRL, graph waypoints + actor, lookahead at the goal", "qrl",
+                                          _qrl_policy("graph_waypoints", "actor", "lookahead"), "addition",
+                                          settings=_recorded("graph_waypoints", "actor", "lookahead")),
     "qrl_grid": Method("QRL critic, grid argmin", "qrl", lambda agent, layout, *_: grid_policy(agent, layout), "check"),
     "qrl_true": Method("QRL critic, true dynamics", "qrl", _true_greedy_policy(lambda s: 1), "check"),
     "qrl_true_hold": Method("QRL critic, true dyn., held", "qrl", _true_greedy_policy(lambda s: s.critic_hold_steps),

@@ -73,15 +73,17 @@ class QRLPolicySettings:
     #                               reach: they lie behind a wall the learned distance does not see;
     #                               WaypointPolicy.patience)
 
-    def policy_kwargs(self, policy: str, inner: str | None = None) -> dict:
+    def policy_kwargs(self, policy: str, inner: str | None = None, arrival: str | None = None) -> dict:
         """``make_policy``'s settings for the ``lookahead`` or the ``waypoints`` / ``graph_waypoints`` (with
-        ``inner``) policy."""
+        ``inner``, and ``arrival``: the policy that acts once the goal is within reach, None or ``"lookahead"``)
+        policy."""
         lookahead = dict(hold_steps=self.hold_steps, cap_to_goal_distance=self.cap_to_goal_distance)
         if policy == "lookahead":
             return lookahead
         if policy in ("waypoints", "graph_waypoints"):
             kwargs = dict(reach=self.reach, num_waypoints=self.num_waypoints, replan_every=self.replan_every, inner=inner)
-            return (kwargs | (lookahead if inner == "lookahead" else {})
+            return (kwargs | (lookahead if "lookahead" in (inner, arrival) else {})
+                    | (dict(arrival=arrival) if arrival is not None else {})
                     | (dict(patience=self.patience) if policy == "graph_waypoints" else {}))
         raise ValueError(f"policy must be 'lookahead', 'waypoints' or 'graph_waypoints' (the ones these settings "
                          f"describe), got {policy!r}")

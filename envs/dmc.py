@@ -107,7 +107,7 @@ class TaskSpec:
     reward_from_sensor: Callable[[Any, float], float]   # (physics, reading) -> the task's reward
     position_keys: tuple[str, ...]                      # observation keys jitter offsets (positions, orientations)
     observed_sensor: str | None = None                  # an observation key that is the sensor (perturbed with it)
-    unobservable_rootx: bool = False                    # qpos[0] (rootx) left out of info["agent_state"]
+    unobservable_rootx: bool = False                    # the rootx joint's qpos left out of info["agent_state"]
     background_ties: bool = False                       # the pixel background: blue >= red and green (else >)
     task_state: Callable[[Any], np.ndarray] = lambda physics: np.zeros(0, np.float32)  # info["task_state"]
 
@@ -430,7 +430,7 @@ class DMCEnv(gym.Env):
         variant's distractor variables concatenated, the task's uncontrolled reward variables, and the reward the
         task itself paid for the step (the unperturbed sensor's: the step's reward except with ``noisy_sensor``;
         0 on reset)."""
-        state = self._env.physics.get_state()[self._dropped_rootx:]
+        state = np.delete(self._env.physics.get_state(), self._rootx_entries)
         return dict(agent_state=state.astype(np.float32),
                     distractor_state=(np.concatenate(distractor) if distractor else np.zeros(0)).astype(np.float32),
                     task_state=self._task_state(), task_reward=np.float32(self._task_reward))
@@ -439,13 +439,15 @@ class DMCEnv(gym.Env):
     def position_dims(self) -> int:
         """How many leading entries of ``info["agent_state"]`` are positions (MuJoCo qpos, without cheetah's and
         walker's rootx); the velocities follow."""
-        return int(self._env.physics.model.nq) - self._dropped_rootx
+        return int(self._env.physics.model.nq) - len(self._rootx_entries)
 
     @property
-    def _dropped_rootx(self) -> int:
-        """1 where ``agent_state`` leaves out qpos's first entry (cheetah's and walker's rootx, unobservable by
-        design), else 0."""
-        return int(self.task_spec.unobservable_rootx)
+    def _rootx_entries(self) -> list[int]:
+        """The qpos entry ``agent_state`` leaves out: cheetah's and walker's rootx, unobservable by design (cheetah's
+        qpos[0], walker's qpos[1]: walker's qpos starts with rootz); none for other tasks."""
+        if not self.task_spec.unobservable_rootx:
+            return []
+        return [int(self._env.physics.model.jnt_qposadr[self._env.physics.model.name2id("rootx", "joint")])]
 
     def _task_state(self) -> np.ndarray:
         """The task's own variables that the reward depends on but no action moves: reacher-easy's target

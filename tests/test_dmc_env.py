@@ -210,3 +210,13 @@ def test_walkers_observed_height_is_the_perturbed_sensor():
         np.testing.assert_allclose(obs[-1], env._perturbed_sensor(), rtol=1e-6)
         assert abs(obs[height] - env._sensor()) > 1e-4  # perturbed, not the true height
         obs, *_ = env.step(np.zeros(env.action_space.shape))
+
+
+def test_walkers_agent_state_leaves_out_rootx_and_keeps_rootz():
+    """Walker's qpos starts with rootz (its height), then rootx (the horizontal position no observation reads):
+    ``agent_state`` leaves out rootx, wherever a task keeps it."""
+    env = DMCEnv("walker-walk", "noiseless", seed=0)
+    _, info = env.reset(seed=0)
+    qpos, qvel = env._env.physics.data.qpos, env._env.physics.data.qvel
+    np.testing.assert_array_equal(info["agent_state"], np.concatenate([qpos[[0]], qpos[2:], qvel]).astype(np.float32))
+    assert env.position_dims == 8

@@ -302,3 +302,24 @@ def test_waypoints_that_give_no_progress_past_patience_are_dropped_for_the_episo
     assert not np.asarray(fresh["dropped"]).any() and np.all(np.asarray(fresh["since_best"]) == 0)
     with pytest.raises(ValueError, match="patience must be None or an int >= 1"):
         P.WaypointPolicy.create(agent, waypoints, reach, patience=0)
+
+
+def test_the_arrival_policy_acts_where_the_target_is_the_goal_and_the_inner_elsewhere(agent):
+    """``arrival``: states whose target is their goal (within reach) take the arrival policy's action towards the
+    goal; the others the inner policy's towards their waypoint."""
+    obs, goals, waypoints = states(5, 6), states(5, 7), states(40, 8)
+    reach = 1.0  # as in the brute-force test above: some states go for a waypoint, some for their goal
+    arrival = P.LatentLookahead(agent, hold_steps=2, grid_size=3)
+    policy = P.WaypointPolicy.create(agent, waypoints, reach, arrival=arrival)
+    targets, info = policy.targets(obs, goals)
+    at_goal = ~np.asarray(info["use_waypoint"])
+    assert 0 < at_goal.sum() < 5
+    actions = np.asarray(policy.act(obs, goals))
+    np.testing.assert_allclose(actions[at_goal], np.asarray(arrival.act(obs, goals))[at_goal], rtol=1e-6)
+    np.testing.assert_allclose(actions[~at_goal], np.asarray(agent.act(obs, targets))[~at_goal], rtol=1e-6)
+    built = P.make_policy("graph_waypoints", agent, waypoints, reach=reach, arrival="lookahead", hold_steps=2)
+    assert isinstance(built.arrival, P.LatentLookahead) and built.arrival.hold_steps == 2
+    with pytest.raises(ValueError, match="arrival must be None or 'lookahead', got 'mppi'"):
+        P.make_policy("waypoints", agent, waypoints, arrival="mppi")
+    with pytest.raises(ValueError, match="arrival must be None or a policy with step"):
+        P.WaypointPolicy.create(agent, waypoints, reach, arrival="lookahead")

@@ -270,7 +270,7 @@ class _SplitSampler(struct.PyTreeNode):
         return self.loop._split(self.sampler.sample(key))
 
 
-def _as_dict(state: LoopState) -> dict:
+def _as_dict(state) -> dict:
     """The state as a dict (the run directory's form: its replay buffer resizes when a resumed budget grows)."""
     return {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
 
@@ -325,26 +325,45 @@ def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig
     ``eval_policies``) per seed. A single-seed run may be continued with
     a larger ``iterations`` (its buffer grows); a vmapped one resumes with the same budget."""
     loop = make_loop(agent_config, env, config, agent_class, mesh, eval_policies)
+    extra = dict(env=env_settings(env), **(dict(eval_policies=describe(loop.eval_policies)) if loop.eval_policies
+                                          else {}))
+    return drive(loop, seed, run_dir, resume, overwrite, desc, extra, iterations=config.iterations,
+                 budget_field="loop.iterations", total_env_steps=config.env_steps(env))
+
+
+def drive(loop, seed: int | tuple[int, ...], run_dir: str | Path | None, resume: bool, overwrite: bool, desc: str,
+          settings: dict, iterations: int, budget_field: str, total_env_steps: int, headline: str = "eval_success"
+          ) -> tuple[Any, list[dict]]:
+    """The host's side of a device loop (this module's and :mod:`~platonic_rl.training.world_model_device`'s):
+    ``loop.jitted(vmapped)``'s ``init`` and ``run`` for ``iterations`` iterations in chunks of
+    ``loop.config.chunk_iterations``, a
+    progress bar in env steps, one metrics row per iteration (per seed ``<metric>/<seed>`` for every metric named
+    ``eval_*``), checkpoints of the whole state every ``checkpoint_every`` chunks in ``run_dir`` (its settings: the
+    agent's, the seeds, the loop's recorded fields and ``settings``), exact resume, and a
+    :class:`~platonic_rl.training.updates.NonFiniteError` at the first iteration with a NaN or infinity, before it is
+    saved. A single-seed run resumes with a larger budget (``budget_field``; its buffer grows)."""
+    config = loop.config
     seeds = tuple(int(s) for s in seed) if isinstance(seed, (tuple, list)) else None
     if seeds is not None and (not seeds or len(set(seeds)) != len(seeds)):
-        raise ValueError(f"train_on_device: seeds must be distinct ints, got {seed}")
+        raise ValueError(f"seed: seeds must be distinct ints, got {seed}")
     init, run_chunk = loop.jitted(vmapped=seeds is not None)
     state = init(jax.random.PRNGKey(seed) if seeds is None else jnp.stack([jax.random.PRNGKey(s) for s in seeds]))
     check_agent(state.agent)
-    settings = None
+    state_type = type(state)
+    recorded = None
     if run_dir is not None:
-        settings = dict(**agent_settings(state.agent), seed=list(seeds) if seeds else seed, env=env_settings(env),
+        recorded = dict(**agent_settings(state.agent), seed=list(seeds) if seeds else seed,
                         loop=recorded_fields(config, HOST),  # host settings change neither program nor results
-                        **(dict(eval_policies=describe(loop.eval_policies)) if loop.eval_policies else {}))
-    with LoopRun.start(_as_dict(state), budget=config.iterations, run_dir=run_dir, settings=settings, resume=resume,
-                       overwrite=overwrite, resumable=("loop.iterations",) if seeds is None else (),
-                       step_key="iteration", resize_buffer=seeds is None, desc=desc, total=config.env_steps(env),
+                        **settings)
+    with LoopRun.start(_as_dict(state), budget=iterations, run_dir=run_dir, settings=recorded, resume=resume,
+                       overwrite=overwrite, resumable=(budget_field,) if seeds is None else (),
+                       step_key="iteration", resize_buffer=seeds is None, desc=desc, total=total_env_steps,
                        position=lambda s: int(np.max(s["env_steps"]))) as driver:
-        state, bar = LoopState(**driver.state), driver.bar
+        state, bar = state_type(**driver.state), driver.bar
         chunks_done = 0
-        while int(np.max(state.iteration)) < config.iterations:
+        while int(np.max(state.iteration)) < iterations:
             first = int(np.max(state.iteration))
-            n = min(config.chunk_iterations, config.iterations - first)
+            n = min(config.chunk_iterations, iterations - first)
             new_state, metrics = run_chunk(state, n)
             metrics = jax.device_get(metrics)
             if seeds is not None:  # [seeds, n] -> [n, seeds]
@@ -359,16 +378,16 @@ def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig
                     if k.startswith("finite/") or np.all(np.isnan(v[i])):
                         continue
                     row[k] = float(np.mean(v[i]))
-                    if seeds is not None and k.startswith("eval_success"):
+                    if seeds is not None and k.startswith("eval_"):
                         row.update({f"{k}/{s}": float(x) for s, x in zip(seeds, v[i])})
                 row["env_steps"] = int(np.max(metrics["env_steps"][i]))
-                last = first + i + 1 == config.iterations
+                last = first + i + 1 == iterations
                 driver.finish_row(row, first + i + 1, _as_dict(state),
                                   due=i == n - 1 and checkpoint_due(chunks_done, config.checkpoint_every, last))
             bar.update(int(np.max(state.env_steps)) - bar.n)
-            evals = [r["eval_success"] for r in driver.history if "eval_success" in r]
+            evals = [r[headline] for r in driver.history if headline in r]
             if evals:
-                bar.set_postfix(success=f"{evals[-1]:.2f}")
+                bar.set_postfix({headline: f"{evals[-1]:.2f}"})
     return state.agent, driver.history
 
 
