@@ -14,7 +14,7 @@ Parts (each saved as it finishes; a rerun skips finished parts and resumes learn
   episode) of the device loop against the host loop's, same agent, preset, batch and schedule, steady state (each
   timed after a first call that compiles), on cheetah-run noiseless and with the twin.
 * ``learning``: cheetah-run's noiseless and twin rows of the DMC table through the device loop, one program per seed
-  (on 2 CPU cores, MJX envs vmapped over seeds stalled in XLA's runtime: the program's threads idle, nothing
+  (on 2 CPU cores, cheetah in MJX vmapped over seeds stalled in XLA's runtime: the program's threads idle, nothing
   computed; a lone seed runs), at the table's settings (the ``cpu`` preset, 100k env steps, Denoised MDP
   at beta 1 and alpha 0.3, 10 deterministic evaluation episodes every 10k env steps). The host loop's rows are in
   docs/results.md's DMC table. Each finished run keeps ``record.json`` in its run directory.
@@ -178,7 +178,7 @@ def measure_throughput(args: Args) -> dict:
 
 
 def learn(args: Args, out: Path) -> dict:
-    """Each (variant, method)'s seeds, one program per seed (on CPU, MJX's envs vmapped over seeds stalled in XLA's
+    """Each (variant, method)'s seeds, one program per seed (on CPU, cheetah vmapped over seeds stalled in XLA's
     runtime: see the module docstring), each kept in ``record.json`` in its run directory."""
     rows = {}
     for variant in args.variants:
@@ -287,7 +287,7 @@ def run(args: Args) -> dict:
             record[part] = measure(args)
     if "learning" in args.parts:
         print("learning:", flush=True)
-        record["learning"] = learn(args, out)
+        record["learning"] = {**record.get("learning", {}), **learn(args, out)}  # earlier calls' rows kept
     return report.save_run(out, "platonic_rl.benchmarks.dmc_device", args, record, format_tables(record),
                            plots={"dmc_device.png": lambda path: plot(path, record, args)},
                            total_seconds=time.time() - t0)

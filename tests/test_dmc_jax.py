@@ -200,10 +200,10 @@ def test_vmapped_envs_equal_lone_ones_and_episodes_end_on_time():
         np.testing.assert_allclose(batched[0][i], lone[0], atol=1e-5)
         np.testing.assert_allclose(batched[1][i], lone[1], atol=1e-5)
     env = DMCJaxEnv("reacher-easy", action_repeat=250)  # 4 agent steps per episode
-    state = env.reset(keys[0])
+    state, step = jax.jit(env.reset)(keys[0]), jax.jit(env.step)
     dones = []
     for t in range(4):
-        state = env.step(state, actions[0, t])
+        state = step(state, actions[0, t])
         dones.append(bool(state.done))
     assert dones == [False, False, False, True] and env.episode_length == 4
 

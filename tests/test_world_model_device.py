@@ -2,7 +2,11 @@
 equal the one program and resume exactly, bad input; on a toy reward env (fast to compile) and, marked slow, on
 reacher-easy in MJX with its twin."""
 import dataclasses
+import os
 import shutil
+import subprocess
+import sys
+import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -115,6 +119,38 @@ def test_vmapped_seeds_equal_lone_runs_and_chunks_resume_exactly(tmp_path):
     leaves_close(resumed, chunked, rtol=0, atol=0)
     leaves_close(chunked, lone, rtol=1e-5, atol=1e-6)
     assert [r["iteration"] for r in resumed_rows] == [1, 2, 3]
+
+
+MESH_SCRIPT = textwrap.dedent("""
+    import dataclasses, sys, jax, numpy as np
+    from jax.sharding import Mesh
+    sys.path.insert(0, sys.argv[1])
+    from test_world_model_device import AGENT, TOY, Drift
+    from platonic_rl.training.world_model_device import make_world_model_loop
+
+    assert jax.device_count() == 2, jax.devices()
+    config = dataclasses.replace(TOY, eval_episodes=2)
+    alone = jax.jit(make_world_model_loop(AGENT, Drift(), config).train)(jax.random.PRNGKey(3))
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    split = jax.jit(make_world_model_loop(AGENT, Drift(), config, mesh=mesh).train)(jax.random.PRNGKey(3))
+    for a, b in zip(jax.tree.leaves(alone), jax.tree.leaves(split), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
+    try:
+        make_world_model_loop(AGENT, Drift(), dataclasses.replace(config, eval_episodes=3), mesh=mesh)
+        raise SystemExit("eval_episodes=3 on 2 devices was accepted")
+    except ValueError as error:
+        assert "eval_episodes=3 must be a multiple of the mesh's 2 devices" in str(error), error
+    print("OK")
+""")
+
+
+def test_envs_and_batches_split_over_two_devices_give_the_one_device_run():
+    env = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2",
+               JAX_PLATFORMS="cpu")
+    tests = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run([sys.executable, "-c", MESH_SCRIPT, tests], env=env, cwd=os.path.dirname(tests),
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
 
 
 def test_bad_settings_name_themselves():

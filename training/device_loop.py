@@ -141,18 +141,12 @@ class DeviceLoop:
 
     # -------------------------------------------------------------------------------- placement
     def _split(self, tree):
-        """Constrain arrays whose leading axis is the envs' (or a batch's) to be split over the mesh."""
-        if self.mesh is None:
-            return tree
-        from jax.sharding import NamedSharding, PartitionSpec
-
-        sharding = NamedSharding(self.mesh, PartitionSpec("data"))
-        return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, sharding), tree)
+        return split_over(self.mesh, tree)
 
     def _sampler(self, buffer):
         sampler = GoalSampler(buffer, jnp.asarray(self.env.goal_mask), self.config.batch_size,
                               self.config.p_future, self.config.discount)
-        return sampler if self.mesh is None else _SplitSampler(sampler, self)
+        return sampler if self.mesh is None else SplitSampler(sampler, self.mesh)
 
     # ------------------------------------------------------------------------------------ init
     def init(self, key: jax.Array) -> LoopState:
@@ -254,20 +248,28 @@ class DeviceLoop:
         """``(init, run)`` jitted, ``run(state, n)`` with ``n`` static; ``vmapped``: over a leading seed axis of
         keys and states. Equal loops share them (a bounded cache), so a run continued in the same process does not
         compile again."""
-        try:
-            return _compile_cached(self, vmapped)
-        except TypeError:  # an unhashable agent config or env: compiled for this caller only
-            return _compile(self, vmapped)
+        return jitted_loop(self, vmapped)
 
 
-class _SplitSampler(struct.PyTreeNode):
-    """A sampler whose batches are split over the loop's mesh (data parallelism)."""
+def split_over(mesh, tree):
+    """``tree``'s arrays, whose leading axis is the envs' (or a batch's), constrained to be split over ``mesh``'s
+    ``"data"`` axis (``tree`` itself without a mesh)."""
+    if mesh is None:
+        return tree
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    sharding = NamedSharding(mesh, PartitionSpec("data"))
+    return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, sharding), tree)
+
+
+class SplitSampler(struct.PyTreeNode):
+    """A sampler whose batches are split over ``mesh`` (data parallelism)."""
 
     sampler: Any
-    loop: DeviceLoop = struct.field(pytree_node=False)
+    mesh: Any = struct.field(pytree_node=False)
 
     def sample(self, key):
-        return self.loop._split(self.sampler.sample(key))
+        return split_over(self.mesh, self.sampler.sample(key))
 
 
 def _as_dict(state) -> dict:
@@ -391,7 +393,9 @@ def drive(loop, seed: int | tuple[int, ...], run_dir: str | Path | None, resume:
     return state.agent, driver.history
 
 
-def _compile(loop: DeviceLoop, vmapped: bool):
+def compile_loop(loop, vmapped: bool):
+    """A device loop's ``(init, run)`` jitted (``run(state, n)``, ``n`` static); ``vmapped``: over a leading seed
+    axis of keys and states, the seeds in lockstep (one unbatched iteration count)."""
     if vmapped:
         return (jax.jit(jax.vmap(loop.init)),
                 jax.jit(lambda s, n: jax.vmap(lambda x, done: loop.run(x, n, done), in_axes=(0, None))(
@@ -399,7 +403,16 @@ def _compile(loop: DeviceLoop, vmapped: bool):
     return jax.jit(loop.init), jax.jit(loop.run, static_argnums=1)
 
 
-_compile_cached = functools.lru_cache(maxsize=4)(_compile)
+_compile_cached = functools.lru_cache(maxsize=4)(compile_loop)
+
+
+def jitted_loop(loop, vmapped: bool = False):
+    """:func:`compile_loop`, shared by equal loops (a bounded cache, so a run continued in the same process does not
+    compile again); a loop with an unhashable config or env is compiled for its caller only."""
+    try:
+        return _compile_cached(loop, vmapped)
+    except TypeError:
+        return compile_loop(loop, vmapped)
 
 
 def env_settings(env) -> dict:

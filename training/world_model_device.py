@@ -31,7 +31,6 @@ and exact resume. The agents are the host loop's, unchanged.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,7 @@ from flax import struct
 
 from platonic_rl.common.settings import budget, host_setting
 from platonic_rl.envs.replay import SequenceBuffer, SequenceSampler
-from platonic_rl.training.device_loop import EVAL_KEY, drive, env_settings
+from platonic_rl.training.device_loop import EVAL_KEY, SplitSampler, drive, env_settings, jitted_loop, split_over
 from platonic_rl.training.updates import update_steps
 
 
@@ -136,12 +135,7 @@ class WorldModelLoop:
         return self.config.buffer_episodes or (self.prefill_rounds + self.iterations) * self.config.num_envs
 
     def _split(self, tree):
-        if self.mesh is None:
-            return tree
-        from jax.sharding import NamedSharding, PartitionSpec
-
-        sharding = NamedSharding(self.mesh, PartitionSpec("data"))
-        return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, sharding), tree)
+        return split_over(self.mesh, tree)
 
     # ------------------------------------------------------------------------------------------ episodes
     def episodes(self, agent, key: jax.Array, num: int, mode: str) -> dict[str, jax.Array]:
@@ -213,7 +207,7 @@ class WorldModelLoop:
         :meth:`~platonic_rl.training.device_loop.DeviceLoop.iterate` (unbatched under vmap)."""
         config = self.config
         key, update_key, collect_key = jax.random.split(state.key, 3)
-        sampler = _SplitSampler(SequenceSampler(state.buffer, config.batch_size, config.chunk), self)
+        sampler = SplitSampler(SequenceSampler(state.buffer, config.batch_size, config.chunk), self.mesh)
         agent, metrics, finite = update_steps(state.agent, sampler, jax.random.split(
             update_key, config.updates_per_collect * config.num_envs))
         episodes = self.episodes(agent, collect_key, config.num_envs, "explore")
@@ -241,29 +235,7 @@ class WorldModelLoop:
 
     def jitted(self, vmapped: bool = False):
         """``(init, run)`` jitted (``run(state, n)``, ``n`` static); ``vmapped``: over a leading seed axis."""
-        try:
-            return _compile_cached(self, vmapped)
-        except TypeError:  # an unhashable config: compiled for this caller only
-            return _compile(self, vmapped)
-
-
-class _SplitSampler(struct.PyTreeNode):
-    sampler: Any
-    loop: WorldModelLoop = struct.field(pytree_node=False)
-
-    def sample(self, key):
-        return self.loop._split(self.sampler.sample(key))
-
-
-def _compile(loop: WorldModelLoop, vmapped: bool):
-    if vmapped:
-        return (jax.jit(jax.vmap(loop.init)),
-                jax.jit(lambda s, n: jax.vmap(lambda x, done: loop.run(x, n, done), in_axes=(0, None))(
-                    s, s.iteration[0]), static_argnums=1))
-    return jax.jit(loop.init), jax.jit(loop.run, static_argnums=1)
-
-
-_compile_cached = functools.lru_cache(maxsize=4)(_compile)
+        return jitted_loop(self, vmapped)
 
 
 def make_world_model_loop(agent_config, env, config: WorldModelLoopConfig, agent_class=None,
