@@ -15,8 +15,7 @@ definitions: cheetah-run (``position`` = qpos[1:], ``velocity``; reward: the tor
 ``velocity``; reward 1 within the target's and finger's radii). MuJoCo Playground reimplements these tasks too; it
 is not used because its reacher does not build with the suite's MuJoCo (3.11: a version check compares strings), its
 cheetah at its defaults sizes contact buffers for its GPU backend (about 0.5 s a step on CPU), and its models and
-resets are its own copies (cheetah's starts, e.g., leave the torso's pitch at zero, walker's height reads the torso's
-uprightness).
+observations are its own copies (walker's ``height``, e.g., reads the torso's uprightness, not its height).
 
 Where MJX differs from dm_control: it computes in float32 (MuJoCo in float64) and its constraint solver stops after
 a fixed number of iterations; ``tests/test_dmc_jax.py`` compares observations and rewards on the same states, and one
