@@ -149,7 +149,7 @@ def test_twin_is_uncontrollable_and_leaves_the_agent_and_its_reward_alone():
     assert not np.allclose(rollout(twin, jax.random.PRNGKey(6), actions)[0][-1, size:], last[size:])
 
 
-@pytest.mark.parametrize("task", ["reacher-easy", "walker-walk"])
+@pytest.mark.parametrize("task", ["reacher-easy", pytest.param("walker-walk", marks=pytest.mark.slow)])  # walker: ~25 s
 def test_noisy_sensor_rewards_the_perturbed_sensor_which_no_action_moves(task):
     """The reward is the task's reward of (sensor + scale x n), n the smooth signal (observed, scaled, before the
     perturbed sensor, which the observation ends with); ``task_reward`` is the noiseless env's reward; n ignores the

@@ -144,6 +144,7 @@ MESH_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # ~20 s (a subprocess compiles the loop twice); the goal-conditioned loop's split is tested fast
 def test_envs_and_batches_split_over_two_devices_give_the_one_device_run():
     env = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2",
                JAX_PLATFORMS="cpu")
