@@ -36,8 +36,9 @@ import numpy as np
 from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent
 from platonic_rl.benchmarks import report, timing
 from platonic_rl.benchmarks.presets import DMC_PRESETS, DMCMethodSettings, make_config
-from platonic_rl.envs.dmc import DMCEnv
-from platonic_rl.envs.dmc_jax import DMCJaxEnv, measure_steps_per_second
+from platonic_rl.envs.dmc import EPISODE_STEPS, DMCEnv
+from platonic_rl.envs.dmc_jax import DMCJaxEnv
+from platonic_rl.envs.jax_env import measure_steps_per_second
 from platonic_rl.envs.replay import SequenceBuffer
 from platonic_rl.training.run import read_json, write_json
 from platonic_rl.training.world_model import run_episode, train_chunk
@@ -128,7 +129,7 @@ def time_host_round(method: str, variant: str, repeats: int = 2) -> float:
     config = make_config(method, "cheetah-run", variant, (obs_dim,), action_dim, "cpu", SETTINGS)
     loop = loop_config(10_000)
     agent = DenoisedMDPAgent.create(config, 0)
-    buffer = SequenceBuffer.create(8, 501, (obs_dim,), action_dim)  # an episode: 500 agent steps, 501 observations
+    buffer = SequenceBuffer.create(8, EPISODE_STEPS // env.action_repeat + 1, (obs_dim,), action_dim)
     for i in range(5):
         episode = run_episode(env, seed=i)
         buffer = buffer.add(jnp.asarray(episode["observations"]), jnp.asarray(episode["prev_actions"]),
@@ -145,20 +146,12 @@ def time_host_round(method: str, variant: str, repeats: int = 2) -> float:
     return best
 
 
-def time_device_round(method: str, variant: str, repeats: int = 2) -> float:
+def time_device_round(method: str, variant: str) -> float:
     """Seconds of one device-loop iteration (100 updates, then one exploration episode in MJX) at the same
-    settings: the best of ``repeats`` after a first call that compiles (no evaluation is due in them)."""
+    settings (:func:`~platonic_rl.benchmarks.timing.time_loop_iterations`: no evaluation is due in them)."""
     env = DMCJaxEnv("cheetah-run", variant)
-    loop = make_world_model_loop(agent_config(method, env), env, loop_config(100_000, eval_every=10 ** 9))
-    init, run = loop.jitted()
-    state = init(jax.random.PRNGKey(0))
-    state = jax.block_until_ready(run(state, 1)[0])
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        state = jax.block_until_ready(run(state, 1)[0])
-        best = min(best, time.perf_counter() - start)
-    return best
+    return timing.time_loop_iterations(make_world_model_loop(agent_config(method, env), env, loop_config(
+        100_000, eval_every=10 ** 9)), 1)
 
 
 def measure_throughput(args: Args) -> dict:

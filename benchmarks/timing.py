@@ -170,9 +170,16 @@ def sequence_batch(b: int, t: int, obs_dim: int, action_dim: int, seed: int = 0)
 
 def time_device_loop(agent_cfg, env, config: DeviceLoopConfig, iterations: int, num_seeds: int | None = None,
                      mesh=None) -> float:
-    """Seconds per iteration of the compiled device loop in steady state (one timed call of ``iterations``
-    iterations after a compiling call of the same length; the best of two)."""
-    init, run = make_loop(agent_cfg, env, config, mesh=mesh).jitted(vmapped=num_seeds is not None)
+    """Seconds per iteration of the compiled goal-conditioned device loop in steady state
+    (:func:`time_loop_iterations`)."""
+    return time_loop_iterations(make_loop(agent_cfg, env, config, mesh=mesh), iterations, num_seeds)
+
+
+def time_loop_iterations(loop, iterations: int, num_seeds: int | None = None) -> float:
+    """Seconds per iteration of a device loop (anything with ``jitted``: the goal-conditioned one, the world-model
+    one) in steady state: one timed call of ``iterations`` iterations after a compiling call of the same length,
+    the best of two; ``num_seeds`` vmapped seeds, or one."""
+    init, run = loop.jitted(vmapped=num_seeds is not None)
     key = jax.random.PRNGKey(0)
     state = init(key if num_seeds is None else jax.random.split(key, num_seeds))
     state = jax.block_until_ready(run(state, iterations)[0])

@@ -401,28 +401,3 @@ class DMCJaxEnv:
                     distractor_state=(jnp.concatenate(distractor) if distractor else jnp.zeros(0)).astype(jnp.float32),
                     task_state=physics["target"] if self.task == "reacher-easy" else jnp.zeros(0),
                     task_reward=jnp.asarray(task_reward, jnp.float32))
-
-
-def measure_steps_per_second(env: DMCJaxEnv, num_envs: int, steps: int = 100, seed: int = 0) -> float:
-    """Agent steps per second of ``num_envs`` envs stepped together with random actions inside one jitted
-    ``lax.scan`` of ``steps`` steps, from states reset beforehand (resets, e.g. cheetah's 200 settling steps, and
-    compilation excluded; the best of three calls)."""
-    import time
-
-    @jax.jit
-    def run(state, key):
-        def body(state, k):
-            actions = jax.random.uniform(k, (num_envs, env.action_dim), minval=-1.0, maxval=1.0)
-            return jax.vmap(env.step)(state, actions), None
-
-        return jax.lax.scan(body, state, jax.random.split(key, steps))[0]
-
-    key = jax.random.PRNGKey(seed)
-    state = jax.block_until_ready(jax.jit(jax.vmap(env.reset))(jax.random.split(key, num_envs)))
-    jax.block_until_ready(run(state, key).observation)
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        jax.block_until_ready(run(state, key).observation)
-        best = min(best, time.perf_counter() - start)
-    return num_envs * steps / best

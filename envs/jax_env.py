@@ -176,15 +176,15 @@ def random_policy(action_dim: int):
                                                               minval=-1.0, maxval=1.0)
 
 
-def measure_steps_per_second(env: GoalEnv, num_envs: int, steps: int = 1000, seed: int = 0) -> float:
-    """Env steps per second of ``num_envs`` envs stepped together with random actions inside one jitted
-    ``lax.scan`` of ``steps`` steps (compilation excluded; the best of three calls)."""
+def measure_steps_per_second(env, num_envs: int, steps: int = 1000, seed: int = 0) -> float:
+    """Env steps per second of ``num_envs`` envs (a GoalEnv, or any env of its ``reset(key)`` / ``step(state,
+    action)`` form with ``action_dim``, e.g. :class:`~platonic_rl.envs.dmc_jax.DMCJaxEnv`) stepped together with
+    random actions inside one jitted ``lax.scan`` of ``steps`` steps, from states reset beforehand (resets and
+    compilation excluded; the best of three calls)."""
     import time
 
     @jax.jit
-    def run(key):
-        state = reset_batch(env, key, num_envs)
-
+    def run(state, key):
         def body(state, k):
             actions = jax.random.uniform(k, (num_envs, env.action_dim), minval=-1.0, maxval=1.0)
             return step_batch(env, state, actions), None
@@ -192,10 +192,11 @@ def measure_steps_per_second(env: GoalEnv, num_envs: int, steps: int = 1000, see
         return jax.lax.scan(body, state, jax.random.split(key, steps))[0].observation
 
     key = jax.random.PRNGKey(seed)
-    jax.block_until_ready(run(key))
+    state = jax.block_until_ready(jax.jit(lambda k: reset_batch(env, k, num_envs))(key))
+    jax.block_until_ready(run(state, key))
     best = float("inf")
     for _ in range(3):
         start = time.perf_counter()
-        jax.block_until_ready(run(key))
+        jax.block_until_ready(run(state, key))
         best = min(best, time.perf_counter() - start)
     return num_envs * steps / best

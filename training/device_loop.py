@@ -126,8 +126,32 @@ def _agent_class(agent_config):
     raise TypeError(f"make_loop: no registered agent takes a {type(agent_config).__name__}; pass agent_class")
 
 
+class IteratedLoop:
+    """What the device loops share (this module's and :mod:`~platonic_rl.training.world_model_device`'s), over a
+    loop's own ``init(key)``, ``iterate(state, iteration)`` and ``iterations``: ``run``, ``train`` and ``jitted``."""
+
+    def run(self, state, iterations: int, done: jax.Array | int | None = None) -> tuple[Any, dict]:
+        """``iterations`` iterations after the ``done`` ones (default ``state.iteration``; give it unbatched when
+        vmapping over seeds: see :meth:`DeviceLoop.iterate`), in one ``lax.scan``."""
+        done = state.iteration if done is None else done
+        return jax.lax.scan(self.iterate, state, done + 1 + jnp.arange(iterations, dtype=jnp.int32))
+
+    def train(self, key: jax.Array) -> tuple[Any, dict]:
+        state, metrics = self.run(self.init(key), self.iterations, done=0)
+        return state.agent, metrics
+
+    def jitted(self, vmapped: bool = False):
+        """``(init, run)`` jitted, ``run(state, n)`` with ``n`` static; ``vmapped``: over a leading seed axis of
+        keys and states. Equal loops share them (a bounded cache), so a run continued in the same process does not
+        compile again."""
+        try:
+            return _compile_cached(self, vmapped)
+        except TypeError:  # an unhashable agent config or env: compiled for this caller only
+            return _compile(self, vmapped)
+
+
 @dataclasses.dataclass(frozen=True)
-class DeviceLoop:
+class DeviceLoop(IteratedLoop):
     """The loop's pure functions (what :func:`make_train` composes): ``init(key) -> LoopState`` (agent created,
     buffer prefilled, envs reset), ``run(state, n) -> (state, metrics [n])`` (``n`` iterations in one
     ``lax.scan``; jit it with ``n`` static) and ``train(key) -> (agent, metrics [iterations])``."""
@@ -234,21 +258,9 @@ class DeviceLoop:
     def evaluate_names(self) -> list[str]:
         return ["eval_success", *(metric_name(name) for name, _ in self.eval_policies)]
 
-    def run(self, state: LoopState, iterations: int, done: jax.Array | int | None = None) -> tuple[LoopState, dict]:
-        """``iterations`` iterations after the ``done`` ones (default ``state.iteration``; give it unbatched when
-        vmapping over seeds: see :meth:`iterate`)."""
-        done = state.iteration if done is None else done
-        return jax.lax.scan(self.iterate, state, done + 1 + jnp.arange(iterations, dtype=jnp.int32))
-
-    def train(self, key: jax.Array) -> tuple[Any, dict]:
-        state, metrics = self.run(self.init(key), self.config.iterations, done=0)
-        return state.agent, metrics
-
-    def jitted(self, vmapped: bool = False):
-        """``(init, run)`` jitted, ``run(state, n)`` with ``n`` static; ``vmapped``: over a leading seed axis of
-        keys and states. Equal loops share them (a bounded cache), so a run continued in the same process does not
-        compile again."""
-        return jitted_loop(self, vmapped)
+    @property
+    def iterations(self) -> int:
+        return self.config.iterations
 
 
 def split_over(mesh, tree):
@@ -329,22 +341,22 @@ def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig
     loop = make_loop(agent_config, env, config, agent_class, mesh, eval_policies)
     extra = dict(env=env_settings(env), **(dict(eval_policies=describe(loop.eval_policies)) if loop.eval_policies
                                           else {}))
-    return drive(loop, seed, run_dir, resume, overwrite, desc, extra, iterations=config.iterations,
-                 budget_field="loop.iterations", total_env_steps=config.env_steps(env))
+    return drive(loop, seed, run_dir, resume, overwrite, desc, extra, budget_field="loop.iterations",
+                 total_env_steps=config.env_steps(env))
 
 
 def drive(loop, seed: int | tuple[int, ...], run_dir: str | Path | None, resume: bool, overwrite: bool, desc: str,
-          settings: dict, iterations: int, budget_field: str, total_env_steps: int, headline: str = "eval_success"
+          settings: dict, budget_field: str, total_env_steps: int, headline: str = "eval_success"
           ) -> tuple[Any, list[dict]]:
     """The host's side of a device loop (this module's and :mod:`~platonic_rl.training.world_model_device`'s):
-    ``loop.jitted(vmapped)``'s ``init`` and ``run`` for ``iterations`` iterations in chunks of
+    ``loop.jitted(vmapped)``'s ``init`` and ``run`` for ``loop.iterations`` iterations in chunks of
     ``loop.config.chunk_iterations``, a
     progress bar in env steps, one metrics row per iteration (per seed ``<metric>/<seed>`` for every metric named
     ``eval_*``), checkpoints of the whole state every ``checkpoint_every`` chunks in ``run_dir`` (its settings: the
     agent's, the seeds, the loop's recorded fields and ``settings``), exact resume, and a
     :class:`~platonic_rl.training.updates.NonFiniteError` at the first iteration with a NaN or infinity, before it is
     saved. A single-seed run resumes with a larger budget (``budget_field``; its buffer grows)."""
-    config = loop.config
+    config, iterations = loop.config, loop.iterations
     seeds = tuple(int(s) for s in seed) if isinstance(seed, (tuple, list)) else None
     if seeds is not None and (not seeds or len(set(seeds)) != len(seeds)):
         raise ValueError(f"seed: seeds must be distinct ints, got {seed}")
@@ -393,9 +405,7 @@ def drive(loop, seed: int | tuple[int, ...], run_dir: str | Path | None, resume:
     return state.agent, driver.history
 
 
-def compile_loop(loop, vmapped: bool):
-    """A device loop's ``(init, run)`` jitted (``run(state, n)``, ``n`` static); ``vmapped``: over a leading seed
-    axis of keys and states, the seeds in lockstep (one unbatched iteration count)."""
+def _compile(loop: IteratedLoop, vmapped: bool):
     if vmapped:
         return (jax.jit(jax.vmap(loop.init)),
                 jax.jit(lambda s, n: jax.vmap(lambda x, done: loop.run(x, n, done), in_axes=(0, None))(
@@ -403,16 +413,7 @@ def compile_loop(loop, vmapped: bool):
     return jax.jit(loop.init), jax.jit(loop.run, static_argnums=1)
 
 
-_compile_cached = functools.lru_cache(maxsize=4)(compile_loop)
-
-
-def jitted_loop(loop, vmapped: bool = False):
-    """:func:`compile_loop`, shared by equal loops (a bounded cache, so a run continued in the same process does not
-    compile again); a loop with an unhashable config or env is compiled for its caller only."""
-    try:
-        return _compile_cached(loop, vmapped)
-    except TypeError:
-        return compile_loop(loop, vmapped)
+_compile_cached = functools.lru_cache(maxsize=4)(_compile)
 
 
 def env_settings(env) -> dict:

@@ -41,7 +41,7 @@ from flax import struct
 
 from platonic_rl.common.settings import budget, host_setting
 from platonic_rl.envs.replay import SequenceBuffer, SequenceSampler
-from platonic_rl.training.device_loop import EVAL_KEY, SplitSampler, drive, env_settings, jitted_loop, split_over
+from platonic_rl.training.device_loop import EVAL_KEY, IteratedLoop, SplitSampler, drive, env_settings, split_over
 from platonic_rl.training.updates import update_steps
 
 
@@ -109,7 +109,7 @@ class WorldModelLoopState(struct.PyTreeNode):
 
 
 @dataclasses.dataclass(frozen=True)
-class WorldModelLoop:
+class WorldModelLoop(IteratedLoop):
     """The loop's pure functions: ``init(key)`` (agent created, buffer prefilled, normaliser set), ``run(state, n)``
     (``n`` iterations in one ``lax.scan``) and ``train(key) -> (agent, metrics [iterations])``."""
     agent_class: Any
@@ -225,18 +225,6 @@ class WorldModelLoop:
         return WorldModelLoopState(agent=agent, buffer=buffer, key=key, iteration=state.iteration + 1,
                                    env_steps=env_steps), row
 
-    def run(self, state: WorldModelLoopState, iterations: int, done: jax.Array | int | None = None):
-        done = state.iteration if done is None else done
-        return jax.lax.scan(self.iterate, state, done + 1 + jnp.arange(iterations, dtype=jnp.int32))
-
-    def train(self, key: jax.Array):
-        state, metrics = self.run(self.init(key), self.iterations, done=0)
-        return state.agent, metrics
-
-    def jitted(self, vmapped: bool = False):
-        """``(init, run)`` jitted (``run(state, n)``, ``n`` static); ``vmapped``: over a leading seed axis."""
-        return jitted_loop(self, vmapped)
-
 
 def make_world_model_loop(agent_config, env, config: WorldModelLoopConfig, agent_class=None,
                           mesh=None) -> WorldModelLoop:
@@ -269,6 +257,6 @@ def train_world_model_on_device(agent_config, env, config: WorldModelLoopConfig,
     ``eval_return/<seed>`` when ``seed`` is a tuple of seeds vmapped in one program), checkpoints and exact resume.
     Returns ``(agent, rows)``."""
     loop = make_world_model_loop(agent_config, env, config, agent_class, mesh)
-    return drive(loop, seed, run_dir, resume, overwrite, desc, dict(env=env_settings(env)), iterations=loop.iterations,
-                 budget_field="loop.env_steps", total_env_steps=(loop.prefill_rounds + loop.iterations)
-                 * loop.round_steps, headline="eval_return")
+    return drive(loop, seed, run_dir, resume, overwrite, desc, dict(env=env_settings(env)),
+                 budget_field="loop.env_steps", headline="eval_return",
+                 total_env_steps=(loop.prefill_rounds + loop.iterations) * loop.round_steps)
