@@ -33,11 +33,13 @@ from platonic_rl.agents import (CRLAgent, CRLConfig, DDPGHERAgent, DDPGHERConfig
 from platonic_rl.agents.denoised_mdp import POLICY_LEARNERS
 from platonic_rl.benchmarks import report
 from platonic_rl.benchmarks.presets import DMC_PIXEL_MODEL, DMC_PRESETS, FETCH_QRL_PRESETS, maze2d_scales
-from platonic_rl.benchmarks.timing import (discrete_batch, goal_batch, matmul_peak, sequence_batch, time_call,
-                                           time_matmuls_alone, time_update)
+from platonic_rl.benchmarks.timing import (FixedBatch, discrete_batch, goal_batch, matmul_peak, sequence_batch,
+                                           time_call, time_loop_iterations, time_matmuls_alone, time_update)
 from platonic_rl.common.train_state import TrainState
 from platonic_rl.denoised.model import FactoredRSSM, WorldModelConfig, all_features, observe
 from platonic_rl.qrl import quasimetrics as qm
+from platonic_rl.training.device_loop import make_loop
+from platonic_rl.training.updates import update_steps
 
 Scale = Literal["quick", "full"]
 
@@ -54,12 +56,17 @@ class Args:
     """Updates per scanned call."""
     iqe_pairs: int = 4096
     """Pairs for the IQE head alone (latent 64 x 32 at full scale)."""
+    parts: tuple[Literal["updates", "loops"], ...] = ("updates",)
+    """updates: every case's update and the IQE head alone; loops: the offline loop and the device loop's iteration
+    against their updates alone (the training loops' share of their update's rate; a few minutes at full scale)."""
     out_dir: str = "docs/results/speed"
 
     def __post_init__(self):
         for name in ("repeats", "scan_length", "iqe_pairs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if not self.parts or set(self.parts) - {"updates", "loops"}:
+            raise ValueError(f"--parts must name some of updates, loops; got {self.parts}")
 
 
 # ----------------------------------------------------------------------------------------------- cases
@@ -325,11 +332,81 @@ def world_model_parts(agent: DenoisedMDPAgent, batch: dict, repeats: int) -> dic
     return {name: 1e3 * seconds for name, seconds in out.items()}
 
 
+# ----------------------------------------------------------------------------------------------- loops
+
+
+def segment_dataset(rows: int, episode_length: int, obs_dim: int, action_dim: int, seed: int = 0) -> dict:
+    """Random-walk episodes of ``episode_length`` steps laid out as the offline datasets are (what the offline
+    loop's goal sampler reads; the loop's speed does not depend on the values)."""
+    rng = np.random.default_rng(seed)
+    states = np.cumsum(rng.normal(scale=0.1, size=(rows + 1, obs_dim)), axis=0).astype(np.float32)
+    ends = (np.arange(rows) % episode_length == episode_length - 1) | (np.arange(rows) == rows - 1)
+    return dict(observations=states[:-1], next_observations=states[1:], segment_end=ends,
+                actions=rng.uniform(-1, 1, (rows, action_dim)).astype(np.float32))
+
+
+def _updates_per_second(agent, sampler, updates: int, repeats: int) -> float:
+    keys = jax.random.split(jax.random.PRNGKey(1), updates)
+    return updates / time_call(update_steps, (agent, sampler, keys), repeats)
+
+
+def offline_loop_share(scale: Scale, repeats: int, rows: int | None = None) -> dict:
+    """Updates/s of :func:`~platonic_rl.training.offline.train_offline` (the whole call, host loop included, after
+    a compiling call of the same length; no run directory) for maze2d's QRL with its seeds stacked as the maze2d
+    benchmark trains them (its ``cpu`` preset; quick: its ``quick`` one), against the same updates alone: calls of
+    ``update_steps`` of the loop's size on the same sampler, and on a fixed batch (sampling left out)."""
+    from platonic_rl.agents.seeds import SeedStack
+    from platonic_rl.benchmarks.maze2d import method_setup
+    from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
+    from platonic_rl.training.offline import train_offline
+
+    maze = maze2d_scales()["cpu" if scale == "full" else "quick"]
+    agent_class, config, train, sampling = method_setup("qrl", maze)
+    seeds = (0, 1, 2)
+    rows = rows or (maze.dataset_size or 1_000_000)  # umaze's D4RL size
+    data = segment_dataset(rows, 300, config.obs_dim, config.action_dim)
+    stack = SeedStack.create(agent_class, config, seeds)
+    sampler = PerSeed(SegmentGoalSampler.create(data, train.batch_size, **sampling), len(seeds))
+    steps = train.call_size * (4 if scale == "full" else 2)
+    train = dataclasses.replace(train, steps=steps, log_every=steps, checkpoint_every=0, progress=False)
+    train_offline(stack, data, train, sampler=sampler)  # compiles
+    start = time.perf_counter()
+    train_offline(stack, data, train, sampler=sampler)
+    loop = steps / (time.perf_counter() - start)
+    sampled = _updates_per_second(stack, sampler, train.call_size, repeats)
+    fixed = _updates_per_second(stack, FixedBatch(sampler.sample(jax.random.PRNGKey(0))), train.call_size, repeats)
+    return dict(what=f"maze2d QRL, {len(seeds)} seeds stacked, {steps} updates in calls of {train.call_size}",
+                loop_updates_per_s=loop, updates_alone_per_s=sampled, fixed_batch_updates_per_s=fixed,
+                share_of_updates=loop / sampled, share_of_fixed_batch=loop / fixed)
+
+
+def device_loop_share(scale: Scale, repeats: int) -> dict:
+    """Updates/s of the goal-conditioned device loop's iteration (collect + updates; QRL on the umaze point maze at
+    the device loop benchmark's learning settings, ``cpu``; quick: ``quick``) against its updates alone on its own
+    sampler and buffer after the prefill: the loop's share of its update's rate, and what one iteration's env steps
+    cost besides."""
+    from platonic_rl.benchmarks.presets import device_loop_agent_config, device_loop_env, device_loop_scales
+
+    loop_scale = device_loop_scales()["cpu" if scale == "full" else "quick"]
+    env = device_loop_env("umaze")
+    config = loop_scale.learning
+    loop = make_loop(device_loop_agent_config("qrl", loop_scale, env.obs_dim, env.action_dim), env, config)
+    iteration = time_loop_iterations(loop, loop_scale.measure_iterations)
+    state = jax.jit(loop.init)(jax.random.PRNGKey(0))
+    updates = config.updates_per_iteration
+    alone = _updates_per_second(state.agent, loop.sampler(state.buffer), updates, repeats)
+    return dict(what=f"QRL on umaze, {config.num_envs} envs x {config.unroll} steps and {updates} updates per "
+                     f"iteration", iteration_ms=1e3 * iteration, loop_updates_per_s=updates / iteration,
+                updates_alone_per_s=alone, share_of_updates=updates / iteration / alone,
+                env_steps_per_iteration=config.num_envs * config.unroll)
+
+
 def table(record: dict) -> str:
     lines = [f"float32 matmul peak measured here: {record['matmul_peak_gflops']:.1f} GFLOP/s "
-             f"({record['devices']}; scale {record['scale']})", "",
-             "| update | sizes | ms (one call) | ms (in scan) | samples/s | matmul GFLOP | % of peak (one call / scan) |",
-             "|---|---|---|---|---|---|---|"]
+             f"({record['devices']}; scale {record['scale']})"]
+    if record["updates"]:
+        lines += ["", "| update | sizes | ms (one call) | ms (in scan) | samples/s | matmul GFLOP | "
+                      "% of peak (one call / scan) |", "|---|---|---|---|---|---|---|"]
     for name, r in record["updates"].items():
         lines.append(f"| {name} | {r['size']} | {r['ms_one_call']:.3g} | {r['ms_in_scan']:.3g} | "
                      f"{r['samples_per_s']:,.0f} | {r['matmul_gflops']:.3g} | "
@@ -359,14 +436,24 @@ def table(record: dict) -> str:
         lines += ["", f"IQE share of the {base} update (one call; the update with an l2 head on the same projector "
                       f"as the baseline): {share['iqe_ms']:.1f} of {share['update_ms']:.1f} ms = "
                       f"{100 * share['fraction']:.0f}%"]
-    iqe = record["iqe"]
-    base = iqe["float pairs + autodiff (previous)"]["forward_backward_ms"]
-    lines += ["", f"IQE head alone, {record['iqe_shape']}:", "",
-              "| kernel | forward ms | forward+backward ms | speed-up (fwd+bwd) vs previous | max abs diff |",
-              "|---|---|---|---|---|"]
-    for name, r in iqe.items():
-        lines.append(f"| {name} | {r['forward_ms']:.1f} | {r['forward_backward_ms']:.1f} | "
-                     f"{base / r['forward_backward_ms']:.2f}x | {r['max_abs_difference']:.1e} |")
+    if "iqe" in record:
+        iqe = record["iqe"]
+        base = iqe["float pairs + autodiff (previous)"]["forward_backward_ms"]
+        lines += ["", f"IQE head alone, {record['iqe_shape']}:", "",
+                  "| kernel | forward ms | forward+backward ms | speed-up (fwd+bwd) vs previous | max abs diff |",
+                  "|---|---|---|---|---|"]
+        for name, r in iqe.items():
+            lines.append(f"| {name} | {r['forward_ms']:.1f} | {r['forward_backward_ms']:.1f} | "
+                         f"{base / r['forward_backward_ms']:.2f}x | {r['max_abs_difference']:.1e} |")
+    if "loops" in record:
+        lines += ["", "The training loops against their updates alone (updates/s; the share is the loop's rate over "
+                      "the updates' rate on the same sampler):", "",
+                  "| loop | what | loop updates/s | updates alone /s | share | updates on a fixed batch /s |",
+                  "|---|---|---|---|---|---|"]
+        for name, r in record["loops"].items():
+            fixed = f"{r['fixed_batch_updates_per_s']:.3g}" if "fixed_batch_updates_per_s" in r else "-"
+            lines.append(f"| {name} | {r['what']} | {r['loop_updates_per_s']:.3g} | {r['updates_alone_per_s']:.3g} | "
+                         f"{r['share_of_updates']:.2f} | {fixed} |")
     return "\n".join(lines)
 
 
@@ -413,9 +500,25 @@ def run(args: Args) -> dict:
     unknown = sorted(set(args.cases) - set(cases))
     if unknown:
         raise ValueError(f"--cases: unknown {unknown}; known at scale {args.scale!r}: {sorted(cases)}")
-    chosen = [cases[n] for n in (args.cases or cases)]
     peak = matmul_peak("float32", (1024, 2048) if args.scale == "full" else (256,), args.repeats)
     print(f"float32 matmul peak: {peak / 1e9:.1f} GFLOP/s", flush=True)
+    record = dict(scale=args.scale, devices=f"{jax.device_count()} x {jax.devices()[0].device_kind}",
+                  repeats=args.repeats, scan_length=args.scan_length, matmul_peak_gflops=peak / 1e9, updates={})
+    if "updates" in args.parts:
+        record.update(time_updates([cases[n] for n in (args.cases or cases)], args, peak))
+    if "loops" in args.parts:
+        record["loops"] = dict(offline=offline_loop_share(args.scale, args.repeats),
+                               device=device_loop_share(args.scale, args.repeats))
+        for name, r in record["loops"].items():
+            print(f"{name} loop: {r['loop_updates_per_s']:.1f} updates/s, {r['share_of_updates']:.2f} of its "
+                  f"updates alone", flush=True)
+    return report.save_run(args.out_dir, "platonic_rl.benchmarks.speed", args, record, table(record),
+                           plots={"speed.png": lambda path: plot(path, record)} if "updates" in args.parts else {},
+                           total_seconds=time.perf_counter() - start)
+
+
+def time_updates(chosen: list[Case], args: Args, peak: float) -> dict:
+    """The update part: each case's update, the IQE head alone and its share of the QRL update."""
     updates = {}
     for case in chosen:
         updates[case.name] = time_case(case, args, peak)
@@ -423,9 +526,7 @@ def run(args: Args) -> dict:
         print(f"{case.name}: {r['ms_one_call']:.1f} ms one call, {r['ms_in_scan']:.1f} ms in scan, "
               f"{100 * r['peak_fraction_one_call']:.0f}% of peak", flush=True)
     components, dim = (64, 32) if args.scale == "full" else (4, 8)
-    record = dict(scale=args.scale, devices=f"{jax.device_count()} x {jax.devices()[0].device_kind}",
-                  repeats=args.repeats, scan_length=args.scan_length, matmul_peak_gflops=peak / 1e9,
-                  updates=updates, iqe_shape=f"{args.iqe_pairs} pairs, {components} x {dim}",
+    record = dict(updates=updates, iqe_shape=f"{args.iqe_pairs} pairs, {components} x {dim}",
                   iqe=time_iqe(args.iqe_pairs, components, dim, args.repeats))
     shares = {base: updates[base]["ms_one_call"] - updates["qrl_continuous_l2"]["ms_one_call"]
               for base in ("qrl_continuous", "qrl_continuous_previous_iqe")
@@ -433,9 +534,7 @@ def run(args: Args) -> dict:
     if shares:
         record["iqe_share"] = {base: dict(update_ms=updates[base]["ms_one_call"], iqe_ms=ms,
                                           fraction=ms / updates[base]["ms_one_call"]) for base, ms in shares.items()}
-    return report.save_run(args.out_dir, "platonic_rl.benchmarks.speed", args, record, table(record),
-                           plots={"speed.png": lambda path: plot(path, record)},
-                           total_seconds=time.perf_counter() - start)
+    return record
 
 
 def main() -> None:

@@ -61,6 +61,21 @@ def test_bad_arguments():
         speed.run(speed.Args(scale="quick", cases=("nope",)))
     with pytest.raises(ValueError, match="--repeats must be >= 1"):
         speed.Args(repeats=0)
+    with pytest.raises(ValueError, match="--parts must name some of updates, loops"):
+        speed.Args(parts=())
+
+
+@pytest.mark.slow
+def test_the_loops_part_times_each_loop_against_its_updates_alone(tmp_path):
+    saved = speed.run(speed.Args(scale="quick", parts=("loops",), repeats=1, out_dir=str(tmp_path)))
+    assert saved["updates"] == {} and "iqe" not in saved
+    for name in ("offline", "device"):
+        loop = saved["loops"][name]
+        assert loop["loop_updates_per_s"] > 0 and loop["updates_alone_per_s"] > 0
+        assert loop["share_of_updates"] == pytest.approx(loop["loop_updates_per_s"] / loop["updates_alone_per_s"])
+        assert f"| {name} | {loop['what']} |" in saved["table"]
+    assert saved["loops"]["offline"]["share_of_fixed_batch"] > 0
+    assert not (tmp_path / "speed.png").exists()  # the plot is of the updates
 
 
 def test_iqe_kernel_swaps_the_head_kernel_and_restores_it():

@@ -167,7 +167,8 @@ class DeviceLoop(IteratedLoop):
     def _split(self, tree):
         return split_over(self.mesh, tree)
 
-    def _sampler(self, buffer):
+    def sampler(self, buffer):
+        """The update's batches: goal-relabelled transitions from ``buffer`` (split over the mesh if there is one)."""
         sampler = GoalSampler(buffer, jnp.asarray(self.env.goal_mask), self.config.batch_size,
                               self.config.p_future, self.config.discount)
         return sampler if self.mesh is None else SplitSampler(sampler, self.mesh)
@@ -244,7 +245,7 @@ class DeviceLoop(IteratedLoop):
         config = self.config
         key, collect_key, update_key = jax.random.split(state.key, 3)
         state, explore_success = self._collect(state, collect_key)
-        agent, metrics, finite = update_steps(state.agent, self._sampler(state.buffer),
+        agent, metrics, finite = update_steps(state.agent, self.sampler(state.buffer),
                                               jax.random.split(update_key, config.updates_per_iteration))
         iteration = state.iteration + 1 if iteration is None else iteration
         due = (iteration % config.eval_every == 0) | (iteration == config.iterations)
