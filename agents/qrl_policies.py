@@ -54,6 +54,8 @@ from platonic_rl.common.planning import mppi_step
 
 # ------------------------------------------------------------------------------------ learned distances
 
+SCORES = ("final", "dwell")  # what the lookahead ranks a held action by (held_action_costs)
+
 
 def _encode(agent: QRLContinuousAgent, x: jax.Array) -> jax.Array:
     """f_i(x) for every critic: ``[num_critics, ..., latent]``."""
@@ -76,14 +78,19 @@ def _head(agent: QRLContinuousAgent, p1: jax.Array, p2: jax.Array) -> jax.Array:
 
 
 def held_action_costs(agent: QRLContinuousAgent, observations: jax.Array, goals: jax.Array, candidates: jax.Array,
-                      hold_steps: int, cap_to_goal_distance: bool = False) -> jax.Array:
+                      hold_steps: int, cap_to_goal_distance: bool = False, score: str = "final") -> jax.Array:
     """max_i d_i(T_i^k(f_i(s), a), f_i(g)) for every candidate action a held ``hold_steps`` = k steps in the
-    learned latent dynamics. With ``cap_to_goal_distance``, a state's actions are held k_s = min(k, ceil d(s, g))
+    learned latent dynamics (``score="final"``), or its mean over the hold, (1/k) sum_{t=1..k} max_i d_i(T_i^t(f_i(s),
+    a), f_i(g)) (``score="dwell"``: the cost summed along the trajectory, as MPPI sums its per-step cost (C.3.2), so
+    that an action that passes the goal and carries on scores worse than one that arrives and stays near it).
+    With ``cap_to_goal_distance``, a state's actions are held k_s = min(k, ceil d(s, g))
     steps instead (at least 1): no longer than the learned number of steps to the goal, so that near the goal a
     held action is not scored where it would have carried the agent past it. ``observations``, ``goals``:
     ``[N, D]``; ``candidates``: ``[N, G, A]``; returns ``[N, G]``."""
     if hold_steps < 1:
         raise ValueError(f"hold_steps must be >= 1, got {hold_steps}")
+    if score not in SCORES:
+        raise ValueError(f"score must be one of {SCORES}, got {score!r}")
     critic = agent.critic
     z, z_goal = _encode(agent, observations), _encode(agent, goals)   # [C, N, L]
     p_goal = _project(agent, z_goal)
@@ -101,8 +108,19 @@ def held_action_costs(agent: QRLContinuousAgent, observations: jax.Array, goals:
 
         return jax.lax.fori_loop(0, hold_steps, step, z_g)
 
-    z_after = jax.vmap(rollout)(agent.critic_params, z)               # [C, N, G, L]
-    return _head(agent, _project(agent, z_after), p_goal[:, :, None])
+    if score == "final":
+        z_after = jax.vmap(rollout)(agent.critic_params, z)               # [C, N, G, L]
+        return _head(agent, _project(agent, z_after), p_goal[:, :, None])
+
+    def dwell_step(t, carry):  # every critic's latents one step on, and the distance there added up
+        zt, total = carry
+        zt = jax.vmap(lambda params, z: critic.apply(params, z, candidates, method="dynamics"))(agent.critic_params, zt)
+        d = _head(agent, _project(agent, zt), p_goal[:, :, None])         # [N, G]
+        return zt, total + jnp.where((t < steps)[:, None], d, 0.0)
+
+    z_all = jnp.broadcast_to(z[:, :, None], (z.shape[0], *candidates.shape[:2], z.shape[-1]))
+    _, total = jax.lax.fori_loop(0, hold_steps, dwell_step, (z_all, jnp.zeros(candidates.shape[:2])))
+    return total / steps[:, None]
 
 
 def waypoint_graph(agent: QRLContinuousAgent, projections: jax.Array, reach: jax.Array, rows_per_call: int = 50
@@ -129,13 +147,15 @@ class LatentLookahead(StatelessPolicy, flax.struct.PyTreeNode):
     argmin_a max_i d_i(T_i^k(f_i(s), a), f_i(g)) (:func:`held_action_costs`). Candidates: a ``grid_size``^A grid
     over [-1, 1]^A, the actor's mode and, when ``step``/``act`` get a key, ``actor_samples`` samples of the actor.
     ``hold_steps`` 1 with the grid alone is :func:`~platonic_rl.agents.qrl_diagnostics.grid_argmin_actions`.
-    ``cap_to_goal_distance``: hold each state's actions at most its learned distance to the goal (see
+    ``cap_to_goal_distance``: hold each state's actions at most its learned distance to the goal; ``score``: rank
+    the actions by the distance where the hold ends (``"final"``) or by its mean along the hold (``"dwell"``; see
     :func:`held_action_costs`)."""
     agent: QRLContinuousAgent
     hold_steps: int = flax.struct.field(pytree_node=False, default=20)
     grid_size: int = flax.struct.field(pytree_node=False, default=9)
     actor_samples: int = flax.struct.field(pytree_node=False, default=0)
     cap_to_goal_distance: bool = flax.struct.field(pytree_node=False, default=False)
+    score: str = flax.struct.field(pytree_node=False, default="final")
 
     def __post_init__(self):
         for name, low in (("hold_steps", 1), ("grid_size", 2), ("actor_samples", 0)):
@@ -144,6 +164,8 @@ class LatentLookahead(StatelessPolicy, flax.struct.PyTreeNode):
                 raise ValueError(f"LatentLookahead.{name} must be an int >= {low}, got {value!r}")
         if not isinstance(self.cap_to_goal_distance, bool):
             raise ValueError(f"LatentLookahead.cap_to_goal_distance must be a bool, got {self.cap_to_goal_distance!r}")
+        if self.score not in SCORES:
+            raise ValueError(f"LatentLookahead.score must be one of {SCORES}, got {self.score!r}")
 
     def candidates(self, observations: jax.Array, goals: jax.Array, rng: jax.Array | None = None) -> jax.Array:
         """``[N, G, A]``: the grid, the actor's mode and (with ``rng``) the actor's samples, per state."""
@@ -161,7 +183,7 @@ class LatentLookahead(StatelessPolicy, flax.struct.PyTreeNode):
         observations, goals = jnp.broadcast_arrays(jnp.asarray(observations), jnp.asarray(goals))
         candidates = self.candidates(observations, goals, rng)
         costs = held_action_costs(self.agent, observations, goals, candidates, self.hold_steps,
-                                  self.cap_to_goal_distance)
+                                  self.cap_to_goal_distance, self.score)
         return jnp.take_along_axis(candidates, jnp.argmin(costs, 1)[:, None, None], 1)[:, 0]
 
 
@@ -188,7 +210,8 @@ class WaypointPolicy(flax.struct.PyTreeNode):
 
     ``arrival`` (None: off): a policy with ``step`` (e.g. a :class:`LatentLookahead`) that acts instead of ``inner``
     where the target is the goal itself (it is within reach): an inner policy that navigates between waypoints may not
-    stop at the goal (on maze2d medium the actor reaches the goal in 86-100% of the episodes and leaves it again)."""
+    stop at the goal (on maze2d medium the actor reaches the goal in 86-100% of the episodes and leaves it again). A
+    lookahead scoring the mean distance along the hold (``score="dwell"``) prefers the actions that stay near it."""
     agent: QRLContinuousAgent
     inner: Any
     waypoints: jax.Array            # [M, D]
@@ -406,11 +429,18 @@ def _waypoints(agent, dataset_states, reach: float = 20.0, num_waypoints: int = 
         states = states[jax.random.choice(jax.random.PRNGKey(seed), states.shape[0], (num_waypoints,), replace=False)]
     if inner not in ("actor", "lookahead"):
         raise ValueError(f"inner must be 'actor' or 'lookahead', got {inner!r}")
-    if arrival not in (None, "lookahead"):
-        raise ValueError(f"arrival must be None or 'lookahead', got {arrival!r}")
+    if arrival not in ARRIVALS:
+        raise ValueError(f"arrival must be one of {ARRIVALS}, got {arrival!r}")
     lookahead = LatentLookahead(agent, hold_steps=hold_steps, **inner_settings)
+    arrival_policy = (None if arrival is None else
+                      lookahead.replace(score="dwell") if arrival == "dwell" else lookahead)
     return WaypointPolicy.create(agent, states, reach, agent if inner == "actor" else lookahead, replan_every, plan,
-                                 patience, lookahead if arrival == "lookahead" else None)
+                                 patience, arrival_policy)
+
+
+ARRIVALS = (None, "lookahead", "dwell")
+"""The waypoint policies' ``arrival``: none, the lookahead, or the lookahead scoring the mean distance along the hold
+(``score="dwell"``)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -66,8 +66,9 @@ from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
 from platonic_rl.training import signals
 from platonic_rl.training.offline import train_offline
 
-METHODS = ("qrl", "qrl_lookahead", "qrl_waypoints", "qrl_waypoints_lookahead", "qrl_graph_waypoints",
-           "qrl_graph_waypoints_lookahead", "qrl_graph_waypoints_arrival", "qrl_grid", "qrl_true", "qrl_true_hold",
+METHODS = ("qrl", "qrl_lookahead", "qrl_lookahead_dwell", "qrl_waypoints", "qrl_waypoints_lookahead",
+           "qrl_graph_waypoints", "qrl_graph_waypoints_lookahead", "qrl_graph_waypoints_arrival",
+           "qrl_graph_waypoints_dwell", "qrl_grid", "qrl_true", "qrl_true_hold",
            "crl", "gcbc", "mppi", "mppi_paper_samples", "mppi_true")  # TABLE's rows
 MethodName = Literal[METHODS]
 LAYOUTS = ("large", "medium", "umaze")
@@ -254,19 +255,21 @@ def _agent_policy(agent, layout, scale, seed, data):
     return host_policy(agent, normaliser(layout))
 
 
-def _qrl_policy(name: str, inner: str | None = None, arrival: str | None = None):
+def _qrl_policy(name: str, inner: str | None = None, arrival: str | None = None, score: str = "final"):
     """A row acting with :func:`~platonic_rl.agents.qrl_policies.make_policy`'s policy ``name`` at the scale's
     settings (:meth:`~platonic_rl.benchmarks.presets.QRLPolicySettings.policy_kwargs`)."""
     def build(agent, layout, scale, seed, data):
-        kwargs = scale.policies.policy_kwargs(name, inner, arrival)
+        kwargs = scale.policies.policy_kwargs(name, inner, arrival, score)
         return host_policy(make_policy(name, agent, data["observations"], **kwargs), normaliser(layout))
 
     return build
 
 
-def _recorded(name: str, inner: str | None = None, arrival: str | None = None) -> Callable[[Maze2dScale], dict]:
+def _recorded(name: str, inner: str | None = None, arrival: str | None = None, score: str = "final"
+              ) -> Callable[[Maze2dScale], dict]:
     """The settings a policy row keeps in its record: its policy's, less the inner policy's name."""
-    return lambda scale: {k: v for k, v in scale.policies.policy_kwargs(name, inner, arrival).items() if k != "inner"}
+    return lambda scale: {k: v for k, v in scale.policies.policy_kwargs(name, inner, arrival, score).items()
+                          if k != "inner"}
 
 
 def _true_greedy_policy(hold: Callable[[Maze2dScale], int]):
@@ -288,6 +291,9 @@ TABLE: dict[str, Method] = {
     "qrl": Method("QRL (+BC)", "qrl", _agent_policy),
     "qrl_lookahead": Method("QRL, latent lookahead", "qrl", _qrl_policy("lookahead"), "addition",
                             settings=_recorded("lookahead")),
+    "qrl_lookahead_dwell": Method("QRL, latent lookahead, mean along the hold", "qrl",
+                                  _qrl_policy("lookahead", score="dwell"), "addition",
+                                  settings=_recorded("lookahead", score="dwell")),
     "qrl_waypoints": Method("QRL, waypoints + actor", "qrl", _qrl_policy("waypoints", "actor"), "addition",
                             settings=_recorded("waypoints", "actor")),
     "qrl_waypoints_lookahead": Method("QRL, waypoints + lookahead", "qrl", _qrl_policy("waypoints", "lookahead"),
@@ -300,6 +306,9 @@ TABLE: dict[str, Method] = {
     "qrl_graph_waypoints_arrival": Method("QRL, graph waypoints + actor, lookahead at the goal", "qrl",
                                           _qrl_policy("graph_waypoints", "actor", "lookahead"), "addition",
                                           settings=_recorded("graph_waypoints", "actor", "lookahead")),
+    "qrl_graph_waypoints_dwell": Method("QRL, graph waypoints + actor, dwell lookahead at the goal", "qrl",
+                                        _qrl_policy("graph_waypoints", "actor", "dwell"), "addition",
+                                        settings=_recorded("graph_waypoints", "actor", "dwell")),
     "qrl_grid": Method("QRL critic, grid argmin", "qrl", lambda agent, layout, *_: grid_policy(agent, layout), "check"),
     "qrl_true": Method("QRL critic, true dynamics", "qrl", _true_greedy_policy(lambda s: 1), "check"),
     "qrl_true_hold": Method("QRL critic, true dyn., held", "qrl", _true_greedy_policy(lambda s: s.critic_hold_steps),

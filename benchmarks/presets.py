@@ -73,16 +73,19 @@ class QRLPolicySettings:
     #                               reach: they lie behind a wall the learned distance does not see;
     #                               WaypointPolicy.patience)
 
-    def policy_kwargs(self, policy: str, inner: str | None = None, arrival: str | None = None) -> dict:
+    def policy_kwargs(self, policy: str, inner: str | None = None, arrival: str | None = None,
+                      score: str = "final") -> dict:
         """``make_policy``'s settings for the ``lookahead`` or the ``waypoints`` / ``graph_waypoints`` (with
-        ``inner``, and ``arrival``: the policy that acts once the goal is within reach, None or ``"lookahead"``)
-        policy."""
-        lookahead = dict(hold_steps=self.hold_steps, cap_to_goal_distance=self.cap_to_goal_distance)
+        ``inner``, and ``arrival``: the policy that acts once the goal is within reach, None, ``"lookahead"`` or
+        ``"dwell"``) policy; ``score``: what the lookahead ranks held actions by (``"final"`` or ``"dwell"``;
+        recorded only where it is not the default)."""
+        lookahead = dict(hold_steps=self.hold_steps, cap_to_goal_distance=self.cap_to_goal_distance,
+                         **({} if score == "final" else dict(score=score)))
         if policy == "lookahead":
             return lookahead
         if policy in ("waypoints", "graph_waypoints"):
             kwargs = dict(reach=self.reach, num_waypoints=self.num_waypoints, replan_every=self.replan_every, inner=inner)
-            return (kwargs | (lookahead if "lookahead" in (inner, arrival) else {})
+            return (kwargs | (lookahead if "lookahead" in (inner, arrival) or arrival == "dwell" else {})
                     | (dict(arrival=arrival) if arrival is not None else {})
                     | (dict(patience=self.patience) if policy == "graph_waypoints" else {}))
         raise ValueError(f"policy must be 'lookahead', 'waypoints' or 'graph_waypoints' (the ones these settings "

@@ -54,6 +54,34 @@ def test_held_costs_equal_the_dynamics_applied_k_times_by_hand(agent):
                                .max(0), rtol=1e-5, atol=1e-5)
 
 
+def test_dwell_costs_are_the_mean_of_the_held_costs_over_the_hold(agent):
+    """score="dwell": (1/k) sum_{t=1..k} of the k = t held costs, each computed alone; capped, the mean over each
+    state's own k_s steps; the lookahead acts on it."""
+    obs, goals = states(4, 2), states(4, 3)
+    candidates = jnp.broadcast_to(action_grid(3, 2), (4, 9, 2))
+    k = 5
+    by_hold = np.stack([P.held_action_costs(agent, obs, goals, candidates, hold_steps=t) for t in range(1, k + 1)])
+    dwell = P.held_action_costs(agent, obs, goals, candidates, hold_steps=k, score="dwell")
+    np.testing.assert_allclose(dwell, by_hold.mean(0), rtol=1e-5, atol=1e-5)
+    assert not np.allclose(dwell, by_hold[-1])
+    near = obs + 0.02 * states(4, 4)  # goals near the states: held fewer steps than k
+    own_k = np.clip(np.ceil(np.asarray(agent.goal_distances(obs, near).max(0))), 1, k).astype(int)
+    assert (own_k < k).any(), own_k
+    capped = P.held_action_costs(agent, obs, near, candidates, hold_steps=k, cap_to_goal_distance=True, score="dwell")
+    for i, k_i in enumerate(own_k):
+        np.testing.assert_allclose(capped[i], P.held_action_costs(agent, obs[i:i + 1], near[i:i + 1],
+                                                                  candidates[i:i + 1], hold_steps=int(k_i),
+                                                                  score="dwell")[0], rtol=1e-5, atol=1e-5)
+    policy = P.LatentLookahead(agent, hold_steps=k, grid_size=3, score="dwell")
+    candidates = policy.candidates(obs, goals)
+    best = jnp.argmin(P.held_action_costs(agent, obs, goals, candidates, k, score="dwell"), 1)
+    np.testing.assert_allclose(policy.act(obs, goals), jnp.take_along_axis(candidates, best[:, None, None], 1)[:, 0])
+    with pytest.raises(ValueError, match=r"score must be one of \('final', 'dwell'\), got 'sum'"):
+        P.held_action_costs(agent, obs, goals, candidates, hold_steps=k, score="sum")
+    with pytest.raises(ValueError, match="LatentLookahead.score must be one of"):
+        P.LatentLookahead(agent, score="sum")
+
+
 def test_capped_holds_last_at_most_the_learned_distance_to_the_goal(agent):
     """With cap_to_goal_distance a state's actions are held k_s = min(k, ceil d(s, g)) steps, at least 1: per
     state, the uncapped costs at its own k_s. The goals mix near ones (k_s < k) and far ones (k_s = k)."""
@@ -319,7 +347,10 @@ def test_the_arrival_policy_acts_where_the_target_is_the_goal_and_the_inner_else
     np.testing.assert_allclose(actions[~at_goal], np.asarray(agent.act(obs, targets))[~at_goal], rtol=1e-6)
     built = P.make_policy("graph_waypoints", agent, waypoints, reach=reach, arrival="lookahead", hold_steps=2)
     assert isinstance(built.arrival, P.LatentLookahead) and built.arrival.hold_steps == 2
-    with pytest.raises(ValueError, match="arrival must be None or 'lookahead', got 'mppi'"):
+    assert built.arrival.score == "final" and built.inner is agent
+    dwell = P.make_policy("graph_waypoints", agent, waypoints, reach=reach, arrival="dwell", hold_steps=2)
+    assert dwell.arrival.score == "dwell" and dwell.arrival.hold_steps == 2 and dwell.inner is agent
+    with pytest.raises(ValueError, match=r"arrival must be one of \(None, 'lookahead', 'dwell'\), got 'mppi'"):
         P.make_policy("waypoints", agent, waypoints, arrival="mppi")
     with pytest.raises(ValueError, match="arrival must be None or a policy with step"):
         P.WaypointPolicy.create(agent, waypoints, reach, arrival="lookahead")
