@@ -50,8 +50,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from platonic_rl.agents.contract import host_policy
-from platonic_rl.agents.crl import CRLAgent
-from platonic_rl.agents.gcbc import GCBCAgent
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent
 from platonic_rl.agents.qrl_diagnostics import actor_critic_gap, grid_argmin_actions, true_dynamics_greedy_actions
 from platonic_rl.agents.qrl_policies import MPPIPolicy, make_policy
@@ -156,21 +154,10 @@ class Args:
             raise ValueError(f"--seeds must be distinct, got {self.seeds}")
 
 
-def method_setup(method: str, scale: Maze2dScale):
-    """(agent class, config, train config, sampler settings) of one method."""
-    if method == "qrl":
-        return QRLContinuousAgent, scale.qrl, scale.qrl_train, dict(p_future=0.0, bc_goals=True)
-    if method == "crl":
-        return CRLAgent, scale.crl, scale.crl_train, dict(p_future=1.0)
-    if method == "gcbc":
-        return GCBCAgent, scale.gcbc, scale.gcbc_train, dict(p_future=1.0)
-    raise ValueError(f"method must be one of qrl, crl, gcbc (mppi plans with qrl), got {method!r}")
-
-
 def train_method(method: str, scale: Maze2dScale, data: dict, seeds, run_dir: Path, overwrite: bool
                  ) -> tuple[SeedStack, list[dict]]:
     """The method's seeds trained as one stack (or its finished run read back): ``(stack, the logged rows)``."""
-    agent_class, config, train, sampling = method_setup(method, scale)
+    agent_class, config, train, sampling = scale.method(method)
     stack = SeedStack.create(agent_class, config, seeds)
     sampler = PerSeed(SegmentGoalSampler.create(data, train.batch_size, **sampling), len(seeds))
     train = dataclasses.replace(train, overwrite=overwrite)

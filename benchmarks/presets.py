@@ -13,11 +13,11 @@ from typing import Callable, Literal
 
 import numpy as np
 
-from platonic_rl.agents.crl import CRLConfig
+from platonic_rl.agents.crl import CRLAgent, CRLConfig
 from platonic_rl.agents.denoised_mdp import ActorKind, DenoisedMDPConfig
-from platonic_rl.agents.gcbc import GCBCConfig
+from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
 from platonic_rl.agents.qrl import QRLConfig
-from platonic_rl.agents.qrl_continuous import OFFLINE_OBJECTIVE, QRLContinuousConfig
+from platonic_rl.agents.qrl_continuous import OFFLINE_OBJECTIVE, QRLContinuousAgent, QRLContinuousConfig
 from platonic_rl.denoised.model import WorldModelConfig
 from platonic_rl.envs import jax_env, maze2d, mountaincar
 from platonic_rl.envs.point_maze import PointMaze
@@ -108,6 +108,18 @@ class Maze2dScale:
     note: str
     critic_hold_steps: int = 20     # qrl_true_hold: each grid action held this many steps (0.2 s) in the lookahead
     policies: QRLPolicySettings = QRLPolicySettings()
+
+    def method(self, name: str):
+        """(agent class, config, train config, goal sampler settings) of one trained method at this scale: QRL's
+        goals are random dataset states with behaviour-cloning goals from the future (C.3.2), the others' future
+        states."""
+        if name == "qrl":
+            return QRLContinuousAgent, self.qrl, self.qrl_train, dict(p_future=0.0, bc_goals=True)
+        if name == "crl":
+            return CRLAgent, self.crl, self.crl_train, dict(p_future=1.0)
+        if name == "gcbc":
+            return GCBCAgent, self.gcbc, self.gcbc_train, dict(p_future=1.0)
+        raise ValueError(f"method must be one of qrl, crl, gcbc (mppi plans with qrl), got {name!r}")
 
 
 def maze2d_qrl_config(hidden: tuple[int, ...], latent: int, projector: tuple[int, ...], components: int, dims: int,

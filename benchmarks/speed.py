@@ -356,12 +356,11 @@ def offline_loop_share(scale: Scale, repeats: int, rows: int | None = None) -> d
     benchmark trains them (its ``cpu`` preset; quick: its ``quick`` one), against the same updates alone: calls of
     ``update_steps`` of the loop's size on the same sampler, and on a fixed batch (sampling left out)."""
     from platonic_rl.agents.seeds import SeedStack
-    from platonic_rl.benchmarks.maze2d import method_setup
     from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
     from platonic_rl.training.offline import train_offline
 
     maze = maze2d_scales()["cpu" if scale == "full" else "quick"]
-    agent_class, config, train, sampling = method_setup("qrl", maze)
+    agent_class, config, train, sampling = maze.method("qrl")
     seeds = (0, 1, 2)
     rows = rows or (maze.dataset_size or 1_000_000)  # umaze's D4RL size
     data = segment_dataset(rows, 300, config.obs_dim, config.action_dim)

@@ -218,5 +218,6 @@ def test_bad_arguments_name_themselves():
     with pytest.raises(ValueError, match="num_twins must be an int >= 1"):
         DMCJaxEnv("cheetah-run", "distractors", num_twins=0)
     env = DMCJaxEnv("reacher-easy")
+    state = jax.eval_shape(env.reset, jax.random.PRNGKey(0))  # the shapes suffice: the check comes first
     with pytest.raises(ValueError, match=r"action must have shape \(2,\)"):
-        env.step(env.reset(jax.random.PRNGKey(0)), jnp.zeros(3))
+        env.step(state, jnp.zeros(3))
