@@ -7,9 +7,10 @@ against the host loop (dm_control, :mod:`~platonic_rl.training.world_model`).
 Parts (each saved as it finishes; a rerun skips finished parts and resumes learning runs):
 
 * ``envs``: agent steps/s of :class:`~platonic_rl.envs.dmc_jax.DMCJaxEnv` with 1, 64 and 1024 envs stepped
-  together (random actions, in one jitted ``lax.scan``; compilation excluded), against the host
+  together (``--env-counts``; random actions, in one jitted ``lax.scan``; compilation excluded), against the host
   :class:`~platonic_rl.envs.dmc.DMCEnv` stepped one env at a time, per task, noiseless and with the twin; env
-  (control) steps/s are these times the action repeat (2).
+  (control) steps/s are these times the action repeat (2). On 2 CPU cores cheetah's reset of 1024 envs stalled in
+  XLA's runtime (no CPU used after compiling; 256 ran): there, pass ``--env-counts 1 64 256``.
 * ``throughput``: whole-training env steps/s, one training round (100 updates, then a 1000-env-step exploration
   episode) of the device loop against the host loop's, same agent, preset, batch and schedule, steady state (each
   timed after a first call that compiles), on cheetah-run noiseless and with the twin.
@@ -17,7 +18,8 @@ Parts (each saved as it finishes; a rerun skips finished parts and resumes learn
   (on 2 CPU cores, cheetah in MJX vmapped over seeds stalled in XLA's runtime: the program's threads idle, nothing
   computed; a lone seed runs), at the table's settings (the ``cpu`` preset, 100k env steps, Denoised MDP
   at beta 1 and alpha 0.3, 10 deterministic evaluation episodes every 10k env steps). The host loop's rows are in
-  docs/results.md's DMC table. Each finished run keeps ``record.json`` in its run directory.
+  docs/results.md's DMC table. Each finished run keeps its record in ``records/`` beside the results (small, kept
+  with them; the run directories under ``runs/`` hold checkpoints), so a later call with other seeds reuses it.
 
 Saves ``results.json`` and ``dmc_device.png`` in ``--out-dir`` and prints the tables; speeds are this machine's,
 with its float32 matmul peak measured in the same run beside them.
@@ -48,9 +50,9 @@ from platonic_rl.training.world_model_device import (WorldModelLoopConfig, make_
 Part = Literal["envs", "throughput", "learning"]
 Method = Literal["denoised", "dreamer"]
 VARIANTS = ("noiseless", "distractors")  # the table's noiseless and twin rows
+RECORDS = "records"  # the finished runs' records, beside the results
 LABELS = dict(noiseless="noiseless", distractors="twin", denoised="Denoised MDP", dreamer="Dreamer")
 SETTINGS = DMCMethodSettings(beta=1.0, alpha=0.3)  # the table's Denoised MDP on cheetah (Dreamer ignores both)
-RECORD = "record.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,39 +174,51 @@ def measure_throughput(args: Args) -> dict:
 
 def learn(args: Args, out: Path) -> dict:
     """Each (variant, method)'s seeds, one program per seed (on CPU, cheetah vmapped over seeds stalled in XLA's
-    runtime: see the module docstring), each kept in ``record.json`` in its run directory."""
+    runtime: see the module docstring), each kept in ``records/<run>.json`` beside the results. A row holds the seeds
+    run now and those finished before at the same budget (their records), so seeds can be run in separate calls."""
     rows = {}
     for variant in args.variants:
         env = DMCJaxEnv("cheetah-run", variant)
         for method in args.methods:
             config, loop = agent_config(method, env), loop_config(args.env_steps)
             name = f"cheetah-run {LABELS[variant]} {LABELS[method]}"
-            per_seed = {}
             for seed in args.seeds:
-                run_dir = out / "runs" / f"cheetah-run_{variant}_{method}_seed{seed}"
-                record_path = run_dir / RECORD
+                run_name = f"cheetah-run_{variant}_{method}_seed{seed}"
+                run_dir, record_path = out / "runs" / run_name, out / RECORDS / f"{run_name}.json"
                 settings = dict(seed=seed, env_steps=args.env_steps)
                 saved = read_json(record_path, "a finished run's record") if record_path.is_file() else None
                 if saved is not None and saved.get("settings") == settings and not args.overwrite:
                     print(f"  {name} seed {seed}: finished, its record reused", flush=True)
-                    per_seed[seed] = saved
                     continue
                 start = time.time()
                 _, history = train_world_model_on_device(config, env, loop, seed=seed, run_dir=run_dir,
                                                          overwrite=args.overwrite, desc=f"{name} s{seed}")
                 evals = [r for r in history if "eval_return" in r]
-                per_seed[seed] = dict(settings=settings, seconds=time.time() - start,
-                                      eval_steps=[r["env_steps"] for r in evals],
-                                      eval_return=[r["eval_return"] for r in evals],
-                                      train_return=[r["train_return"] for r in history])
-                write_json(record_path, per_seed[seed])
-                print(f"  {name} seed {seed}: {per_seed[seed]['eval_return'][-1]:.1f} at {args.env_steps:,} env steps "
-                      f"({per_seed[seed]['seconds']:.0f} s)", flush=True)
-            rows[f"{variant} {method}"] = dict(variant=variant, method=method, eval_steps=per_seed[args.seeds[0]][
-                "eval_steps"], eval_return={s: r["eval_return"] for s, r in per_seed.items()},
+                record = dict(settings=settings, seconds=time.time() - start,
+                              eval_steps=[r["env_steps"] for r in evals],
+                              eval_return=[r["eval_return"] for r in evals],
+                              train_return=[r["train_return"] for r in history])
+                record_path.parent.mkdir(parents=True, exist_ok=True)
+                write_json(record_path, record)
+                print(f"  {name} seed {seed}: {record['eval_return'][-1]:.1f} at {args.env_steps:,} env steps "
+                      f"({record['seconds']:.0f} s)", flush=True)
+            per_seed = finished_seeds(out, variant, method, args.env_steps)
+            rows[f"{variant} {method}"] = dict(
+                variant=variant, method=method, eval_steps=next(iter(per_seed.values()))["eval_steps"],
+                eval_return={s: r["eval_return"] for s, r in per_seed.items()},
                 final={s: r["eval_return"][-1] for s, r in per_seed.items()},
                 seconds={s: r["seconds"] for s, r in per_seed.items()})
     return rows
+
+
+def finished_seeds(out: Path, variant: str, method: str, env_steps: int) -> dict[int, dict]:
+    """The finished runs' records of (variant, method) at ``env_steps`` in ``out/records``, by seed (ascending)."""
+    found = {}
+    for path in (out / RECORDS).glob(f"cheetah-run_{variant}_{method}_seed*.json"):
+        record = read_json(path, "a finished run's record")
+        if record["settings"]["env_steps"] == env_steps:
+            found[record["settings"]["seed"]] = record
+    return dict(sorted(found.items()))
 
 
 # ------------------------------------------------------------------------------------------------ report
@@ -234,6 +248,12 @@ def format_tables(record: dict) -> str:
     return "\n".join(lines)
 
 
+def seed_counts(rows: dict) -> str:
+    """How many seeds the learning rows hold: one number, or their range."""
+    counts = sorted({len(row["final"]) for row in rows.values()})
+    return str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+
+
 def plot(path: Path, record: dict, args: Args) -> None:
     import matplotlib
 
@@ -258,7 +278,8 @@ def plot(path: Path, record: dict, args: Args) -> None:
                                 label=f"{LABELS[row['variant']]}, {LABELS[row['method']]}")
                 ax.fill_between(row["eval_steps"], curves.min(0), curves.max(0), alpha=0.2, color=line.get_color())
             ax.set(xlabel="env steps", ylabel="evaluation return (10 episodes)",
-                   title=f"cheetah-run, device loop, cpu preset, {len(args.seeds)} seeds (band: min-max)")
+                   title=f"cheetah-run, device loop, cpu preset, {seed_counts(record['learning'])} seeds "
+                         f"(band: min-max)")
             ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
