@@ -99,28 +99,21 @@ def held_action_costs(agent: QRLContinuousAgent, observations: jax.Array, goals:
     else:
         steps = jnp.full(observations.shape[0], hold_steps)
 
-    def rollout(params, z0):  # z0 [N, L] -> T^{k_s}(z0, a) for every candidate: [N, G, L]
-        z_g = jnp.broadcast_to(z0[:, None], (*candidates.shape[:2], z0.shape[-1]))
-
-        def step(t, zt):
-            z_next = critic.apply(params, zt, candidates, method="dynamics")
-            return jnp.where((t < steps)[:, None, None], z_next, zt)
-
-        return jax.lax.fori_loop(0, hold_steps, step, z_g)
-
-    if score == "final":
-        z_after = jax.vmap(rollout)(agent.critic_params, z)               # [C, N, G, L]
-        return _head(agent, _project(agent, z_after), p_goal[:, :, None])
-
-    def dwell_step(t, carry):  # every critic's latents one step on, and the distance there added up
+    # Every critic's latents held one more step (frozen past each state's k_s); with "dwell", the distance there added.
+    def step(t, carry):
         zt, total = carry
-        zt = jax.vmap(lambda params, z: critic.apply(params, z, candidates, method="dynamics"))(agent.critic_params, zt)
-        d = _head(agent, _project(agent, zt), p_goal[:, :, None])         # [N, G]
-        return zt, total + jnp.where((t < steps)[:, None], d, 0.0)
+        z_next = jax.vmap(lambda params, z: critic.apply(params, z, candidates, method="dynamics"))(
+            agent.critic_params, zt)
+        zt = jnp.where((t < steps)[:, None, None], z_next, zt)
+        if score == "dwell":
+            total = total + jnp.where((t < steps)[:, None], _head(agent, _project(agent, zt), p_goal[:, :, None]), 0.0)
+        return zt, total
 
-    z_all = jnp.broadcast_to(z[:, :, None], (z.shape[0], *candidates.shape[:2], z.shape[-1]))
-    _, total = jax.lax.fori_loop(0, hold_steps, dwell_step, (z_all, jnp.zeros(candidates.shape[:2])))
-    return total / steps[:, None]
+    z0 = jnp.broadcast_to(z[:, :, None], (z.shape[0], *candidates.shape[:2], z.shape[-1]))   # [C, N, G, L]
+    z_after, total = jax.lax.fori_loop(0, hold_steps, step, (z0, jnp.zeros(candidates.shape[:2])))
+    if score == "dwell":
+        return total / steps[:, None]
+    return _head(agent, _project(agent, z_after), p_goal[:, :, None])
 
 
 def waypoint_graph(agent: QRLContinuousAgent, projections: jax.Array, reach: jax.Array, rows_per_call: int = 50

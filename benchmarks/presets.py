@@ -85,7 +85,7 @@ class QRLPolicySettings:
             return lookahead
         if policy in ("waypoints", "graph_waypoints"):
             kwargs = dict(reach=self.reach, num_waypoints=self.num_waypoints, replan_every=self.replan_every, inner=inner)
-            return (kwargs | (lookahead if "lookahead" in (inner, arrival) or arrival == "dwell" else {})
+            return (kwargs | (lookahead if inner == "lookahead" or arrival is not None else {})
                     | (dict(arrival=arrival) if arrival is not None else {})
                     | (dict(patience=self.patience) if policy == "graph_waypoints" else {}))
         raise ValueError(f"policy must be 'lookahead', 'waypoints' or 'graph_waypoints' (the ones these settings "
