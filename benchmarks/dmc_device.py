@@ -182,14 +182,14 @@ def learn(args: Args, out: Path) -> dict:
         for method in args.methods:
             config, loop = agent_config(method, env), loop_config(args.env_steps)
             name = f"cheetah-run {LABELS[variant]} {LABELS[method]}"
+            finished = {} if args.overwrite else finished_seeds(out, variant, method, args.env_steps)
             for seed in args.seeds:
-                run_name = f"cheetah-run_{variant}_{method}_seed{seed}"
-                run_dir, record_path = out / "runs" / run_name, out / RECORDS / f"{run_name}.json"
-                settings = dict(seed=seed, env_steps=args.env_steps)
-                saved = read_json(record_path, "a finished run's record") if record_path.is_file() else None
-                if saved is not None and saved.get("settings") == settings and not args.overwrite:
+                if seed in finished:
                     print(f"  {name} seed {seed}: finished, its record reused", flush=True)
                     continue
+                run_dir = out / "runs" / run_name(variant, method, seed)
+                record_path = out / RECORDS / f"{run_name(variant, method, seed)}.json"
+                settings = dict(seed=seed, env_steps=args.env_steps)
                 start = time.time()
                 _, history = train_world_model_on_device(config, env, loop, seed=seed, run_dir=run_dir,
                                                          overwrite=args.overwrite, desc=f"{name} s{seed}")
@@ -211,10 +211,15 @@ def learn(args: Args, out: Path) -> dict:
     return rows
 
 
+def run_name(variant: str, method: str, seed: int | str) -> str:
+    """A learning run's name: its run directory under ``runs/`` and its record under ``records/``."""
+    return f"cheetah-run_{variant}_{method}_seed{seed}"
+
+
 def finished_seeds(out: Path, variant: str, method: str, env_steps: int) -> dict[int, dict]:
     """The finished runs' records of (variant, method) at ``env_steps`` in ``out/records``, by seed (ascending)."""
     found = {}
-    for path in (out / RECORDS).glob(f"cheetah-run_{variant}_{method}_seed*.json"):
+    for path in (out / RECORDS).glob(f"{run_name(variant, method, '*')}.json"):
         record = read_json(path, "a finished run's record")
         if record["settings"]["env_steps"] == env_steps:
             found[record["settings"]["seed"]] = record

@@ -31,14 +31,18 @@ from platonic_rl.agents import (CRLAgent, CRLConfig, DDPGHERAgent, DDPGHERConfig
                                 DenoisedMDPConfig, GCBCAgent, GCBCConfig, QRLAgent, QRLConfig,
                                 QRLContinuousAgent, QRLContinuousConfig)
 from platonic_rl.agents.denoised_mdp import POLICY_LEARNERS
+from platonic_rl.agents.seeds import SeedStack
 from platonic_rl.benchmarks import report
-from platonic_rl.benchmarks.presets import DMC_PIXEL_MODEL, DMC_PRESETS, FETCH_QRL_PRESETS, maze2d_scales
+from platonic_rl.benchmarks.presets import (DMC_PIXEL_MODEL, DMC_PRESETS, FETCH_QRL_PRESETS, device_loop_agent_config,
+                                            device_loop_env, device_loop_scales, maze2d_scales)
 from platonic_rl.benchmarks.timing import (FixedBatch, discrete_batch, goal_batch, matmul_peak, sequence_batch,
                                            time_call, time_loop_iterations, time_matmuls_alone, time_update)
 from platonic_rl.common.train_state import TrainState
 from platonic_rl.denoised.model import FactoredRSSM, WorldModelConfig, all_features, observe
+from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
 from platonic_rl.qrl import quasimetrics as qm
 from platonic_rl.training.device_loop import make_loop
+from platonic_rl.training.offline import train_offline
 from platonic_rl.training.updates import update_steps
 
 Scale = Literal["quick", "full"]
@@ -355,10 +359,6 @@ def offline_loop_share(scale: Scale, repeats: int, rows: int | None = None) -> d
     a compiling call of the same length; no run directory) for maze2d's QRL with its seeds stacked as the maze2d
     benchmark trains them (its ``cpu`` preset; quick: its ``quick`` one), against the same updates alone: calls of
     ``update_steps`` of the loop's size on the same sampler, and on a fixed batch (sampling left out)."""
-    from platonic_rl.agents.seeds import SeedStack
-    from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
-    from platonic_rl.training.offline import train_offline
-
     maze = maze2d_scales()["cpu" if scale == "full" else "quick"]
     agent_class, config, train, sampling = maze.method("qrl")
     seeds = (0, 1, 2)
@@ -384,8 +384,6 @@ def device_loop_share(scale: Scale, repeats: int) -> dict:
     the device loop benchmark's learning settings, ``cpu``; quick: ``quick``) against its updates alone on its own
     sampler and buffer after the prefill: the loop's share of its update's rate, and what one iteration's env steps
     cost besides."""
-    from platonic_rl.benchmarks.presets import device_loop_agent_config, device_loop_env, device_loop_scales
-
     loop_scale = device_loop_scales()["cpu" if scale == "full" else "quick"]
     env = device_loop_env("umaze")
     config = loop_scale.learning
