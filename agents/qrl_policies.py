@@ -22,7 +22,8 @@ and the critic's ordering errors swamp differences that small. The policies here
 
 * :class:`LatentLookahead` scores candidate actions by d(T^k(f(s), a), f(g)), each action held k steps in the
   learned latent dynamics (the simulator check held each action 20 steps in the true dynamics; this uses the
-  model a deployed agent has);
+  model a deployed agent has); the candidates are a grid of actions or the actor's proposals, which keep to the
+  dataset's actions, where the model was trained;
 * :class:`WaypointPolicy` picks, among dataset states w within reach (d(s, w) <= H), the one nearest the goal,
   min d(w, g); by the triangle inequality d(s, g) <= d(s, w) + d(w, g), so with d(s, w) <= H no waypoint is
   nearer than d(s, g) - H, and the chosen one lies on a shortest path through the data as far as H allows. It
@@ -138,7 +139,12 @@ def waypoint_graph(agent: QRLContinuousAgent, projections: jax.Array, reach: jax
 class LatentLookahead(StatelessPolicy, flax.struct.PyTreeNode):
     """Act with the candidate action whose k-step held rollout in the learned dynamics ends nearest the goal:
     argmin_a max_i d_i(T_i^k(f_i(s), a), f_i(g)) (:func:`held_action_costs`). Candidates: a ``grid_size``^A grid
-    over [-1, 1]^A, the actor's mode and, when ``step``/``act`` get a key, ``actor_samples`` samples of the actor.
+    over [-1, 1]^A (``grid_size`` 0: none), the actor's mode and ``actor_samples`` samples of the actor, drawn with
+    the key ``step``/``act`` get or, without one, with the fixed key ``sample_seed`` (one set of draws of the noise
+    for every state and call, in pairs +-e so that they centre on the mode: a deterministic policy for host
+    evaluations). ``grid_size=0`` with samples ranks only actions the actor proposes: its behaviour cloning keeps
+    them among the dataset's, where the learned dynamics were trained, while a grid offers every action, those into a
+    wall included, where the learned dynamics err.
     ``hold_steps`` 1 with the grid alone is :func:`~platonic_rl.agents.qrl_diagnostics.grid_argmin_actions`.
     ``cap_to_goal_distance``: hold each state's actions at most its learned distance to the goal; ``score``: rank
     the actions by the distance where the hold ends (``"final"``) or by its mean along the hold (``"dwell"``; see
@@ -149,25 +155,38 @@ class LatentLookahead(StatelessPolicy, flax.struct.PyTreeNode):
     actor_samples: int = flax.struct.field(pytree_node=False, default=0)
     cap_to_goal_distance: bool = flax.struct.field(pytree_node=False, default=False)
     score: str = flax.struct.field(pytree_node=False, default="final")
+    sample_seed: int = flax.struct.field(pytree_node=False, default=0)
 
     def __post_init__(self):
-        for name, low in (("hold_steps", 1), ("grid_size", 2), ("actor_samples", 0)):
+        for name, low in (("hold_steps", 1), ("grid_size", 0), ("actor_samples", 0), ("sample_seed", 0)):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < low:
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"LatentLookahead.{name} must be an int >= {low}, got {value!r}")
+        if self.grid_size == 1:
+            raise ValueError("LatentLookahead.grid_size must be 0 (no grid) or >= 2, got 1")
+        if self.grid_size == 0 and self.actor_samples == 0:
+            raise ValueError("LatentLookahead with grid_size 0 (no grid) needs actor_samples >= 1: its only other "
+                             "candidate is the actor's mode")
         if not isinstance(self.cap_to_goal_distance, bool):
             raise ValueError(f"LatentLookahead.cap_to_goal_distance must be a bool, got {self.cap_to_goal_distance!r}")
         if self.score not in SCORES:
             raise ValueError(f"LatentLookahead.score must be one of {SCORES}, got {self.score!r}")
 
     def candidates(self, observations: jax.Array, goals: jax.Array, rng: jax.Array | None = None) -> jax.Array:
-        """``[N, G, A]``: the grid, the actor's mode and (with ``rng``) the actor's samples, per state."""
+        """``[N, G, A]``: the grid, the actor's mode and its samples (with ``rng``, or the fixed ``sample_seed``),
+        per state."""
         n, a = observations.shape[0], self.agent.config.action_dim
-        grid = jnp.broadcast_to(action_grid(self.grid_size, a), (n, self.grid_size ** a, a))
         mean, log_std = self.agent.policy.apply(self.agent.actor_params, observations, goals)
-        parts = [grid, jnp.tanh(mean)[:, None]]
-        if rng is not None and self.actor_samples:
-            noise = jax.random.normal(as_key(rng), (n, self.actor_samples, a), mean.dtype)
+        parts = [jnp.tanh(mean)[:, None]]
+        if self.grid_size:
+            parts.insert(0, jnp.broadcast_to(action_grid(self.grid_size, a), (n, self.grid_size ** a, a)))
+        if self.actor_samples:
+            if rng is None:   # one fixed set of draws, the same for every state and call, in +- pairs (antithetic)
+                half = jax.random.normal(jax.random.PRNGKey(self.sample_seed), (1, -(-self.actor_samples // 2), a),
+                                         mean.dtype)
+                noise = jnp.concatenate([half, -half], 1)[:, :self.actor_samples]
+            else:
+                noise = jax.random.normal(as_key(rng), (n, self.actor_samples, a), mean.dtype)
             parts.append(jnp.tanh(mean[:, None] + jnp.exp(log_std)[:, None] * noise))
         return jnp.concatenate(parts, 1)
 
@@ -446,7 +465,8 @@ POLICIES: dict[str, PolicyEntry] = {
     "actor": PolicyEntry(lambda agent, dataset_states=None: agent,
                          "the paper's actor: the mode of pi(a | s, g), one step ahead"),
     "lookahead": PolicyEntry(lambda agent, dataset_states=None, **kw: LatentLookahead(agent, **kw),
-                             "argmin over a grid (and the actor's mode) of d(T^k(f(s), a), f(g)), a held k steps"),
+                             "argmin over a grid or the actor's samples (and its mode) of d(T^k(f(s), a), f(g)), "
+                             "a held k steps"),
     "waypoints": PolicyEntry(_waypoints, "subgoals: the dataset state within reach H nearest the goal, then an inner "
                                          "policy (the actor or the lookahead) towards it"),
     "graph_waypoints": PolicyEntry(lambda agent, dataset_states=None, **kw: _waypoints(agent, dataset_states,

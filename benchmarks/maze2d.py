@@ -7,9 +7,10 @@ each one entry (the trained seeds it acts with and how it acts), of three kinds:
   samples), ``mppi_true``;
 * this suite's deployable QRL policies (:mod:`platonic_rl.agents.qrl_policies`, built from what QRL learned and
   the dataset's states, never the simulator): ``qrl_lookahead`` (each grid action held k steps in the learned
-  latent dynamics), ``qrl_waypoints`` and ``qrl_waypoints_lookahead`` (the dataset state within reach H nearest
-  the goal, then the actor or the lookahead towards it), ``mppi_paper_samples`` (MPPI at C.3.2's 10,000
-  samples); their settings are the scale's ``policies``;
+  latent dynamics; ``qrl_lookahead_actor``: the actor's samples held instead of a grid), ``qrl_waypoints`` and
+  ``qrl_waypoints_lookahead`` (the dataset state within reach H nearest the goal, then the actor or the lookahead
+  towards it), ``mppi_paper_samples`` (MPPI at C.3.2's 10,000 samples); their settings are the scale's
+  ``policies``;
 * checks of the learned distance: ``qrl_grid`` (the argmin of the learned one-step cost over a 9x9 action grid:
   what a perfect one-step actor would do), ``qrl_true`` (the grid action whose *true* next state, the pure-JAX
   point maze's step, has the smallest learned distance to the goal: a failure there is the distance's own) and
@@ -64,9 +65,9 @@ from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
 from platonic_rl.training import signals
 from platonic_rl.training.offline import train_offline
 
-METHODS = ("qrl", "qrl_lookahead", "qrl_lookahead_dwell", "qrl_waypoints", "qrl_waypoints_lookahead",
-           "qrl_graph_waypoints", "qrl_graph_waypoints_lookahead", "qrl_graph_waypoints_arrival",
-           "qrl_graph_waypoints_dwell", "qrl_grid", "qrl_true", "qrl_true_hold",
+METHODS = ("qrl", "qrl_lookahead", "qrl_lookahead_dwell", "qrl_lookahead_actor", "qrl_waypoints",
+           "qrl_waypoints_lookahead", "qrl_graph_waypoints", "qrl_graph_waypoints_lookahead",
+           "qrl_graph_waypoints_arrival", "qrl_graph_waypoints_dwell", "qrl_grid", "qrl_true", "qrl_true_hold",
            "crl", "gcbc", "mppi", "mppi_paper_samples", "mppi_true")  # TABLE's rows
 MethodName = Literal[METHODS]
 LAYOUTS = ("large", "medium", "umaze")
@@ -242,20 +243,21 @@ def _agent_policy(agent, layout, scale, seed, data):
     return host_policy(agent, normaliser(layout))
 
 
-def _qrl_policy(name: str, inner: str | None = None, arrival: str | None = None, score: str = "final"):
+def _qrl_policy(name: str, inner: str | None = None, arrival: str | None = None, score: str = "final",
+                candidates: str = "grid"):
     """A row acting with :func:`~platonic_rl.agents.qrl_policies.make_policy`'s policy ``name`` at the scale's
     settings (:meth:`~platonic_rl.benchmarks.presets.QRLPolicySettings.policy_kwargs`)."""
     def build(agent, layout, scale, seed, data):
-        kwargs = scale.policies.policy_kwargs(name, inner, arrival, score)
+        kwargs = scale.policies.policy_kwargs(name, inner, arrival, score, candidates)
         return host_policy(make_policy(name, agent, data["observations"], **kwargs), normaliser(layout))
 
     return build
 
 
-def _recorded(name: str, inner: str | None = None, arrival: str | None = None, score: str = "final"
-              ) -> Callable[[Maze2dScale], dict]:
+def _recorded(name: str, inner: str | None = None, arrival: str | None = None, score: str = "final",
+              candidates: str = "grid") -> Callable[[Maze2dScale], dict]:
     """The settings a policy row keeps in its record: its policy's, less the inner policy's name."""
-    return lambda scale: {k: v for k, v in scale.policies.policy_kwargs(name, inner, arrival, score).items()
+    return lambda scale: {k: v for k, v in scale.policies.policy_kwargs(name, inner, arrival, score, candidates).items()
                           if k != "inner"}
 
 
@@ -281,6 +283,9 @@ TABLE: dict[str, Method] = {
     "qrl_lookahead_dwell": Method("QRL, latent lookahead, mean along the hold", "qrl",
                                   _qrl_policy("lookahead", score="dwell"), "addition",
                                   settings=_recorded("lookahead", score="dwell")),
+    "qrl_lookahead_actor": Method("QRL, latent lookahead over the actor's samples", "qrl",
+                                  _qrl_policy("lookahead", candidates="actor"), "addition",
+                                  settings=_recorded("lookahead", candidates="actor")),
     "qrl_waypoints": Method("QRL, waypoints + actor", "qrl", _qrl_policy("waypoints", "actor"), "addition",
                             settings=_recorded("waypoints", "actor")),
     "qrl_waypoints_lookahead": Method("QRL, waypoints + lookahead", "qrl", _qrl_policy("waypoints", "lookahead"),

@@ -360,6 +360,17 @@ def test_ladder_rungs_take_each_policy_settings_type_and_old_records_stand_at_ne
     capped = dataclasses.replace(scale, policies=dataclasses.replace(scale.policies, cap_to_goal_distance=True))
     assert not bench.record_is_current(old, "qrl_lookahead", capped)
     assert bench.record_is_current(dict(old, cap_to_goal_distance=True), "qrl_lookahead", capped)
+    # the lookahead over the actor's samples: no grid, the settings' draws; recorded, so another count evaluates again
+    assert scale.policies.policy_kwargs("lookahead", candidates="actor") == dict(
+        hold_steps=20, cap_to_goal_distance=False, grid_size=0, actor_samples=scale.policies.actor_samples)
+    assert bench.ladder_rung("actor_samples=16") == ("actor_samples", 16)
+    sampled = bench.TABLE["qrl_lookahead_actor"].settings(scale)
+    fewer = dataclasses.replace(scale, policies=dataclasses.replace(scale.policies, actor_samples=16))
+    assert bench.record_is_current(sampled, "qrl_lookahead_actor", scale)
+    assert not bench.record_is_current(sampled, "qrl_lookahead_actor", fewer)
+    assert bench.record_is_current(old, "qrl_lookahead", fewer)   # the grid's rows do not depend on it
+    with pytest.raises(ValueError, match="candidates must be 'grid' or 'actor', got 'both'"):
+        scale.policies.policy_kwargs("lookahead", candidates="both")
 
 
 def _small_scale(bench, updates: int, small_networks: bool):

@@ -137,6 +137,36 @@ def test_lookahead_picks_the_cheapest_candidate_and_one_step_matches_the_grid_ar
                                   jax.jit(type(sampled).act)(sampled, obs, goals, jax.random.PRNGKey(0)))
 
 
+def test_the_lookahead_over_the_actors_samples_ranks_its_mode_and_fixed_paired_draws(agent):
+    """grid_size 0: the candidates are the actor's mode and its samples only; without a key the draws are one fixed
+    set in +- pairs around the mode (the same for every state and call: a deterministic policy), with a key fresh
+    ones; the choice is the cheapest of them."""
+    obs, goals = states(5, 20), states(5, 21)
+    policy = P.LatentLookahead(agent, hold_steps=3, grid_size=0, actor_samples=6)
+    candidates = np.asarray(policy.candidates(obs, goals))
+    assert candidates.shape == (5, 7, 2)
+    mean, log_std = agent.policy.apply(agent.actor_params, obs, goals)
+    np.testing.assert_allclose(candidates[:, 0], np.tanh(mean), rtol=1e-6)
+    draws = np.asarray(jax.random.normal(jax.random.PRNGKey(0), (3, 2)))
+    noise = np.concatenate([draws, -draws])                    # one set for every state, in +- pairs
+    mean, std = np.asarray(mean)[:, None], np.exp(np.asarray(log_std))[:, None]
+    np.testing.assert_allclose(candidates[:, 1:], np.tanh(mean + std * noise), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(candidates, policy.candidates(obs, goals))               # every call the same
+    np.testing.assert_array_equal(P.LatentLookahead(agent, hold_steps=3, grid_size=0, actor_samples=6,
+                                                    sample_seed=1).candidates(obs, goals)[:, 0], candidates[:, 0])
+    assert not np.allclose(P.LatentLookahead(agent, hold_steps=3, grid_size=0, actor_samples=6,
+                                             sample_seed=1).candidates(obs, goals), candidates)
+    costs = np.asarray(P.held_action_costs(agent, obs, goals, jnp.asarray(candidates), 3))
+    np.testing.assert_array_equal(policy.act(obs, goals), candidates[np.arange(5), costs.argmin(1)])
+    keyed = np.asarray(policy.candidates(obs, goals, jax.random.PRNGKey(3)))
+    assert keyed.shape == (5, 7, 2) and not np.allclose(keyed[:, 1:], candidates[:, 1:])
+    for bad, match in ((dict(grid_size=0), "grid_size 0 \\(no grid\\) needs actor_samples >= 1"),
+                       (dict(grid_size=1, actor_samples=2), "grid_size must be 0 \\(no grid\\) or >= 2, got 1"),
+                       (dict(grid_size=0, actor_samples=2, sample_seed=-1), "sample_seed must be an int >= 0")):
+        with pytest.raises(ValueError, match=match):
+            P.LatentLookahead(agent, **bad)
+
+
 def test_waypoints_choose_the_reachable_state_nearest_the_goal_by_brute_force(agent):
     obs, goals, waypoints = states(5, 6), states(5, 7), states(40, 8)
     d = lambda a, b: np.asarray(agent.goal_distances(a, b).max(0))  # noqa: E731
