@@ -175,7 +175,8 @@ def measure_throughput(args: Args) -> dict:
 def learn(args: Args, out: Path) -> dict:
     """Each (variant, method)'s seeds, one program per seed (on CPU, cheetah vmapped over seeds stalled in XLA's
     runtime: see the module docstring), each kept in ``records/<run>.json`` beside the results. A row holds the seeds
-    run now and those finished before at the same budget (their records), so seeds can be run in separate calls."""
+    run now and those finished before at the same budget (their records), so seeds can be run in separate calls; each
+    record keeps the commit it ran at, and the row every seed's (``commits``)."""
     rows = {}
     for variant in args.variants:
         env = DMCJaxEnv("cheetah-run", variant)
@@ -194,7 +195,7 @@ def learn(args: Args, out: Path) -> dict:
                 _, history = train_world_model_on_device(config, env, loop, seed=seed, run_dir=run_dir,
                                                          overwrite=args.overwrite, desc=f"{name} s{seed}")
                 evals = [r for r in history if "eval_return" in r]
-                record = dict(settings=settings, seconds=time.time() - start,
+                record = dict(settings=settings, commit=report.source_commit(), seconds=time.time() - start,
                               eval_steps=[r["env_steps"] for r in evals],
                               eval_return=[r["eval_return"] for r in evals],
                               train_return=[r["train_return"] for r in history])
@@ -207,7 +208,8 @@ def learn(args: Args, out: Path) -> dict:
                 variant=variant, method=method, eval_steps=next(iter(per_seed.values()))["eval_steps"],
                 eval_return={s: r["eval_return"] for s, r in per_seed.items()},
                 final={s: r["eval_return"][-1] for s, r in per_seed.items()},
-                seconds={s: r["seconds"] for s, r in per_seed.items()})
+                seconds={s: r["seconds"] for s, r in per_seed.items()},
+                commits={s: r.get("commit") for s, r in per_seed.items()})   # None: run before records kept it
     return rows
 
 

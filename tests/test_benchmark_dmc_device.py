@@ -33,6 +33,8 @@ def test_seeds_run_in_separate_calls_end_in_one_row_and_finished_ones_are_reused
     assert [c[2] for c in trained] == [0, 1]  # seed 0 not trained again
     row = saved["learning"]["distractors dreamer"]
     assert row["final"] == {0: 0.1, 1: 100.1} and row["eval_steps"] == [50, 100]
+    commit = dmc_device.report.source_commit()
+    assert row["commits"] == {0: commit, 1: commit}   # each seed's run keeps the commit it ran at
     assert sorted(p.name for p in (tmp_path / "records").iterdir()) == [
         "cheetah-run_distractors_dreamer_seed0.json", "cheetah-run_distractors_dreamer_seed1.json"]
     results = json.loads((tmp_path / "results.json").read_text())
