@@ -203,6 +203,9 @@ def learn(args: Args, out: Path) -> dict:
                 write_json(record_path, record)
                 print(f"  {name} seed {seed}: {record['eval_return'][-1]:.1f} at {args.env_steps:,} env steps "
                       f"({record['seconds']:.0f} s)", flush=True)
+                # Each run compiles its own programs, and XLA's CPU code stays mapped while they are cached: six runs
+                # in one process passed Linux's default limit of 65,530 memory maps (LLVM: "Cannot allocate memory").
+                jax.clear_caches()
             per_seed = finished_seeds(out, variant, method, args.env_steps)
             rows[f"{variant} {method}"] = dict(
                 variant=variant, method=method, eval_steps=next(iter(per_seed.values()))["eval_steps"],
