@@ -177,9 +177,8 @@ class LatentLookahead(StatelessPolicy, flax.struct.PyTreeNode):
         per state."""
         n, a = observations.shape[0], self.agent.config.action_dim
         mean, log_std = self.agent.policy.apply(self.agent.actor_params, observations, goals)
-        parts = [jnp.tanh(mean)[:, None]]
-        if self.grid_size:
-            parts.insert(0, jnp.broadcast_to(action_grid(self.grid_size, a), (n, self.grid_size ** a, a)))
+        grid = [jnp.broadcast_to(action_grid(self.grid_size, a), (n, self.grid_size ** a, a))] if self.grid_size else []
+        parts = [*grid, jnp.tanh(mean)[:, None]]
         if self.actor_samples:
             if rng is None:   # one fixed set of draws, the same for every state and call, in +- pairs (antithetic)
                 half = jax.random.normal(jax.random.PRNGKey(self.sample_seed), (1, -(-self.actor_samples // 2), a),

@@ -188,8 +188,8 @@ def learn(args: Args, out: Path) -> dict:
                 if seed in finished:
                     print(f"  {name} seed {seed}: finished, its record reused", flush=True)
                     continue
-                run_dir = out / "runs" / run_name(variant, method, seed)
-                record_path = out / RECORDS / f"{run_name(variant, method, seed)}.json"
+                run = run_name(variant, method, seed)
+                run_dir, record_path = out / "runs" / run, out / RECORDS / f"{run}.json"
                 settings = dict(seed=seed, env_steps=args.env_steps)
                 start = time.time()
                 _, history = train_world_model_on_device(config, env, loop, seed=seed, run_dir=run_dir,
