@@ -190,7 +190,8 @@ def test_jitter_rewards_as_noiseless_and_only_the_extra_body_follows_the_action(
     np.testing.assert_array_equal(a[2]["agent_state"], b[2]["agent_state"])
 
 
-def test_vmapped_envs_equal_lone_ones_and_episodes_end_on_time():
+@pytest.mark.slow  # ~20 s, compile-bound; by default docs/environments.md and docs/training.md step vmapped MJX envs
+def test_vmapped_envs_equal_lone_ones():
     env = DMCJaxEnv("reacher-easy", "noisy_sensor", action_repeat=10)
     keys = jax.random.split(jax.random.PRNGKey(0), 3)
     actions = jax.random.uniform(jax.random.PRNGKey(1), (3, 4, 2), minval=-1, maxval=1)
@@ -199,6 +200,11 @@ def test_vmapped_envs_equal_lone_ones_and_episodes_end_on_time():
         lone = rollout(env, keys[i], actions[i])
         np.testing.assert_allclose(batched[0][i], lone[0], atol=1e-5)
         np.testing.assert_allclose(batched[1][i], lone[1], atol=1e-5)
+
+
+def test_episodes_end_on_time():
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    actions = jax.random.uniform(jax.random.PRNGKey(1), (3, 4, 2), minval=-1, maxval=1)
     env = DMCJaxEnv("reacher-easy", action_repeat=250)  # 4 agent steps per episode
     state, step = jax.jit(env.reset)(keys[0]), jax.jit(env.step)
     dones = []
