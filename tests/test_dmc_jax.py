@@ -177,7 +177,8 @@ def test_noisy_sensor_rewards_the_perturbed_sensor_which_no_action_moves(task):
 
 def test_jitter_rewards_as_noiseless_and_only_the_extra_body_follows_the_action():
     plain, jitter = DMCJaxEnv("reacher-easy"), DMCJaxEnv("reacher-easy", "jitter")
-    actions = jax.random.uniform(jax.random.PRNGKey(0), (25, 2), minval=-1, maxval=1)
+    # 30 steps, as the twin's test: the noiseless rollout is then the compiled program that test made.
+    actions = jax.random.uniform(jax.random.PRNGKey(0), (30, 2), minval=-1, maxval=1)
     a, b = rollout(plain, jax.random.PRNGKey(2), actions), rollout(jitter, jax.random.PRNGKey(2), actions)
     np.testing.assert_array_equal(a[1], b[1])
     other = rollout(jitter, jax.random.PRNGKey(2), -actions)
@@ -190,7 +191,7 @@ def test_jitter_rewards_as_noiseless_and_only_the_extra_body_follows_the_action(
     np.testing.assert_array_equal(a[2]["agent_state"], b[2]["agent_state"])
 
 
-@pytest.mark.slow  # ~20 s, compile-bound; by default docs/environments.md and docs/training.md step vmapped MJX envs
+@pytest.mark.slow  # ~20 s, compile-bound; by default docs/environments.md's blocks step vmapped MJX envs
 def test_vmapped_envs_equal_lone_ones():
     env = DMCJaxEnv("reacher-easy", "noisy_sensor", action_repeat=10)
     keys = jax.random.split(jax.random.PRNGKey(0), 3)

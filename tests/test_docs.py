@@ -82,6 +82,18 @@ def links(page: Path) -> list[str]:
 
 
 BLOCKS = [(page, i, block) for page in PAGES for i, block in enumerate(code_blocks(TEXT[page], "python"))]
+# Blocks that run only with `-m slow`, each named by its page and a line it holds, with what the default suite runs in
+# its place. They stay blocks that run as written; the default suite keeps to its time on 2 cores.
+SLOW_BLOCKS = {
+    # ~50 s: two seeds of the world-model loop compiled around MJX's reacher. By default the loop runs vmapped over
+    # seeds on a toy env of the same form (tests/test_world_model_device.py) and MJX's envs step on their own
+    # (tests/test_dmc_jax.py, docs/environments.md's blocks).
+    ("docs/training.md", "agents, metrics = jax.jit(jax.vmap(loop.train))"),
+}
+
+
+def block_marks(page: Path, block: str) -> list:
+    return [pytest.mark.slow] if any(name(page) == p and line in block for p, line in SLOW_BLOCKS) else []
 COMMANDS = [(page, argv) for page in PAGES for argv in commands(TEXT[page]) if argv[2] not in ("pip", "pytest", "pdoc")]
 BENCHMARKS = sorted(f"platonic_rl.benchmarks.{p.stem}" for p in (ROOT / "benchmarks").glob("*.py")
                     if p.stem != "__init__" and p.stem not in BENCHMARK_HELPERS)
@@ -123,9 +135,10 @@ def test_every_benchmark_has_a_command_in_the_docs():
     assert "platonic_rl.training.offline" not in shown  # MountainCar has one entry point: its benchmark
 
 
-@pytest.mark.parametrize("page,index,block", BLOCKS,
-                         ids=[f"{name(p)}:{i}:" + re.sub(r"\W+", "_", b.split("\n")[1] if "\n" in b else b)[:30]
-                              for p, i, b in BLOCKS])
+@pytest.mark.parametrize("page,index,block", [
+    pytest.param(p, i, b, marks=block_marks(p, b),
+                 id=f"{name(p)}:{i}:" + re.sub(r"\W+", "_", b.split("\n")[1] if "\n" in b else b)[:30])
+    for p, i, b in BLOCKS])
 def test_python_block_runs_as_written(page, index, block, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # anything a block writes lands here
     monkeypatch.setenv("PLATONIC_RL_DATA", str(tmp_path))  # and generated datasets too
@@ -155,6 +168,12 @@ def test_relative_links_resolve(page):
         elif anchor and (file.suffix != ".md" or anchor not in anchors(file)):
             broken.append(f"{target}: no heading #{anchor} in {file.relative_to(ROOT)}")
     assert not broken, f"{name(page)}: " + "; ".join(broken)
+
+
+def test_every_slow_block_names_one_block():
+    for page, line in SLOW_BLOCKS:
+        held = [i for p, i, b in BLOCKS if name(p) == page and line in b]
+        assert len(held) == 1, f"SLOW_BLOCKS: {line!r} is in {len(held)} python blocks of {page}, not one"
 
 
 def test_every_result_folder_is_read_by_a_page():
