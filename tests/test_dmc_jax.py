@@ -55,7 +55,8 @@ def _read_and_step(env: DMCJaxEnv, qpos, qvel, target, action):
             after["data"].qpos, after["data"].qvel)
 
 
-@pytest.mark.parametrize("task", ["cheetah-run", "walker-walk", "reacher-easy"])
+# walker: ~11 s, with -m slow; cheetah (the device benchmark's task) and reacher run by default.
+@pytest.mark.parametrize("task", ["cheetah-run", pytest.param("walker-walk", marks=pytest.mark.slow), "reacher-easy"])
 def test_mjx_reads_and_steps_as_dm_control_on_the_same_states(task):
     states, actions, observations, rewards = host_trajectory(task, 41)
     env = DMCJaxEnv(task, action_repeat=1)
@@ -191,7 +192,7 @@ def test_jitter_rewards_as_noiseless_and_only_the_extra_body_follows_the_action(
     np.testing.assert_array_equal(a[2]["agent_state"], b[2]["agent_state"])
 
 
-@pytest.mark.slow  # ~20 s, compile-bound; by default docs/environments.md's blocks step vmapped MJX envs
+@pytest.mark.slow  # ~20 s, compile-bound; vmapped MJX envs run with -m slow (also docs/environments.md's block)
 def test_vmapped_envs_equal_lone_ones():
     env = DMCJaxEnv("reacher-easy", "noisy_sensor", action_repeat=10)
     keys = jax.random.split(jax.random.PRNGKey(0), 3)

@@ -89,6 +89,9 @@ SLOW_BLOCKS = {
     # seeds on a toy env of the same form (tests/test_world_model_device.py) and MJX's envs step on their own
     # (tests/test_dmc_jax.py, docs/environments.md's blocks).
     ("docs/training.md", "agents, metrics = jax.jit(jax.vmap(loop.train))"),
+    # ~20 s: four of MJX's reacher with its twin reset and stepped in one program. By default the twin's env steps
+    # alone (tests/test_dmc_jax.py) and the loops' tests vmap toy envs.
+    ("docs/environments.md", 'env = DMCJaxEnv("reacher-easy", "distractors")'),
 }
 
 
