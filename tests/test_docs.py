@@ -82,12 +82,15 @@ def links(page: Path) -> list[str]:
 
 
 BLOCKS = [(page, i, block) for page in PAGES for i, block in enumerate(code_blocks(TEXT[page], "python"))]
+COMMANDS = [(page, argv) for page in PAGES for argv in commands(TEXT[page]) if argv[2] not in ("pip", "pytest", "pdoc")]
+BENCHMARKS = sorted(f"platonic_rl.benchmarks.{p.stem}" for p in (ROOT / "benchmarks").glob("*.py")
+                    if p.stem != "__init__" and p.stem not in BENCHMARK_HELPERS)
 # Blocks that run only with `-m slow`, each named by its page and a line it holds, with what the default suite runs in
 # its place. They stay blocks that run as written; the default suite keeps to its time on 2 cores.
 SLOW_BLOCKS = {
     # ~50 s: two seeds of the world-model loop compiled around MJX's reacher. By default the loop runs vmapped over
     # seeds on a toy env of the same form (tests/test_world_model_device.py) and MJX's envs step on their own
-    # (tests/test_dmc_jax.py, docs/environments.md's blocks).
+    # (tests/test_dmc_jax.py).
     ("docs/training.md", "agents, metrics = jax.jit(jax.vmap(loop.train))"),
     # ~20 s: four of MJX's reacher with its twin reset and stepped in one program. By default the twin's env steps
     # alone (tests/test_dmc_jax.py) and the loops' tests vmap toy envs.
@@ -97,9 +100,6 @@ SLOW_BLOCKS = {
 
 def block_marks(page: Path, block: str) -> list:
     return [pytest.mark.slow] if any(name(page) == p and line in block for p, line in SLOW_BLOCKS) else []
-COMMANDS = [(page, argv) for page in PAGES for argv in commands(TEXT[page]) if argv[2] not in ("pip", "pytest", "pdoc")]
-BENCHMARKS = sorted(f"platonic_rl.benchmarks.{p.stem}" for p in (ROOT / "benchmarks").glob("*.py")
-                    if p.stem != "__init__" and p.stem not in BENCHMARK_HELPERS)
 
 
 def test_the_readme_is_the_front_door():
