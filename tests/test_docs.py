@@ -98,8 +98,9 @@ SLOW_BLOCKS = {
 }
 
 
-def block_marks(page: Path, block: str) -> list:
-    return [pytest.mark.slow] if any(name(page) == p and line in block for p, line in SLOW_BLOCKS) else []
+def slow_entries(page: Path, block: str) -> list[tuple[str, str]]:
+    """The entries of :data:`SLOW_BLOCKS` that name ``block`` of ``page``."""
+    return [(p, line) for p, line in SLOW_BLOCKS if name(page) == p and line in block]
 
 
 def test_the_readme_is_the_front_door():
@@ -139,7 +140,7 @@ def test_every_benchmark_has_a_command_in_the_docs():
 
 
 @pytest.mark.parametrize("page,index,block", [
-    pytest.param(p, i, b, marks=block_marks(p, b),
+    pytest.param(p, i, b, marks=[pytest.mark.slow] if slow_entries(p, b) else [],
                  id=f"{name(p)}:{i}:" + re.sub(r"\W+", "_", b.split("\n")[1] if "\n" in b else b)[:30])
     for p, i, b in BLOCKS])
 def test_python_block_runs_as_written(page, index, block, tmp_path, monkeypatch):
@@ -175,7 +176,7 @@ def test_relative_links_resolve(page):
 
 def test_every_slow_block_names_one_block():
     for page, line in SLOW_BLOCKS:
-        held = [i for p, i, b in BLOCKS if name(p) == page and line in b]
+        held = [i for p, i, b in BLOCKS if (page, line) in slow_entries(p, b)]
         assert len(held) == 1, f"SLOW_BLOCKS: {line!r} is in {len(held)} python blocks of {page}, not one"
 
 
