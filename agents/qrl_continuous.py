@@ -123,6 +123,14 @@ class QRLContinuousConfig:
 OFFLINE_OBJECTIVE = dict(transition_weight=1.0, phi_offset=500.0, phi_beta=0.01, lagrange_learning_rate=0.01,
                          critic_learning_rate=5e-4, bc_weight=0.05, adaptive_entropy=False)
 
+def uses_online_objective(config: QRLContinuousConfig) -> bool:
+    """Whether ``config``'s objective is the online one (every field of :data:`OFFLINE_OBJECTIVE` at the config's
+    default, C.3.3's Fetch settings: no behaviour cloning, phi offset 15, an entropy term): the objective a config
+    built without a preset has, which fails on offline data (``train_offline`` refuses it unless told otherwise)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(QRLContinuousConfig)}
+    return all(getattr(config, name) == defaults[name] for name in OFFLINE_OBJECTIVE)
+
+
 # Named regimes, as config fields: agents.make("qrl_continuous", preset="offline", obs_dim=..., action_dim=...).
 PRESETS: dict[str, dict] = {
     # C.3.3's state-based Fetch settings (the config's defaults): online, relabelled goals.

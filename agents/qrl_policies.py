@@ -117,10 +117,9 @@ def held_action_costs(agent: QRLContinuousAgent, observations: jax.Array, goals:
     return _head(agent, _project(agent, z_after), p_goal[:, :, None])
 
 
-def waypoint_graph(agent: QRLContinuousAgent, projections: jax.Array, reach: jax.Array, rows_per_call: int = 50
-                   ) -> jax.Array:
-    """All-pairs shortest paths ``[M, M]`` over waypoints (their projections ``[num_critics, M, P]``): an edge
-    a -> b wherever max_i d_i(w_a, w_b) <= ``reach``, weighted by it, then Floyd-Warshall (inf where no path)."""
+def waypoint_distances(agent: QRLContinuousAgent, projections: jax.Array, rows_per_call: int = 50) -> jax.Array:
+    """max_i d_i(w_a, w_b) between every two waypoints (their projections ``[num_critics, M, P]``): ``[M, M]``,
+    ``rows_per_call`` rows at a time."""
     m = projections.shape[1]
 
     def row_block(rows):  # [R] waypoint indices -> their learned distances to every waypoint [R, M]
@@ -128,7 +127,16 @@ def waypoint_graph(agent: QRLContinuousAgent, projections: jax.Array, reach: jax
 
     padded = -(-m // rows_per_call) * rows_per_call
     blocks = jnp.minimum(jnp.arange(padded), m - 1).reshape(-1, rows_per_call)
-    d = jax.lax.map(row_block, blocks).reshape(padded, m)[:m]
+    return jax.lax.map(row_block, blocks).reshape(padded, m)[:m]
+
+
+def waypoint_graph(agent: QRLContinuousAgent, projections: jax.Array, reach: jax.Array, rows_per_call: int = 50
+                   ) -> jax.Array:
+    """All-pairs shortest paths ``[M, M]`` over waypoints (their projections ``[num_critics, M, P]``): an edge
+    a -> b wherever max_i d_i(w_a, w_b) <= ``reach`` (:func:`waypoint_distances`), weighted by it, then
+    Floyd-Warshall (inf where no path)."""
+    m = projections.shape[1]
+    d = waypoint_distances(agent, projections, rows_per_call)
     edges = jnp.where(d <= reach, d, jnp.inf).at[jnp.arange(m), jnp.arange(m)].set(0.0)
     return jax.lax.fori_loop(0, m, lambda k, paths: jnp.minimum(paths, paths[:, k, None] + paths[None, k, :]), edges)
 
@@ -233,15 +241,22 @@ class WaypointPolicy(flax.struct.PyTreeNode):
     plan: str = flax.struct.field(pytree_node=False, default="greedy")
     patience: int | None = flax.struct.field(pytree_node=False, default=None)
     arrival: Any = None
+    goal_dims: tuple[int, ...] | None = flax.struct.field(pytree_node=False, default=None)
 
     @classmethod
     def create(cls, agent: QRLContinuousAgent, waypoints: jax.Array, reach: float, inner: Any = None,
                replan_every: int = 1, plan: str = "greedy", patience: int | None = None,
-               arrival: Any = None) -> "WaypointPolicy":
+               arrival: Any = None, goal_dims: tuple[int, ...] | None = None) -> "WaypointPolicy":
         waypoints = jnp.asarray(waypoints, jnp.float32)
         if waypoints.ndim != 2 or waypoints.shape[0] < 1 or waypoints.shape[1:] != agent.config.obs_shape:
             raise ValueError(f"waypoints must be dataset states [M >= 1, {agent.config.obs_shape}], got "
                              f"{waypoints.shape}")
+        if goal_dims is not None:
+            goal_dims = tuple(goal_dims)
+            if (not goal_dims or len(set(goal_dims)) != len(goal_dims) or waypoints.ndim != 2
+                    or not all(isinstance(i, int) and 0 <= i < waypoints.shape[1] for i in goal_dims)):
+                raise ValueError(f"goal_dims must be None or distinct indices into a {waypoints.shape[1]}-dim state "
+                                 f"(the entries a goal specifies), got {goal_dims!r}")
         if not reach > 0:
             raise ValueError(f"reach must be > 0 (steps of learned distance), got {reach}")
         if not isinstance(replan_every, int) or replan_every < 1:
@@ -257,7 +272,16 @@ class WaypointPolicy(flax.struct.PyTreeNode):
                              f"{type(arrival).__name__}")
         return cls(agent=agent, inner=agent if inner is None else inner, waypoints=waypoints,
                    waypoint_projections=projections, reach=jnp.float32(reach), paths=paths,
-                   replan_every=replan_every, plan=plan, patience=patience, arrival=arrival)
+                   replan_every=replan_every, plan=plan, patience=patience, arrival=arrival, goal_dims=goal_dims)
+
+    def as_goal(self, waypoints: jax.Array, goals: jax.Array) -> jax.Array:
+        """Targets of the kind the goals are: each goal with its ``goal_dims`` entries taken from the waypoint (the
+        waypoint itself where ``goal_dims`` is None). A maze2d goal is a position at rest, so a waypoint's target is
+        its position at rest, not the velocity the dataset passed it with."""
+        if self.goal_dims is None:
+            return waypoints
+        index = jnp.asarray(self.goal_dims)
+        return goals.at[..., index].set(waypoints[..., index])
 
     def waypoint_goal_distances(self, goals: jax.Array) -> jax.Array:
         """max_i d_i(w, g) for every waypoint and goal: ``[N, M]``."""
@@ -295,7 +319,7 @@ class WaypointPolicy(flax.struct.PyTreeNode):
         d_wg = jnp.where(has_cost[:, None], costs, d_wg)
         best = jnp.argmin(jnp.where(in_reach, d_wg, jnp.inf), 1)
         use_waypoint = in_reach.any(1) & (d_sg > self.reach)
-        targets = jnp.where(use_waypoint[:, None], self.waypoints[best], goals)
+        targets = jnp.where(use_waypoint[:, None], self.as_goal(self.waypoints[best], goals), goals)
         pick = lambda d: jnp.take_along_axis(d, best[:, None], 1)[:, 0]  # noqa: E731
         info = dict(goal_distance=d_sg, use_waypoint=use_waypoint, waypoint=jnp.where(use_waypoint, best, -1),
                     target_distance=jnp.where(use_waypoint, pick(d_sw), d_sg),
@@ -428,9 +452,70 @@ class MPPIPolicy(flax.struct.PyTreeNode):
 # ------------------------------------------------------------------------------------ the table
 
 
-def _waypoints(agent, dataset_states, reach: float = 20.0, num_waypoints: int = 2000, inner: str = "actor",
-               hold_steps: int = 20, replan_every: int = 1, seed: int = 0, plan: str = "greedy",
-               patience: int | None = None, arrival: str | None = None, **inner_settings):
+@dataclasses.dataclass(frozen=True)
+class QRLPolicySettings:
+    """The deployable QRL policies' settings: what the benchmarks measured (their choice: docs/studies/qrl_policies.md),
+    and :func:`make_policy`'s defaults (:data:`DEFAULT_SETTINGS`), so a policy built without settings acts as the
+    tables' rows did. :meth:`policy_kwargs` gives one policy's keywords."""
+    hold_steps: int = 20          # the lookahead's k: each candidate action held k steps in the learned dynamics
+    reach: float = 20.0           # the waypoints' H: a waypoint w is within reach when d(s, w) <= H
+    num_waypoints: int = 1000     # dataset states the waypoints are drawn from (a fixed subsample)
+    replan_every: int = 5         # steps between two choices of waypoint (and whenever the goal changes)
+    mppi_samples: int = 10_000    # MPPI at C.3.2's sample count (the scale's mppi_samples is the cpu row's)
+    mppi_episodes: int = 10       # its evaluation episodes per (seed, setting): it costs ~150x the 64-sample row
+    cap_to_goal_distance: bool = False  # the lookahead holds each action at most d(s, g) steps (LatentLookahead)
+    actor_samples: int = 64       # the lookahead over the actor's proposals: its mode and this many draws, no grid
+    patience: int | None = 40     # graph waypoints: steps without progress (the targets' cost to the goal down by 1)
+    #                               before the waypoints that promised it are dropped for the episode (twice the
+    #                               reach: they lie behind a wall the learned distance does not see;
+    #                               WaypointPolicy.patience)
+
+    def policy_kwargs(self, policy: str, inner: str | None = None, arrival: str | None = None,
+                      score: str = "final", candidates: str = "grid", goal_dims: tuple[int, ...] | None = None
+                      ) -> dict:
+        """``make_policy``'s settings for the ``lookahead`` or the ``waypoints`` / ``graph_waypoints`` (with
+        ``inner``, and ``arrival``: the policy that acts once the goal is within reach, None, ``"lookahead"`` or
+        ``"dwell"``) policy; ``score``: what the lookahead ranks held actions by (``"final"`` or ``"dwell"``;
+        recorded only where it is not the default); ``candidates``: the actions it ranks, ``"grid"`` (a 9 x 9 grid
+        and the actor's mode) or ``"actor"`` (the actor's mode and ``actor_samples`` draws); ``goal_dims``: the
+        waypoints' targets take the goals' form (:meth:`WaypointPolicy.as_goal`; the env's, not a tuned setting)."""
+        if candidates not in ("grid", "actor"):
+            raise ValueError(f"candidates must be 'grid' or 'actor', got {candidates!r}")
+        lookahead = dict(hold_steps=self.hold_steps, cap_to_goal_distance=self.cap_to_goal_distance,
+                         **({} if score == "final" else dict(score=score)),
+                         **({} if candidates == "grid" else dict(grid_size=0, actor_samples=self.actor_samples)))
+        if policy == "lookahead":
+            return lookahead
+        if policy in ("waypoints", "graph_waypoints"):
+            kwargs = dict(reach=self.reach, num_waypoints=self.num_waypoints, replan_every=self.replan_every, inner=inner)
+            return (kwargs | (lookahead if inner == "lookahead" or arrival is not None else {})
+                    | (dict(goal_dims=tuple(goal_dims)) if goal_dims is not None else {})
+                    | (dict(arrival=arrival) if arrival is not None else {})
+                    | (dict(patience=self.patience) if policy == "graph_waypoints" else {}))
+        raise ValueError(f"policy must be 'lookahead', 'waypoints' or 'graph_waypoints' (the ones these settings "
+                         f"describe), got {policy!r}")
+
+    def defaults(self, policy: str) -> dict:
+        """:func:`make_policy`'s keywords for ``policy`` where the caller gives none: the lookahead's over a grid,
+        the waypoints' with the actor between them (the lookahead's settings ready for ``inner="lookahead"``), MPPI
+        at ``mppi_samples``."""
+        if policy in ("waypoints", "graph_waypoints"):
+            return self.policy_kwargs(policy, "actor") | self.policy_kwargs("lookahead")
+        if policy == "lookahead":
+            return self.policy_kwargs("lookahead")
+        if policy == "mppi":
+            return dict(num_samples=self.mppi_samples)
+        return {}
+
+
+DEFAULT_SETTINGS = QRLPolicySettings()
+"""What :func:`make_policy` builds a policy with where a setting is not given: the benchmarks' settings."""
+
+
+
+def _waypoints(agent, dataset_states, reach: float, num_waypoints: int, inner: Any = "actor", hold_steps: int = 20,
+               replan_every: int = 1, seed: int = 0, plan: str = "greedy", patience: int | None = None,
+               arrival: str | None = None, goal_dims: tuple[int, ...] | None = None, **inner_settings):
     if dataset_states is None:
         raise ValueError("the waypoints policy needs dataset_states: the dataset's observations [N, D]")
     states = jnp.asarray(dataset_states, jnp.float32)
@@ -438,15 +523,17 @@ def _waypoints(agent, dataset_states, reach: float = 20.0, num_waypoints: int = 
         raise ValueError(f"num_waypoints must be >= 1, got {num_waypoints}")
     if states.shape[0] > num_waypoints:
         states = states[jax.random.choice(jax.random.PRNGKey(seed), states.shape[0], (num_waypoints,), replace=False)]
-    if inner not in ("actor", "lookahead"):
-        raise ValueError(f"inner must be 'actor' or 'lookahead', got {inner!r}")
+    if inner not in ("actor", "lookahead") and not callable(getattr(inner, "step", None)):
+        raise ValueError(f"inner must be 'actor', 'lookahead' or a goal-conditioned policy with step (e.g. a trained "
+                         f"GCBCAgent), got {inner!r}")
     if arrival not in ARRIVALS:
         raise ValueError(f"arrival must be one of {ARRIVALS}, got {arrival!r}")
     lookahead = LatentLookahead(agent, hold_steps=hold_steps, **inner_settings)
     arrival_policy = (None if arrival is None else
                       lookahead.replace(score="dwell") if arrival == "dwell" else lookahead)
-    return WaypointPolicy.create(agent, states, reach, agent if inner == "actor" else lookahead, replan_every, plan,
-                                 patience, arrival_policy)
+    inner_policy = agent if inner == "actor" else lookahead if inner == "lookahead" else inner
+    return WaypointPolicy.create(agent, states, reach, inner_policy, replan_every, plan, patience, arrival_policy,
+                                 goal_dims)
 
 
 ARRIVALS = (None, "lookahead", "dwell")
@@ -509,4 +596,4 @@ def make_policy(name: str, agent: QRLContinuousAgent, dataset_states: jax.Array 
         raise KeyError(f"unknown policy {name!r}; known: {sorted(POLICIES)}")
     if not isinstance(agent, QRLContinuousAgent):
         raise TypeError(f"agent must be a trained QRLContinuousAgent, got {type(agent).__name__}")
-    return POLICIES[name].build(agent, dataset_states, **settings)
+    return POLICIES[name].build(agent, dataset_states, **(DEFAULT_SETTINGS.defaults(name) | settings))

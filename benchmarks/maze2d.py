@@ -61,16 +61,17 @@ from platonic_rl.common.planning import mppi_step
 from platonic_rl.envs import maze2d, maze_geometry
 from platonic_rl.envs.maze2d import normalised_data, normaliser
 from platonic_rl.envs.point_maze import PointMaze
-from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
 from platonic_rl.training import signals
-from platonic_rl.training.offline import train_offline
+from platonic_rl.training.offline import train_seeds
 
 METHODS = ("qrl", "qrl_lookahead", "qrl_lookahead_dwell", "qrl_lookahead_actor", "qrl_waypoints",
            "qrl_waypoints_lookahead", "qrl_graph_waypoints", "qrl_graph_waypoints_lookahead",
-           "qrl_graph_waypoints_arrival", "qrl_graph_waypoints_dwell", "qrl_grid", "qrl_true", "qrl_true_hold",
+           "qrl_graph_waypoints_arrival", "qrl_graph_waypoints_dwell", "qrl_graph_waypoints_goal",
+           "qrl_graph_waypoints_gcbc", "qrl_graph_waypoints_gcbc_goal", "qrl_grid", "qrl_true", "qrl_true_hold",
            "crl", "gcbc", "mppi", "mppi_paper_samples", "mppi_true")  # TABLE's rows
 MethodName = Literal[METHODS]
 LAYOUTS = ("large", "medium", "umaze")
+GOAL_DIMS = PointMaze.goal_dims  # a maze2d goal is a position (at rest): the waypoints' targets as goals
 
 # Table 4.2 (mean over 5 seeds), normalised scores: {method: {setting: {layout: score}}}.
 PAPER = {
@@ -159,11 +160,8 @@ def train_method(method: str, scale: Maze2dScale, data: dict, seeds, run_dir: Pa
                  ) -> tuple[SeedStack, list[dict]]:
     """The method's seeds trained as one stack (or its finished run read back): ``(stack, the logged rows)``."""
     agent_class, config, train, sampling = scale.method(method)
-    stack = SeedStack.create(agent_class, config, seeds)
-    sampler = PerSeed(SegmentGoalSampler.create(data, train.batch_size, **sampling), len(seeds))
-    train = dataclasses.replace(train, overwrite=overwrite)
-    return train_offline(stack, data, train, run_dir=run_dir, desc=f"{run_dir.name} x{len(seeds)} seeds",
-                         sampler=sampler)
+    return train_seeds(agent_class, config, seeds, data, dataclasses.replace(train, overwrite=overwrite), sampling,
+                       run_dir, desc=f"{run_dir.name} x{len(seeds)} seeds")
 
 
 _GOAL_DISTANCES = jax.jit(QRLContinuousAgent.goal_distances)
@@ -237,6 +235,7 @@ class Method:
     kind: Literal["paper", "addition", "check"] = "paper"
     episodes: Callable[[Maze2dScale], int] = lambda scale: scale.episodes
     settings: Callable[[Maze2dScale], dict] = lambda scale: {}
+    helper: str | None = None  # another trained method whose seeds serve in the policy: policy(agent, helper, ...)
 
 
 def _agent_policy(agent, layout, scale, seed, data):
@@ -244,21 +243,25 @@ def _agent_policy(agent, layout, scale, seed, data):
 
 
 def _qrl_policy(name: str, inner: str | None = None, arrival: str | None = None, score: str = "final",
-                candidates: str = "grid"):
+                candidates: str = "grid", goal_dims: tuple[int, ...] | None = None):
     """A row acting with :func:`~platonic_rl.agents.qrl_policies.make_policy`'s policy ``name`` at the scale's
-    settings (:meth:`~platonic_rl.benchmarks.presets.QRLPolicySettings.policy_kwargs`)."""
-    def build(agent, layout, scale, seed, data):
-        kwargs = scale.policies.policy_kwargs(name, inner, arrival, score, candidates)
+    settings (:meth:`~platonic_rl.benchmarks.presets.QRLPolicySettings.policy_kwargs`); ``inner="helper"``: the
+    row's helper agent (e.g. GCBC's seed) acts between the waypoints."""
+    def build(agent, *rest):
+        helper, (layout, scale, seed, data) = (rest[0], rest[1:]) if inner == "helper" else (None, rest)
+        kwargs = scale.policies.policy_kwargs(name, inner, arrival, score, candidates, goal_dims)
+        if inner == "helper":
+            kwargs["inner"] = helper
         return host_policy(make_policy(name, agent, data["observations"], **kwargs), normaliser(layout))
 
     return build
 
 
 def _recorded(name: str, inner: str | None = None, arrival: str | None = None, score: str = "final",
-              candidates: str = "grid") -> Callable[[Maze2dScale], dict]:
+              candidates: str = "grid", goal_dims: tuple[int, ...] | None = None) -> Callable[[Maze2dScale], dict]:
     """The settings a policy row keeps in its record: its policy's, less the inner policy's name."""
-    return lambda scale: {k: v for k, v in scale.policies.policy_kwargs(name, inner, arrival, score, candidates).items()
-                          if k != "inner"}
+    return lambda scale: {k: list(v) if isinstance(v, tuple) else v for k, v in scale.policies.policy_kwargs(
+        name, inner, arrival, score, candidates, goal_dims).items() if k != "inner"}
 
 
 def _true_greedy_policy(hold: Callable[[Maze2dScale], int]):
@@ -301,6 +304,16 @@ TABLE: dict[str, Method] = {
     "qrl_graph_waypoints_dwell": Method("QRL, graph waypoints + actor, dwell lookahead at the goal", "qrl",
                                         _qrl_policy("graph_waypoints", "actor", "dwell"), "addition",
                                         settings=_recorded("graph_waypoints", "actor", "dwell")),
+    "qrl_graph_waypoints_goal": Method("QRL, graph waypoints + lookahead, targets as goals", "qrl",
+                                       _qrl_policy("graph_waypoints", "lookahead", goal_dims=GOAL_DIMS), "addition",
+                                       settings=_recorded("graph_waypoints", "lookahead", goal_dims=GOAL_DIMS)),
+    "qrl_graph_waypoints_gcbc": Method("QRL's graph waypoints + GCBC between them", "qrl",
+                                       _qrl_policy("graph_waypoints", "helper"), "addition",
+                                       settings=_recorded("graph_waypoints", "helper"), helper="gcbc"),
+    "qrl_graph_waypoints_gcbc_goal": Method("QRL's graph waypoints + GCBC between them, targets as goals", "qrl",
+                                            _qrl_policy("graph_waypoints", "helper", goal_dims=GOAL_DIMS), "addition",
+                                            settings=_recorded("graph_waypoints", "helper", goal_dims=GOAL_DIMS),
+                                            helper="gcbc"),
     "qrl_grid": Method("QRL critic, grid argmin", "qrl", lambda agent, layout, *_: grid_policy(agent, layout), "check"),
     "qrl_true": Method("QRL critic, true dynamics", "qrl", _true_greedy_policy(lambda s: 1), "check"),
     "qrl_true_hold": Method("QRL critic, true dyn., held", "qrl", _true_greedy_policy(lambda s: s.critic_hold_steps),
@@ -356,26 +369,35 @@ def seconds_per_action(policy: Callable, layout: maze2d.Layout, repeats: int = 2
     return (time.perf_counter() - start) / repeats
 
 
+def _acting(stack: SeedStack | None, helper: SeedStack | None, i: int) -> tuple:
+    """Seed ``i``'s trained agent (None: nothing trained) and, for a row with a ``helper``, its agent too."""
+    agent = stack.agent(i) if stack is not None else None
+    return (agent,) if helper is None else (agent, helper.agent(i))
+
+
 def evaluate_method(method: str, stack: SeedStack | None, layout: maze2d.Layout, args: Args, scale: Maze2dScale,
-                    data: dict | None = None) -> dict:
-    """Every seed's single- and multi-goal episodes for one row of :data:`TABLE`, and its seconds per action."""
+                    data: dict | None = None, helper: SeedStack | None = None) -> dict:
+    """Every seed's single- and multi-goal episodes for one row of :data:`TABLE` (the fraction of episodes at the
+    goal at their end beside each score), and its seconds per action. ``helper``: the stack of the row's
+    ``helper`` method, whose seed i serves with seed i of ``stack``."""
     row = TABLE[method]
     out = dict(row.settings(scale))
     for setting in ("single", "multi"):
-        per_seed, trajectories = [], None
+        per_seed, at_end, trajectories = [], [], None
         episodes = args.episodes or row.episodes(scale)
         for i, seed in enumerate(args.seeds):
-            agent = stack.agent(i) if stack is not None else None
-            policy = row.policy(agent, layout, scale, seed, data)
+            policy = row.policy(*_acting(stack, helper, i), layout, scale, seed, data)
             result = maze2d.evaluate(policy, layout, setting, episodes, seed=10_000 * (setting == "multi") + seed,
                                      keep_trajectories=6 if i == 0 else 0)
             per_seed.append(result["score"])
+            at_end.append(result["at_goal_at_end"])
             if i == 0:
                 trajectories = dict(positions=result["trajectories"], goals=result["goals"][:6])
         out[setting] = dict(scores=per_seed, mean=float(np.mean(per_seed)), std=float(np.std(per_seed)),
-                            episodes=episodes, trajectories=trajectories)
-    agent = stack.agent(0) if stack is not None else None
-    out["seconds_per_action"] = seconds_per_action(row.policy(agent, layout, scale, args.seeds[0], data), layout)
+                            at_goal_at_end=at_end, at_goal_at_end_mean=float(np.mean(at_end)), episodes=episodes,
+                            trajectories=trajectories)
+    out["seconds_per_action"] = seconds_per_action(row.policy(*_acting(stack, helper, 0), layout, scale,
+                                                              args.seeds[0], data), layout)
     out["matmul_peak_flops"] = timing.matmul_peak()  # the machine's float32 matmul rate, beside the time above
     return out
 
@@ -621,15 +643,17 @@ def run(args: Args) -> dict:
             done = saved is not None and record_is_current(saved, method, scale)
             if done and (method != "qrl" or critic_path.is_file()):  # (QRL's stack also feeds its critic record)
                 continue
-            trained = TABLE[method].trains
-            if trained is not None and trained not in stacks:
-                stacks[trained], histories[trained] = train_method(
-                    trained, scale, data, args.seeds, runs / f"{layout_name}-{trained}",
-                    overwrite=args.overwrite and method == trained)
+            trained, helper = TABLE[method].trains, TABLE[method].helper
+            for needed in (trained, helper):
+                if needed is not None and needed not in stacks:
+                    stacks[needed], histories[needed] = train_method(
+                        needed, scale, data, args.seeds, runs / f"{layout_name}-{needed}",
+                        overwrite=args.overwrite and method == needed)
             if done:
                 continue
             t = time.time()
-            result = evaluate_method(method, stacks.get(trained), layout, args, scale, data)
+            result = evaluate_method(method, stacks.get(trained), layout, args, scale, data,
+                                     **({} if helper is None else dict(helper=stacks[helper])))
             result["eval_seconds"] = time.time() - t
             report.write_record(eval_path, result, indent=None)
             print(f"  {method}: single {result['single']['mean']:.1f}, multi {result['multi']['mean']:.1f} "
@@ -640,11 +664,13 @@ def run(args: Args) -> dict:
             rung_scale = dataclasses.replace(scale, policies=dataclasses.replace(scale.policies, **{name: value}))
             for method in [m for m in METHODS if m in args.methods and name in TABLE[m].settings(scale)]:
                 def measure(method=method, rung_scale=rung_scale, name=name, value=value):
-                    trained = TABLE[method].trains
-                    if trained not in stacks:
-                        stacks[trained], histories[trained] = train_method(
-                            trained, scale, data, args.seeds, runs / f"{layout_name}-{trained}", overwrite=False)
-                    result = evaluate_method(method, stacks[trained], layout, args, rung_scale, data)
+                    trained, helper = TABLE[method].trains, TABLE[method].helper
+                    for needed in (trained, helper):
+                        if needed is not None and needed not in stacks:
+                            stacks[needed], histories[needed] = train_method(
+                                needed, scale, data, args.seeds, runs / f"{layout_name}-{needed}", overwrite=False)
+                    result = evaluate_method(method, stacks[trained], layout, args, rung_scale, data,
+                                             **({} if helper is None else dict(helper=stacks[helper])))
                     print(f"  {method} @ {name}={value}: single {result['single']['mean']:.1f}, multi "
                           f"{result['multi']['mean']:.1f} ({1e3 * result['seconds_per_action']:.1f} ms per action)")
                     return result

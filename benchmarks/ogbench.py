@@ -51,8 +51,7 @@ from platonic_rl.agents.seeds import SeedStack
 from platonic_rl.benchmarks import report
 from platonic_rl.benchmarks.presets import QRLPolicySettings
 from platonic_rl.envs import ogbench_maze
-from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
-from platonic_rl.training.offline import TrainConfig, load_dataset, train_offline
+from platonic_rl.training.offline import TrainConfig, load_dataset, train_seeds
 
 METHODS = ("qrl", "qrl_lookahead", "qrl_waypoints", "qrl_waypoints_lookahead", "qrl_graph_waypoints",
            "qrl_graph_waypoints_lookahead", "crl", "gcbc")  # ROWS' keys
@@ -275,12 +274,11 @@ def train_one(dataset: str, method: str, data: dict, scale: Scale, args: Args, o
     training."""
     updates = updates_of(method, scale, args)
     agent_class, config, train, sampling = method_setup(method, scale, updates, args.goals)
-    stack = SeedStack.create(agent_class, config, args.seeds)
-    sampler = PerSeed(SegmentGoalSampler.create(data, train.batch_size, **sampling), len(args.seeds))
     t = time.time()
-    stack, history = train_offline(stack, data, dataclasses.replace(train, overwrite=args.overwrite),
-                                   run_dir=out / "runs" / run_name(dataset, method, args.goals),
-                                   desc=f"{dataset} {method} x{len(args.seeds)} seeds", sampler=sampler)
+    stack, history = train_seeds(agent_class, config, args.seeds, data,
+                                 dataclasses.replace(train, overwrite=args.overwrite), sampling,
+                                 run_dir=out / "runs" / run_name(dataset, method, args.goals),
+                                 desc=f"{dataset} {method} x{len(args.seeds)} seeds")
     return stack, dict(goals=args.goals, sampler=sampling, updates=updates, batch_size=train.batch_size,
                        train_seconds=time.time() - t, signals=signals(history), config=dataclasses.asdict(config))
 

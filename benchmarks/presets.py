@@ -18,6 +18,7 @@ from platonic_rl.agents.denoised_mdp import ActorKind, DenoisedMDPConfig
 from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
 from platonic_rl.agents.qrl import QRLConfig
 from platonic_rl.agents.qrl_continuous import OFFLINE_OBJECTIVE, QRLContinuousAgent, QRLContinuousConfig
+from platonic_rl.agents.qrl_policies import QRLPolicySettings  # noqa: F401  (the deployable policies' settings)
 from platonic_rl.denoised.model import WorldModelConfig
 from platonic_rl.envs import jax_env, maze2d, mountaincar
 from platonic_rl.envs.point_maze import PointMaze
@@ -56,45 +57,6 @@ def mountaincar_presets() -> dict[str, tuple[QRLConfig, TrainConfig]]:
 
 
 # ------------------------------------------------------------------------------------ maze2d (Table 4.2)
-
-
-@dataclasses.dataclass(frozen=True)
-class QRLPolicySettings:
-    """The deployable QRL policies' settings (``agents.qrl_policies``; their choice: docs/studies/qrl_policies.md)."""
-    hold_steps: int = 20          # the lookahead's k: each candidate action held k steps in the learned dynamics
-    reach: float = 20.0           # the waypoints' H: a waypoint w is within reach when d(s, w) <= H
-    num_waypoints: int = 1000     # dataset states the waypoints are drawn from (a fixed subsample)
-    replan_every: int = 5         # steps between two choices of waypoint (and whenever the goal changes)
-    mppi_samples: int = 10_000    # MPPI at C.3.2's sample count (the scale's mppi_samples is the cpu row's)
-    mppi_episodes: int = 10       # its evaluation episodes per (seed, setting): it costs ~150x the 64-sample row
-    cap_to_goal_distance: bool = False  # the lookahead holds each action at most d(s, g) steps (LatentLookahead)
-    actor_samples: int = 64       # the lookahead over the actor's proposals: its mode and this many draws, no grid
-    patience: int | None = 40     # graph waypoints: steps without progress (the targets' cost to the goal down by 1)
-    #                               before the waypoints that promised it are dropped for the episode (twice the
-    #                               reach: they lie behind a wall the learned distance does not see;
-    #                               WaypointPolicy.patience)
-
-    def policy_kwargs(self, policy: str, inner: str | None = None, arrival: str | None = None,
-                      score: str = "final", candidates: str = "grid") -> dict:
-        """``make_policy``'s settings for the ``lookahead`` or the ``waypoints`` / ``graph_waypoints`` (with
-        ``inner``, and ``arrival``: the policy that acts once the goal is within reach, None, ``"lookahead"`` or
-        ``"dwell"``) policy; ``score``: what the lookahead ranks held actions by (``"final"`` or ``"dwell"``;
-        recorded only where it is not the default); ``candidates``: the actions it ranks, ``"grid"`` (a 9 x 9 grid
-        and the actor's mode) or ``"actor"`` (the actor's mode and ``actor_samples`` draws)."""
-        if candidates not in ("grid", "actor"):
-            raise ValueError(f"candidates must be 'grid' or 'actor', got {candidates!r}")
-        lookahead = dict(hold_steps=self.hold_steps, cap_to_goal_distance=self.cap_to_goal_distance,
-                         **({} if score == "final" else dict(score=score)),
-                         **({} if candidates == "grid" else dict(grid_size=0, actor_samples=self.actor_samples)))
-        if policy == "lookahead":
-            return lookahead
-        if policy in ("waypoints", "graph_waypoints"):
-            kwargs = dict(reach=self.reach, num_waypoints=self.num_waypoints, replan_every=self.replan_every, inner=inner)
-            return (kwargs | (lookahead if inner == "lookahead" or arrival is not None else {})
-                    | (dict(arrival=arrival) if arrival is not None else {})
-                    | (dict(patience=self.patience) if policy == "graph_waypoints" else {}))
-        raise ValueError(f"policy must be 'lookahead', 'waypoints' or 'graph_waypoints' (the ones these settings "
-                         f"describe), got {policy!r}")
 
 
 @dataclasses.dataclass(frozen=True)

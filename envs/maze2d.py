@@ -386,7 +386,8 @@ def evaluate(policy: Callable[[np.ndarray, np.ndarray], np.ndarray], layout: str
              episodes: int = 100, seed: int = 0, keep_trajectories: int = 0) -> dict:
     """Run ``episodes`` episodes at once for the layout's time limit; ``policy(observations [N, 4], goal
     states [N, 4]) -> actions [N, 2]``. Returns returns, normalised scores (per episode and their mean),
-    the goals and, for the first ``keep_trajectories`` episodes, their positions ``[T + 1, 2]``."""
+    the goals, the fraction of episodes within the goal's radius at their last step (``at_goal_at_end``: arrived
+    and stayed) and, for the first ``keep_trajectories`` episodes, their positions ``[T + 1, 2]``."""
     layout = get_layout(layout)
     start_episodes(policy)
     env = Maze2D(layout, episodes)
@@ -399,8 +400,9 @@ def evaluate(policy: Callable[[np.ndarray, np.ndarray], np.ndarray], layout: str
         returns += rewards
         path.append(obs[:keep_trajectories, :2])
     scores = normalized_score(layout, returns)
+    at_goal = np.linalg.norm(obs[:, :2] - env.goals, axis=-1) <= GOAL_RADIUS
     return dict(returns=returns, scores=scores, score=float(scores.mean()), goals=env.goals,
-                trajectories=np.stack(path, 1))
+                at_goal_at_end=float(at_goal.mean()), trajectories=np.stack(path, 1))
 
 
 # ------------------------------------------------------------------------------------ datasets

@@ -284,7 +284,7 @@ def test_every_agent_checks_the_whole_dataset_before_training(name, tmp_path):
                  qrl_continuous=dict(encoder_hidden=(8,), latent_dim=8, projector_hidden=(8,), iqe_components=2,
                                      iqe_dim_per_component=4, dynamics_hidden=(8,), actor_hidden=(8,)),
                  ddpg_her=dict(hidden=(8,), goal_dims=(0, 1)))[name]
-    agent = agents.make(name, obs_dim=2, action_dim=2, **small)
+    agent = agents.make(name, obs_dim=2, action_dim=2, preset="offline" if name == "qrl_continuous" else None, **small)
     config = TrainConfig(steps=10, batch_size=4, log_every=10, progress=False)
     data = walks()
     data["goals"][217, 1] = np.nan
@@ -323,3 +323,29 @@ def test_registry_presets_are_named_and_unknown_ones_refused():
         agents.make("qrl_continuous", preset="ofline", obs_dim=3, action_dim=2)
     with pytest.raises(KeyError, match="agent 'gcbc' has no preset 'offline'; its presets: none"):
         agents.make("gcbc", preset="offline", obs_dim=3, action_dim=2)
+
+
+def test_qrl_trained_offline_with_the_online_objective_is_refused_naming_the_offline_preset(tmp_path):
+    """A QRL continuous agent built without a preset has the online (Fetch) objective, which fails offline: the
+    offline loop stops before anything trains (lone or stacked seeds, no run directory made) and names
+    preset="offline"; the preset, a changed objective field, or allow_online_objective=True train."""
+    from platonic_rl import agents
+    from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, uses_online_objective
+    from platonic_rl.agents.seeds import SeedStack
+    from platonic_rl.training.offline import TrainConfig, train_offline
+
+    small = dict(obs_dim=2, action_dim=2, encoder_hidden=(8,), latent_dim=8, projector_hidden=(8,), iqe_components=2,
+                 iqe_dim_per_component=4, dynamics_hidden=(8,), actor_hidden=(8,))
+    config = TrainConfig(steps=2, batch_size=4, log_every=2, progress=False)
+    online = agents.make_config("qrl_continuous", **small)
+    assert uses_online_objective(online) and uses_online_objective(agents.make_config("qrl_continuous", "online", **small))
+    for agent in (QRLContinuousAgent.create(online, 0), SeedStack.create(QRLContinuousAgent, online, (0, 1))):
+        with pytest.raises(ValueError, match=r'online objective .* preset="offline"'):
+            train_offline(agent, walks(), config, run_dir=tmp_path / "refused")
+        assert not (tmp_path / "refused").exists()
+    offline = agents.make_config("qrl_continuous", "offline", **small)
+    assert not uses_online_objective(offline)
+    assert not uses_online_objective(dataclasses.replace(online, bc_weight=0.05))
+    for ok in (dict(agent=QRLContinuousAgent.create(offline, 0)),
+               dict(agent=QRLContinuousAgent.create(online, 0), allow_online_objective=True)):
+        assert len(train_offline(data=walks(), config=config, **ok)[1]) == 1

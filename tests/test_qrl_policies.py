@@ -282,8 +282,10 @@ def test_bad_policy_settings_are_named(agent):
         P.make_policy("waypoints", agent, states(5, 0), reach=0.0)
     with pytest.raises(ValueError, match=r"waypoints must be dataset states \[M >= 1, \(4,\)\]"):
         P.WaypointPolicy.create(agent, jnp.zeros((5, 3)), 1.0)
-    with pytest.raises(ValueError, match="inner must be 'actor' or 'lookahead'"):
+    with pytest.raises(ValueError, match="inner must be 'actor', 'lookahead' or a goal-conditioned policy with step"):
         P.make_policy("waypoints", agent, states(5, 0), inner="mppi")
+    with pytest.raises(ValueError, match=r"goal_dims must be None or distinct indices into a 4-dim state"):
+        P.make_policy("graph_waypoints", agent, states(5, 0), goal_dims=(0, 4))
     with pytest.raises(ValueError, match="MPPIPolicy.num_samples must be an int >= 1"):
         P.make_policy("mppi", agent, num_samples=0)
     with pytest.raises(ValueError, match="MPPIPolicy.temperature must be > 0"):
@@ -383,3 +385,58 @@ def test_the_arrival_policy_acts_where_the_target_is_the_goal_and_the_inner_else
         P.make_policy("waypoints", agent, waypoints, arrival="mppi")
     with pytest.raises(ValueError, match="arrival must be None or a policy with step"):
         P.WaypointPolicy.create(agent, waypoints, reach, arrival="lookahead")
+
+
+def test_make_policy_defaults_are_the_settings_the_benchmarks_measured(agent):
+    """A policy built by name alone acts as the tables' rows did: make_policy's defaults are QRLPolicySettings',
+    the maze2d and OGBench benchmarks' cpu settings are those same settings, and each row's policy equals the
+    default one (same structure, same arrays)."""
+    from platonic_rl.benchmarks import ogbench
+    from platonic_rl.benchmarks.presets import maze2d_scales
+
+    assert maze2d_scales()["cpu"].policies == P.DEFAULT_SETTINGS == ogbench.scales()["cpu"].policies
+    data = states(1500, 20)
+    rows = [("lookahead", None, None, "grid"), ("lookahead", None, None, "actor"), ("waypoints", "actor", None, "grid"),
+            ("graph_waypoints", "actor", None, "grid"), ("graph_waypoints", "lookahead", None, "grid"),
+            ("graph_waypoints", "actor", "lookahead", "grid")]
+    for name, inner, arrival, candidates in rows:
+        benchmark = P.DEFAULT_SETTINGS.policy_kwargs(name, inner, arrival, candidates=candidates)
+        chosen = {k: v for k, v in benchmark.items() if k in ("inner", "arrival", "grid_size", "actor_samples")}
+        ours, theirs = P.make_policy(name, agent, data, **chosen), P.make_policy(name, agent, data, **benchmark)
+        assert jax.tree_util.tree_structure(ours) == jax.tree_util.tree_structure(theirs), (name, inner, arrival)
+        for a, b in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(theirs)):
+            np.testing.assert_array_equal(a, b)
+    graph = P.make_policy("graph_waypoints", agent, data)
+    assert (graph.waypoints.shape[0], float(graph.reach), graph.replan_every, graph.patience) == (1000, 20.0, 5, 40)
+    assert P.make_policy("mppi", agent).num_samples == 10_000
+    assert P.make_policy("lookahead", agent).hold_steps == 20
+
+
+def test_waypoint_targets_take_the_goals_form_where_goal_dims_are_given(agent):
+    """goal_dims (0, 1): a chosen waypoint's target is the goal with its first two entries taken from the waypoint
+    (a maze2d goal: a position at rest), by hand; the choice itself is unchanged."""
+    obs, waypoints = states(6, 21), states(30, 22)
+    goals = jnp.concatenate([states(6, 23)[:, :2], jnp.full((6, 2), -0.25)], 1)
+    held = P.WaypointPolicy.create(agent, waypoints, 1.5, plan="graph")
+    as_goal = P.WaypointPolicy.create(agent, waypoints, 1.5, plan="graph", goal_dims=(0, 1))
+    targets, info = held.targets(obs, goals)
+    goal_form, info_goal = as_goal.targets(obs, goals)
+    np.testing.assert_array_equal(info["waypoint"], info_goal["waypoint"])
+    use = np.asarray(info["use_waypoint"])
+    assert use.any() and not use.all()   # both cases are checked
+    expected = np.where(use[:, None], np.concatenate([np.asarray(targets)[:, :2], np.full((6, 2), -0.25)], 1),
+                        np.asarray(goals))
+    np.testing.assert_array_equal(goal_form, expected)
+    np.testing.assert_array_equal(np.asarray(targets)[~use], np.asarray(goals)[~use])
+
+
+def test_a_goal_conditioned_policy_trained_on_the_same_data_serves_between_waypoints(agent):
+    """inner may be any policy with step (here GCBC): it acts towards the targets the waypoints choose."""
+    from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
+
+    gcbc = GCBCAgent.create(GCBCConfig(obs_dim=4, action_dim=2, hidden=(8,)), 0)
+    obs, goals, data = states(5, 24), states(5, 25), states(40, 26)
+    policy = P.make_policy("graph_waypoints", agent, data, inner=gcbc, reach=1.5, replan_every=1)
+    actions, _ = jax.jit(type(policy).step)(policy, policy.initial_policy_state(5), obs, goals)
+    targets = policy.targets(obs, goals)[0]
+    np.testing.assert_allclose(actions, gcbc.act(obs, targets), rtol=1e-5, atol=1e-6)

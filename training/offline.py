@@ -28,8 +28,10 @@ import numpy as np
 
 from platonic_rl.common.settings import BUDGET, HOST, budget, host_setting, recorded_fields
 from platonic_rl.agents.contract import check_agent
+from platonic_rl.agents.qrl_continuous import QRLContinuousConfig, uses_online_objective
+from platonic_rl.agents.seeds import SeedStack, SeedStackConfig
 from platonic_rl.envs import ogbench_maze
-from platonic_rl.envs.replay import DatasetSampler
+from platonic_rl.envs.replay import DatasetSampler, PerSeed, SegmentGoalSampler
 from platonic_rl.training.loop import LoopRun
 from platonic_rl.training.run import agent_settings
 from platonic_rl.training.schedule import checkpoint_due
@@ -191,8 +193,25 @@ def _sampled_update(agent, sampler, key):
     return type(agent).update(agent, sampler.sample(key))
 
 
+def check_offline_objective(agent) -> None:
+    """Refuse a QRL continuous agent (or a seed stack of them) whose objective is the online one
+    (:func:`~platonic_rl.agents.qrl_continuous.uses_online_objective`: built without ``preset="offline"``), naming
+    the preset: on offline data it fails where the offline objective succeeds."""
+    config = getattr(agent, "config", None)
+    if isinstance(config, SeedStackConfig):
+        config = config.agent
+    if isinstance(config, QRLContinuousConfig) and uses_online_objective(config):
+        raise ValueError(
+            "train_offline: this QRLContinuousAgent has the online objective (the config's defaults, preset \"online\": "
+            "C.3.3's Fetch settings, with no behaviour cloning), which fails on offline data (a noisy controller's "
+            "point-maze episodes: 0.14 success against 0.99 for the offline objective, docs/results.md). Build it with "
+            "agents.make(\"qrl_continuous\", preset=\"offline\", obs_dim=..., action_dim=...) or "
+            "QRLContinuousConfig(**PRESETS[\"offline\"], ...); to train the online objective offline all the same, "
+            "pass allow_online_objective=True.")
+
+
 def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str | os.PathLike | None = None,
-                  desc: str = "train", sampler=None):
+                  desc: str = "train", sampler=None, allow_online_objective: bool = False):
     """Train ``agent`` on ``data`` for ``config.steps`` updates. Returns ``(agent, history)``.
 
     ``data``: a dict of arrays sharing their leading dimension, holding the keys the agent's ``update``
@@ -200,7 +219,9 @@ def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str
     ``batch_size`` rows uniformly with replacement -- or, with ``sampler`` (a pytree with ``sample(key) ->
     batch`` built from ``data``, e.g. :class:`~platonic_rl.envs.replay.SegmentGoalSampler` for goal relabelling,
     wrapped in :class:`~platonic_rl.envs.replay.PerSeed` for a :class:`~platonic_rl.agents.seeds.SeedStack`),
-    its batches (``config.batch_size`` is then the sampler's business; metrics rows average over seeds). The
+    its batches (``config.batch_size`` is then the sampler's business; metrics rows average over seeds). A QRL
+    continuous agent with the online objective (built without ``preset="offline"``) is refused
+    (:func:`check_offline_objective`) unless ``allow_online_objective``. The
     agent must follow
     :class:`~platonic_rl.agents.contract.Agent` (checked first, before anything compiles).
 
@@ -213,6 +234,8 @@ def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str
     before it is checkpointed.
     """
     check_agent(agent)
+    if not allow_online_objective:
+        check_offline_objective(agent)
     _check_data(data)
     if hasattr(agent, "validate_dataset"):
         agent.validate_dataset(data)
@@ -255,3 +278,14 @@ def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str
             bar.set_postfix({k: f"{row[k]:.3g}" for k in ("loss", "violation", "lagrange_multiplier") if k in row})
     history = loop.history
     return agent, history
+
+
+def train_seeds(agent_class, agent_config, seeds, data: dict[str, Any], config: TrainConfig, sampling: dict,
+                run_dir: str | os.PathLike | None = None, desc: str = "train", **kwargs):
+    """``seeds`` of one agent trained as one stack (:class:`~platonic_rl.agents.seeds.SeedStack`, one
+    ``jit(vmap(update))``) on goal-relabelled batches of ``data`` (:class:`~platonic_rl.envs.replay.SegmentGoalSampler`
+    with ``sampling``, each seed its own draws): :func:`train_offline`'s ``(stack, history)``; a finished run in
+    ``run_dir`` is read back."""
+    stack = SeedStack.create(agent_class, agent_config, seeds)
+    sampler = PerSeed(SegmentGoalSampler.create(data, config.batch_size, **sampling), len(seeds))
+    return train_offline(stack, data, config, run_dir=run_dir, desc=desc, sampler=sampler, **kwargs)
