@@ -253,7 +253,7 @@ class WaypointPolicy(flax.struct.PyTreeNode):
                              f"{waypoints.shape}")
         if goal_dims is not None:
             goal_dims = tuple(goal_dims)
-            if (not goal_dims or len(set(goal_dims)) != len(goal_dims) or waypoints.ndim != 2
+            if (not goal_dims or len(set(goal_dims)) != len(goal_dims)
                     or not all(isinstance(i, int) and 0 <= i < waypoints.shape[1] for i in goal_dims)):
                 raise ValueError(f"goal_dims must be None or distinct indices into a {waypoints.shape[1]}-dim state "
                                  f"(the entries a goal specifies), got {goal_dims!r}")
@@ -512,10 +512,11 @@ DEFAULT_SETTINGS = QRLPolicySettings()
 """What :func:`make_policy` builds a policy with where a setting is not given: the benchmarks' settings."""
 
 
-
-def _waypoints(agent, dataset_states, reach: float, num_waypoints: int, inner: Any = "actor", hold_steps: int = 20,
-               replan_every: int = 1, seed: int = 0, plan: str = "greedy", patience: int | None = None,
+def _waypoints(agent, dataset_states, reach: float, num_waypoints: int, replan_every: int, hold_steps: int,
+               inner: Any = "actor", seed: int = 0, plan: str = "greedy", patience: int | None = None,
                arrival: str | None = None, goal_dims: tuple[int, ...] | None = None, **inner_settings):
+    """The waypoint policies of :data:`POLICIES`; the settings without a default come from :data:`DEFAULT_SETTINGS`
+    through :func:`make_policy`."""
     if dataset_states is None:
         raise ValueError("the waypoints policy needs dataset_states: the dataset's observations [N, D]")
     states = jnp.asarray(dataset_states, jnp.float32)

@@ -636,6 +636,17 @@ def run(args: Args) -> dict:
         data = normalised_data(data, layout)
         stacks, histories = {}, {}
         critic_path = out / "evals" / f"{layout_name}-{CRITIC_RECORD}.json"
+        def trained_for(method: str, overwrite: bool = False) -> tuple[SeedStack | None, dict]:
+            """The stack a row acts with and, for a row with a helper, ``dict(helper=its stack)`` (each trained
+            here, or its finished run read back, once per layout)."""
+            row = TABLE[method]
+            for needed in (row.trains, row.helper):
+                if needed is not None and needed not in stacks:
+                    stacks[needed], histories[needed] = train_method(
+                        needed, scale, data, args.seeds, runs / f"{layout_name}-{needed}",
+                        overwrite=overwrite and method == needed)
+            return stacks.get(row.trains), ({} if row.helper is None else dict(helper=stacks[row.helper]))
+
         for method in [m for m in METHODS if m in args.methods]:
             eval_path = out / "evals" / f"{layout_name}-{method}.json"
             saved = None if args.overwrite else report.read_record(eval_path)
@@ -643,17 +654,11 @@ def run(args: Args) -> dict:
             done = saved is not None and record_is_current(saved, method, scale)
             if done and (method != "qrl" or critic_path.is_file()):  # (QRL's stack also feeds its critic record)
                 continue
-            trained, helper = TABLE[method].trains, TABLE[method].helper
-            for needed in (trained, helper):
-                if needed is not None and needed not in stacks:
-                    stacks[needed], histories[needed] = train_method(
-                        needed, scale, data, args.seeds, runs / f"{layout_name}-{needed}",
-                        overwrite=args.overwrite and method == needed)
+            stack, helper = trained_for(method, overwrite=args.overwrite)
             if done:
                 continue
             t = time.time()
-            result = evaluate_method(method, stacks.get(trained), layout, args, scale, data,
-                                     **({} if helper is None else dict(helper=stacks[helper])))
+            result = evaluate_method(method, stack, layout, args, scale, data, **helper)
             result["eval_seconds"] = time.time() - t
             report.write_record(eval_path, result, indent=None)
             print(f"  {method}: single {result['single']['mean']:.1f}, multi {result['multi']['mean']:.1f} "
@@ -664,13 +669,8 @@ def run(args: Args) -> dict:
             rung_scale = dataclasses.replace(scale, policies=dataclasses.replace(scale.policies, **{name: value}))
             for method in [m for m in METHODS if m in args.methods and name in TABLE[m].settings(scale)]:
                 def measure(method=method, rung_scale=rung_scale, name=name, value=value):
-                    trained, helper = TABLE[method].trains, TABLE[method].helper
-                    for needed in (trained, helper):
-                        if needed is not None and needed not in stacks:
-                            stacks[needed], histories[needed] = train_method(
-                                needed, scale, data, args.seeds, runs / f"{layout_name}-{needed}", overwrite=False)
-                    result = evaluate_method(method, stacks[trained], layout, args, rung_scale, data,
-                                             **({} if helper is None else dict(helper=stacks[helper])))
+                    stack, helper = trained_for(method)
+                    result = evaluate_method(method, stack, layout, args, rung_scale, data, **helper)
                     print(f"  {method} @ {name}={value}: single {result['single']['mean']:.1f}, multi "
                           f"{result['multi']['mean']:.1f} ({1e3 * result['seconds_per_action']:.1f} ms per action)")
                     return result

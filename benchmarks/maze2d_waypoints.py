@@ -14,7 +14,7 @@ Four measurements per seed (the graph waypoints at the benchmark's settings, ``Q
   distance takes) and how far apart in the maze an edge's ends are, against what the dataset covers in H steps;
   the rank correlation of every waypoint's path cost to the single goal with its shortest path in the maze;
 * **episodes** (D4RL's single goal, random starts): the score, whether the point arrived and whether it is within
-  the goal's radius at the end, the steps its target lay behind a wall, for each policy of :data:`POLICIES`;
+  the goal's radius at the end, the steps its target lay behind a wall, for each policy of :func:`policies`;
 * **tracking**: from dataset states, the target the policy chooses held fixed for 2H steps: how near the point comes
   to the target's position, and its speed there against the target's, with the target as the dataset holds it
   (position and velocity) and as a goal is given (its position at rest, ``goal_dims``);
@@ -42,7 +42,7 @@ from platonic_rl.benchmarks import report, timing
 from platonic_rl.benchmarks.presets import maze2d_scales
 from platonic_rl.envs import maze2d, maze_geometry
 from platonic_rl.envs.jax_env import Normalized
-from platonic_rl.envs.point_maze import PointMaze
+from platonic_rl.envs.point_maze import TIMESTEP, PointMaze
 from platonic_rl.training.offline import train_seeds
 
 GOAL_DIMS = PointMaze.goal_dims  # a maze2d goal specifies a position (at rest)
@@ -194,19 +194,18 @@ def tracking_report(policy: P.WaypointPolicy, inner, env: Normalized, states: np
     targets, info = policy.targets(jnp.asarray(states), goals)
     use = np.asarray(info["use_waypoint"])
     unnorm = lambda x: np.asarray(x) * layout.obs_scale + layout.obs_center  # noqa: E731
+    physical = jnp.asarray(unnorm(states), jnp.float32)
+    starts = dict(position=physical[:, :2], velocity=physical[:, 2:])
     out = {}
     for name, target in (("as held", targets), ("as a goal", policy.replace(goal_dims=GOAL_DIMS).as_goal(
             targets, goals))):
         target = jnp.where(jnp.asarray(use)[:, None], target, goals)
-        physical = unnorm(states)
-        starts = dict(position=jnp.asarray(physical[:, :2], jnp.float32), velocity=jnp.asarray(physical[:, 2:],
-                                                                                               jnp.float32))
         ran = _episodes(inner, env, starts, target, hold)
         pos = np.asarray(ran["positions"])[use]
         t = unnorm(target)[use]
         gap = np.linalg.norm(pos - t[:, None, :2], axis=-1)
         closest = gap.argmin(1)
-        speed = np.linalg.norm(np.gradient(pos, axis=1), axis=-1) / 0.01  # D4RL's 0.01 s steps
+        speed = np.linalg.norm(np.gradient(pos, axis=1), axis=-1) / TIMESTEP  # maze units per second
         out[name] = dict(states=int(use.sum()), nearest_median=float(np.median(gap.min(1))),
                          within_quarter=float(np.mean(gap.min(1) <= 0.25)),
                          speed_at_nearest_median=float(np.median(speed[np.arange(len(pos)), closest])),
