@@ -586,6 +586,15 @@ class PolicySpec:
     def __call__(self, agent: QRLContinuousAgent, dataset_states: jax.Array | None = None) -> Any:
         return make_policy(self.name, agent, dataset_states, **dict(self.settings))
 
+    @property
+    def dataset_states_wanted(self) -> int:
+        """How many dataset states the policy is built from (0: none): the waypoint policies' ``num_waypoints``. A
+        loop that evaluates it online passes that many of its replay buffer's states (Search on the Replay Buffer's
+        setting: :mod:`platonic_rl.training.evaluation`)."""
+        if self.name not in ("waypoints", "graph_waypoints"):
+            return 0
+        return int(dict(self.settings).get("num_waypoints", DEFAULT_SETTINGS.num_waypoints))
+
     def as_dict(self) -> dict[str, Any]:
         return dict(policy=self.name, **dict(self.settings))
 

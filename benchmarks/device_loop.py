@@ -30,7 +30,12 @@ Parts (each saved as it finishes; rerunning skips finished parts and resumes lea
   episodes two ways per seed: by the actor's mode, and by QRL's critic alone (the argmin of the learned one-step
   cost max_i d_i(T_i(f_i(s), a), f_i(g)) over a 9x9 action grid, :func:`~platonic_rl.agents.qrl_diagnostics.
   grid_argmin_actions`) and, with ``--check-hold-steps``, by the latent lookahead at each k (the deployable policy of
-  :mod:`~platonic_rl.agents.qrl_policies`). Where the critic alone succeeds and the actor does not, the actor is what fails. Each
+  :mod:`~platonic_rl.agents.qrl_policies`). Where the critic alone succeeds and the actor does not, the actor is what fails.
+  With ``--qrl-eval-policies``, QRL's run also evaluates those deployable policies at the last
+  :data:`FINAL_EVALUATIONS` evaluations (the ones the table averages; each costs minutes on CPU), on the same
+  episodes, each built from the trained agent and 1,000 states of its replay buffer drawn then (the graph waypoints
+  over the replay buffer: Search on the Replay Buffer's own setting); the table gives them as the agent's number is
+  given. Each
   finished (env, method) run keeps a ``record.json`` in its run directory; a later call reuses it (checkpoints
   stay on the machine that trained), so runs can be added one env or method at a time.
 
@@ -55,7 +60,7 @@ import numpy as np
 
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent
 from platonic_rl.agents.qrl_diagnostics import grid_argmin_actions
-from platonic_rl.agents.qrl_policies import LatentLookahead
+from platonic_rl.agents.qrl_policies import LatentLookahead, PolicySpec
 from platonic_rl.benchmarks import report
 from platonic_rl.benchmarks.presets import (DeviceLoopScale, device_loop_agent_config, device_loop_env,
                                            device_loop_scales)
@@ -70,6 +75,12 @@ from platonic_rl.training.run import read_json, write_json
 
 Part = Literal["envs", "throughput", "seeds", "devices", "learning"]
 Method = Literal["qrl", "crl", "gcbc"]
+QRLEvalPolicy = Literal["graph_waypoints", "graph_waypoints_lookahead", "lookahead"]
+QRL_EVAL_POLICIES = {  # --qrl-eval-policies: make_policy's defaults (the benchmarks' settings), built online
+    "graph_waypoints": PolicySpec.of("graph_waypoints"),
+    "graph_waypoints_lookahead": PolicySpec.of("graph_waypoints", inner="lookahead"),
+    "lookahead": PolicySpec.of("lookahead"),
+}
 EnvName = Literal["umaze", "medium", "reacher", "brax-reacher"]
 MODULE = "platonic_rl.benchmarks.device_loop"
 NAMES = dict(qrl="QRL", crl="Contrastive RL", gcbc="GCBC")
@@ -93,6 +104,9 @@ class Args:
     check_hold_steps: tuple[int, ...] = ()
     """QRL's check also acts with the latent lookahead (agents.qrl_policies.LatentLookahead: 9x9 grid and the actor's
     mode, each held k steps in the learned dynamics) at each of these k, on the same episodes."""
+    qrl_eval_policies: tuple[QRLEvalPolicy, ...] = ()
+    """QRL's runs also evaluate these deployable policies (agents.qrl_policies, make_policy's defaults) at the last 5
+    evaluations, the waypoints over the replay buffer's states (logged as eval_success_<name>)."""
     out_dir: str | None = None        # default: results/device_loop/<scale>
     overwrite: bool = False           # measure this call's parts again and retrain its learning runs
 
@@ -249,10 +263,12 @@ def critic_check(agents, env: jax_env.GoalEnv, episodes: int, hold_steps: tuple[
     return check
 
 
-def learning_settings(agent_cfg, env: jax_env.GoalEnv, config: DeviceLoopConfig, seeds: tuple[int, ...]) -> dict:
+def learning_settings(agent_cfg, env: jax_env.GoalEnv, config: DeviceLoopConfig, seeds: tuple[int, ...],
+                      eval_policies: dict | None = None) -> dict:
     """What identifies a learning run: a record is reused only for the same settings, the loop's host-only fields
     (:data:`LEARNING_HOST_ONLY`) aside. Saved as JSON (``as_json``), compared live (``settings_differences``)."""
-    return dict(agent=agent_cfg, env=env_settings(env), seeds=list(seeds), loop=config)
+    return dict(agent=agent_cfg, env=env_settings(env), seeds=list(seeds), loop=config,
+                **({} if not eval_policies else dict(eval_policies={k: v.as_dict() for k, v in eval_policies.items()})))
 
 
 LEARNING_HOST_ONLY = tuple(f"loop.{k}" for k in fields_on_resume(DeviceLoopConfig, HOST))
@@ -272,15 +288,24 @@ def learning_run(args: Args, scale: DeviceLoopScale, name: str, method: str, run
     config = learning_config(args, scale)
     env = device_loop_env(name, args.reacher_goal)
     cfg = device_loop_agent_config(method, scale, env.obs_dim, env.action_dim, args.qrl_entropy_init)
+    policies = {p: QRL_EVAL_POLICIES[p] for p in args.qrl_eval_policies} if method == "qrl" else {}
+    if policies:  # the policies act at the evaluations the table averages (each may cost minutes)
+        config = dataclasses.replace(config, eval_policies_after=max(
+            0, config.iterations - FINAL_EVALUATIONS * config.eval_every))
 
     def train() -> dict:
         start = time.perf_counter()
         agents, rows = train_on_device(cfg, env, config, seed=seeds, run_dir=run_dir, overwrite=args.overwrite,
-                                       desc=f"{name}-{method} x{len(seeds)} seeds")
+                                       desc=f"{name}-{method} x{len(seeds)} seeds", eval_policies=policies or None)
         evaluated = [r for r in rows if "eval_success" in r]
         record = dict(env_steps=[r["env_steps"] for r in evaluated],
                       success=[[r[f"eval_success/{s}"] for s in seeds] for r in evaluated],
                       seconds=time.perf_counter() - start)
+        if policies:  # at the evaluations where they acted
+            record["policy_success"] = {p: [[r[f"eval_success_{p}/{s}"] for s in seeds] for r in evaluated
+                                            if f"eval_success_{p}" in r] for p in policies}
+            first = f"eval_success_{next(iter(policies))}"  # they all act at the same evaluations
+            record["policy_env_steps"] = [r["env_steps"] for r in evaluated if first in r]
         if method == "qrl":
             record["critic_check"] = critic_check(agents, env, args.check_episodes, args.check_hold_steps)
         return record
@@ -293,7 +318,7 @@ def learning_run(args: Args, scale: DeviceLoopScale, name: str, method: str, run
         return {} if method != "qrl" else {f"check_{k}": (recorded[k], asked[k]) for k in asked
                                            if recorded[k] != asked[k]}
 
-    return report.finished_run(run_dir / RECORD, learning_settings(cfg, env, config, seeds), train,
+    return report.finished_run(run_dir / RECORD, learning_settings(cfg, env, config, seeds, policies), train,
                                overwrite=args.overwrite, ignore=LEARNING_HOST_ONLY, checked=check_settings)
 
 
@@ -343,6 +368,10 @@ def format_tables(record: dict, scale: DeviceLoopScale, args: Args) -> str:
                              f"critic alone {np.mean(check['critic_alone']):.2f}")
                     line += "".join(f" / lookahead k={k} {np.mean(v):.2f}" for k, v in check.get("lookahead", {}).items())
                 lines.append(line)
+                for policy, success in r.get("policy_success", {}).items():
+                    final = final_success(dict(success=success))
+                    lines.append(f"  {key + ' ' + policy:<20} {final.mean():.2f} +- {final.std():.2f}  (evaluated on "
+                                 f"the same episodes, built from the replay buffer's states)")
     return "\n".join(lines)
 
 
@@ -364,6 +393,10 @@ def plot(path: Path, record: dict, scale_name: str, part: str) -> None:
                     ax.plot(x, s.mean(1), marker="o", markersize=3, color=f"C{color}",
                             label=f"{NAMES[method]} ({s.shape[1]} seeds)")
                     ax.fill_between(x, s.mean(1) - s.std(1), s.mean(1) + s.std(1), color=f"C{color}", alpha=0.2)
+                    for style, (policy, success) in zip(("--", ":", "-."), r.get("policy_success", {}).items()):
+                        ax.plot(np.asarray(r["policy_env_steps"]) / 1e6, np.asarray(success).mean(1), style,
+                                color=f"C{color}", marker="s", markersize=3,
+                                label=f"{NAMES[method]}, {policy.replace('_', ' ')} (replay states)")
             ax.set(xlabel="env steps (millions)", ylabel="evaluation success rate", ylim=(-0.02, 1.02),
                    title=f"{name} (mean +- std over seeds)")
             ax.legend()

@@ -15,6 +15,12 @@ with ``segment_end``. Every method trains offline on it (``training.offline.trai
 - ``qrl_offline_scaled``: ``qrl_offline`` with the actor's distance term divided by its batch mean
   (``actor_distance_scale="batch_mean"``, as OGBench's QRL), so the BC weight is relative to a unit-sized critic term.
 
+Every evaluation also records the fraction of episodes at the goal at their last step (a policy that arrives and
+stays). At the last budget, each ``qrl_offline_scaled`` agent then acts through ``--policies``, QRL's deployable
+policies built by :func:`~platonic_rl.agents.qrl_policies.make_policy` with its defaults (what a user gets), on the
+same episodes: ``graph_waypoints`` (over the dataset's states, the actor between waypoints), ``graph_waypoints_gcbc``
+(GCBC of the same seed between them; needs ``gcbc`` in ``--methods``) and ``lookahead``.
+
     python -m platonic_rl.benchmarks.own_dataset --out-dir results/own_dataset
 """
 from __future__ import annotations
@@ -27,18 +33,22 @@ import numpy as np
 import tyro
 
 from platonic_rl import agents
+from platonic_rl.agents.contract import host_policy
 from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
+from platonic_rl.agents.qrl_policies import make_policy
 from platonic_rl.benchmarks import report
 from platonic_rl.envs.goal_env import GoalEnvAdapter, make_gymnasium_vector_env
 from platonic_rl.envs.replay import SegmentGoalSampler
-from platonic_rl.training.goal_online import evaluate
+from platonic_rl.training.goal_online import evaluate_rates
 from platonic_rl.training.offline import TrainConfig, train_offline
 from platonic_rl.training.schedule import episode_seeds
 
 TASK = "PointMaze_Open-v3"
 Method = Literal["gcbc", "qrl_defaults", "qrl_offline", "qrl_offline_scaled"]
 METHODS: tuple[Method, ...] = ("gcbc", "qrl_defaults", "qrl_offline", "qrl_offline_scaled")
+Policy = Literal["graph_waypoints", "graph_waypoints_gcbc", "lookahead"]
+POLICY_AGENT = "qrl_offline_scaled"  # the QRL agent the policies act with: the registry's offline preset
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +68,9 @@ class Args:
     eval_episodes: int = 50
     width: int = 128
     """Hidden width of every network (2 layers each; QRL's IQE head 16 x 16 on a 64-d latent: the maze2d cpu size)."""
+    policies: tuple[Policy, ...] = ("graph_waypoints", "graph_waypoints_gcbc", "lookahead")
+    """QRL's deployable policies acting with each qrl_offline_scaled agent at the last budget (make_policy's
+    defaults); graph_waypoints_gcbc needs gcbc in --methods."""
     out_dir: str = "results/own_dataset"
 
     def __post_init__(self):
@@ -70,6 +83,11 @@ class Args:
             raise ValueError(f"--noise must be >= 0, got {self.noise}")
         if self.episodes % 10:
             raise ValueError(f"--episodes must be a multiple of 10 (the vector env's size), got {self.episodes}")
+        if self.policies and POLICY_AGENT not in self.methods:
+            raise ValueError(f"--policies act with {POLICY_AGENT}: add it to --methods, or pass --policies with no "
+                             f"value")
+        if "graph_waypoints_gcbc" in self.policies and "gcbc" not in self.methods:
+            raise ValueError("--policies graph_waypoints_gcbc puts GCBC between QRL's waypoints: add gcbc to --methods")
 
 
 def make_env(num_envs: int, steps: int) -> GoalEnvAdapter:
@@ -133,8 +151,8 @@ def run(args: Args) -> dict:
     print(f"{TASK}: {args.episodes} controller episodes x {args.steps} steps (noise {args.noise}): success "
           f"{controller_success:.2f}", flush=True)
     env = make_env(10, args.steps)
-    rows = []
-    for method in args.methods:
+    rows, trained = [], {}  # trained: (method, seed) -> the agent at the last budget
+    for method in sorted(args.methods, key=lambda m: m != "gcbc"):  # GCBC first: a policy may use it
         for seed in args.seeds:
             agent, sampler = make_agent(method, args.width, seed, train_data, args.batch_size)
             done, t = 0, time.time()
@@ -145,18 +163,37 @@ def run(args: Args) -> dict:
                                                allow_online_objective=method == "qrl_defaults")  # measured as such
                 done = target
                 policy = lambda obs, goals, a=agent: np.asarray(a.step(None, obs, goals)[0])  # noqa: E731
-                success = evaluate(policy, env, args.eval_episodes, seed=10_000 + seed)
-                rows.append(dict(method=method, seed=seed, updates=target, success=success,
+                rates = evaluate_rates(policy, env, args.eval_episodes, seed=10_000 + seed)
+                rows.append(dict(method=method, seed=seed, updates=target, **rates,
                                  train_seconds=time.time() - t, **{k: float(v) for k, v in history[-1].items()
                                                                    if np.ndim(v) == 0}))
-                print(f"{method} seed {seed}: {target:,} updates ({time.time() - t:.0f} s): success {success:.2f}",
-                      flush=True)
+                print(f"{method} seed {seed}: {target:,} updates ({time.time() - t:.0f} s): success "
+                      f"{rates['success']:.2f}, at the goal at the end {rates['at_goal_at_end']:.2f}", flush=True)
+            trained[method, seed] = agent
+    policy_rows = [policy_row(name, trained, seed, train_data["observations"], env, args)
+                   for name in args.policies for seed in args.seeds]
     record = dict(task=TASK, dataset=dict(episodes=args.episodes, steps=args.steps, noise=args.noise,
                                           controller_success=controller_success),
-                  rows=rows)
+                  rows=rows, policy_rows=policy_rows)
     table = format_table(record, args)
     return report.save_run(args.out_dir, "platonic_rl.benchmarks.own_dataset", args, record, table,
                            total_seconds=time.time() - start)
+
+
+def policy_row(name: str, trained: dict, seed: int, states: np.ndarray, env, args: Args) -> dict:
+    """QRL's deployable policy ``name`` built from seed ``seed``'s :data:`POLICY_AGENT` (and the dataset's states, and
+    its GCBC), evaluated on that seed's episodes."""
+    qrl = trained[POLICY_AGENT, seed]
+    if name == "lookahead":
+        policy = make_policy("lookahead", qrl)
+    else:
+        inner = dict(inner=trained["gcbc", seed]) if name == "graph_waypoints_gcbc" else {}
+        policy = make_policy("graph_waypoints", qrl, states, **inner)
+    t = time.time()
+    rates = evaluate_rates(host_policy(policy), env, args.eval_episodes, seed=10_000 + seed)
+    print(f"{name} seed {seed}: success {rates['success']:.2f}, at the goal at the end {rates['at_goal_at_end']:.2f}",
+          flush=True)
+    return dict(policy=name, seed=seed, updates=args.updates[-1], **rates, eval_seconds=time.time() - t)
 
 
 def format_table(record: dict, args: Args) -> str:
@@ -172,6 +209,16 @@ def format_table(record: dict, args: Args) -> str:
             cells.append(f"{np.mean(values):.2f} ± {np.std(values):.2f}" if values else "--")
             seconds += [r["train_seconds"] for r in record["rows"] if r["method"] == method and r["updates"] == u]
         lines.append(f"{method:<22}" + "".join(f"{c:>18}" for c in cells) + f"{max(seconds, default=0):>10.0f}")
+    mean_std = lambda rows, key: f"{np.mean([r[key] for r in rows]):.2f} ± {np.std([r[key] for r in rows]):.2f}"  # noqa: E731
+    last = args.updates[-1]
+    acting = [(method, [r for r in record["rows"] if r["method"] == method and r["updates"] == last])
+              for method in args.methods]
+    acting += [(f"{POLICY_AGENT}: {name}", [r for r in record.get("policy_rows", []) if r["policy"] == name])
+               for name in args.policies]
+    lines += [f"\nAt {last:,} updates, acting with each (QRL's policies: make_policy's defaults on the {POLICY_AGENT} "
+              f"agents)", f"{'policy':<44}{'success':>14}{'at the goal at the end':>26}"]
+    lines += [f"{label:<44}{mean_std(rows, 'success'):>14}{mean_std(rows, 'at_goal_at_end'):>26}"
+              for label, rows in acting if rows and all("at_goal_at_end" in r for r in rows)]
     return "\n".join(lines)
 
 

@@ -114,6 +114,17 @@ class EpisodeBuffer(_EpisodeRing, struct.PyTreeNode):
             size=jnp.minimum(self.size + observations.shape[0], self.capacity),
             insert_at=(self.insert_at + observations.shape[0]) % self.capacity)
 
+    def sample_states(self, key: jax.Array, count: int) -> jax.Array:
+        """``count`` stored states ``[count, *obs_shape]``, uniform over the stored episodes' steps (with
+        replacement): e.g. the waypoints of a policy that plans over the replay buffer
+        (:class:`~platonic_rl.agents.qrl_policies.PolicySpec`). An empty buffer gives zeros (check ``size``)."""
+        if not isinstance(count, int) or count < 1:
+            raise ValueError(f"EpisodeBuffer.sample_states: count must be an int >= 1, got {count!r}")
+        episode_key, t_key = jax.random.split(key)
+        episode = jax.random.randint(episode_key, (count,), 0, jnp.maximum(self.size, 1))
+        t = jax.random.randint(t_key, (count,), 0, self.horizon + 1)
+        return self.observations[episode, t]
+
     def sample(self, key: jax.Array, batch_size: int, p_future: float = 1.0, discount: float = 0.99
                ) -> dict[str, jax.Array]:
         """``batch_size`` transitions with relabelled goal states; see the module docstring.

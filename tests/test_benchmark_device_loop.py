@@ -18,13 +18,17 @@ from platonic_rl.envs import jax_env
 
 
 def test_learning_records_are_saved_reused_refused_and_retrained(tmp_path, capsys, monkeypatch):
-    trained = []
+    trained, policies = [], []
 
-    def fake_train(cfg, env, config, seed, run_dir, overwrite, desc):  # success = seed / 10 at every evaluation
+    def fake_train(cfg, env, config, seed, run_dir, overwrite, desc, eval_policies):
+        """success = seed / 10 at every evaluation; an evaluation policy's, (seed + 5) / 10."""
         trained.append((type(cfg).__name__, config.iterations, overwrite))
+        policies.append(eval_policies)
         run_dir.mkdir(parents=True, exist_ok=True)  # as the run directory the real trainer opens
         rows = [{"iteration": i, "env_steps": 100 * i, "eval_success": sum(seed) / 10 / len(seed),
-                 **{f"eval_success/{s}": s / 10 for s in seed}}
+                 **{f"eval_success/{s}": s / 10 for s in seed},
+                 **{f"eval_success_{p}": (sum(seed) / len(seed) + 5) / 10 for p in (eval_policies or {})},
+                 **{f"eval_success_{p}/{s}": (s + 5) / 10 for p in (eval_policies or {}) for s in seed}}
                 for i in range(1, config.iterations + 1) if i % config.eval_every == 0]
         return None, rows
 
@@ -56,6 +60,17 @@ def test_learning_records_are_saved_reused_refused_and_retrained(tmp_path, capsy
                                                  "overwrite": True}))
     assert trained[-1] == ("GCBCConfig", 6, True) and set(record["learning"]) == {"umaze/gcbc", "umaze/qrl"}
     assert len(record["learning"]["umaze/gcbc"]["success"]) == 1  # 6 iterations: one evaluation
+    # QRL's deployable policies evaluated in the loop: only QRL's run gets them, they are part of its settings.
+    assert policies == [None, None, None]
+    with pytest.raises(ValueError, match="eval_policies"):
+        device_loop.run(device_loop.Args(**{**vars(args), "methods": ("qrl",), "qrl_eval_policies": ("graph_waypoints",)}))
+    graph = device_loop.Args(**{**vars(args), "methods": ("qrl",), "qrl_eval_policies": ("graph_waypoints",),
+                                "overwrite": True})
+    record = device_loop.run(graph)
+    assert policies[-1] == {"graph_waypoints": device_loop.QRL_EVAL_POLICIES["graph_waypoints"]}
+    assert record["learning"]["umaze/qrl"]["policy_success"] == {"graph_waypoints": [[0.5, 0.6], [0.5, 0.6]]}
+    assert record["learning"]["umaze/qrl"]["policy_env_steps"] == [600, 1200]
+    assert "umaze/qrl graph_waypoints 0.55 +- 0.05" in capsys.readouterr().out
 
 
 @pytest.mark.slow  # ~80 s on 2 cores (three device-loop programs compiled); the fast test above covers the reuse logic

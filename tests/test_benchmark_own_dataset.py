@@ -43,6 +43,26 @@ def test_bad_arguments_are_refused():
         own_dataset.Args(episodes=15)
     with pytest.raises(ValueError, match="--noise must be >= 0"):
         own_dataset.Args(noise=-1.0)
+    with pytest.raises(ValueError, match="--policies act with qrl_offline_scaled"):
+        own_dataset.Args(methods=("gcbc",))
+    with pytest.raises(ValueError, match="add gcbc to --methods"):
+        own_dataset.Args(methods=("qrl_offline_scaled",))
+    own_dataset.Args(methods=("gcbc",), policies=())  # no policy: nothing to act with
+
+
+def test_the_table_gives_each_policy_beside_the_agents_at_the_last_budget():
+    args = own_dataset.Args(methods=("gcbc", "qrl_offline_scaled"), seeds=(0, 1), updates=(10, 20),
+                            policies=("graph_waypoints",))
+    rows = [dict(method=m, seed=s, updates=u, success=0.1 * s + u / 100, at_goal_at_end=0.5 * s, train_seconds=u)
+            for m in args.methods for s in args.seeds for u in args.updates]
+    policy_rows = [dict(policy="graph_waypoints", seed=s, updates=20, success=1.0, at_goal_at_end=0.25 + 0.5 * s)
+                   for s in args.seeds]
+    table = own_dataset.format_table(dict(task="T", dataset=dict(controller_success=1.0), rows=rows,
+                                          policy_rows=policy_rows), args)
+    lines = table.splitlines()
+    assert lines[2].split() == ["gcbc", "0.15", "±", "0.05", "0.25", "±", "0.05", "20"]
+    assert lines[-3].split()[1:] == ["0.25", "±", "0.05", "0.25", "±", "0.25"]  # gcbc at 20 updates
+    assert lines[-1].split()[1:] == ["graph_waypoints", "1.00", "±", "0.00", "0.50", "±", "0.25"]
 
 
 def test_the_registrys_presets_are_the_measured_settings():

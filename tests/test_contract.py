@@ -113,7 +113,7 @@ def test_host_policy_carries_the_policy_state_until_reset_and_evaluations_reset_
     import jax.numpy as jnp
 
     from platonic_rl.agents.contract import host_policy
-    from platonic_rl.training.goal_online import evaluate
+    from platonic_rl.training.goal_online import evaluate, evaluate_rates
 
     class Clock(flax.struct.PyTreeNode):
         """Acts with the number of steps taken since its state began."""
@@ -130,10 +130,12 @@ def test_host_policy_carries_the_policy_state_until_reset_and_evaluations_reset_
     assert float(policy(obs, obs)[0, 0]) == 0.0
 
     class ThreeStepEnv:  # success when the policy's third action is 2: it began the batch's episodes afresh
-        num_envs = 2
+        num_envs = 2    # (and at the goal at the end in the first sub-env only)
 
         def rollout(self, policy, seed, renderer=None):
             actions = [policy(obs, obs) for _ in range(3)]
-            return dict(success=actions[-1][:, 0] == 2.0)
+            return dict(success=actions[-1][:, 0] == 2.0, final_success=np.array([True, False]))
 
     assert evaluate(policy, ThreeStepEnv(), episodes=6, seed=0) == 1.0  # three batches, each from a fresh state
+    # 5 episodes: batches of 2, 2, 1; at the end in episodes 0, 2 and 4.
+    assert evaluate_rates(policy, ThreeStepEnv(), episodes=5, seed=0) == dict(success=1.0, at_goal_at_end=0.6)

@@ -248,6 +248,30 @@ def test_evaluation_policies_act_on_the_agents_episodes(tmp_path):
         make_loop(qrl, line, short, eval_policies={"x": 1})
 
 
+def test_a_policy_over_states_is_built_from_the_replay_buffer():
+    """A waypoint policy's spec gets its waypoints from the loop's replay buffer at each evaluation: the loop's
+    number is the policy built from the buffer's states drawn with the evaluation's key, on its episodes."""
+    line = Line()
+    qrl = dataclasses.replace(QRL, obs_dim=1)
+    short = dataclasses.replace(TINY, iterations=4, unroll=5, eval_every=2, eval_episodes=16, eval_policies_after=2)
+    graph = PolicySpec.of("graph_waypoints", num_waypoints=12, reach=3.0, hold_steps=2, grid_size=3)
+    assert graph.dataset_states_wanted == 12 and PolicySpec.of("lookahead").dataset_states_wanted == 0
+    loop = make_loop(qrl, line, short, eval_policies={"graph": graph})
+    state, metrics = jax.jit(lambda k: loop.run(loop.init(k), 4))(jax.random.PRNGKey(3))
+    key = jax.random.fold_in(jax.random.PRNGKey(EVAL_KEY), 4)
+    states = state.buffer.sample_states(jax.random.fold_in(key, 1), 12)
+    assert set(np.round(np.asarray(states).ravel(), 5)) <= set(np.round(np.asarray(
+        state.buffer.observations[:int(state.buffer.size)]).ravel(), 5))
+    policy = graph(state.agent, states)
+    expected = jnp.mean(jax.jit(lambda: jax_env.rollout_acting(line, policy, key, short.eval_episodes)["success"])())
+    # Evaluated at iterations 2 and 4; the policy only after iteration 2 (eval_policies_after).
+    assert float(metrics["eval_success_graph"][3]) == pytest.approx(float(expected))
+    assert np.isnan(np.asarray(metrics["eval_success_graph"])[:3]).all() and not np.isnan(metrics["eval_success"][1])
+    with pytest.raises(ValueError, match="dataset_states_wanted must be an int >= 0"):
+        make_loop(qrl, line, short, eval_policies={"x": type("Build", (), dict(
+            dataset_states_wanted=-1, __call__=lambda self, agent: agent))()})
+
+
 def test_vmapped_seeds_evaluate_only_when_due():
     """Under vmap a batched predicate turns lax.cond into both branches and a select: the loop keeps the iteration
     count unbatched, so the evaluation episodes run only at evaluations (counted by a callback in a policy)."""

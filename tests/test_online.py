@@ -143,10 +143,23 @@ def test_evaluation_policies_act_on_the_agents_episodes(tmp_path):
 
     loop = dataclasses.replace(TOY, env_steps=300)
     lookahead = PolicySpec.of("lookahead", hold_steps=2, grid_size=2)
-    policies = {"actor": lambda agent: agent, "lookahead": lookahead}
+
+    class OverStates:  # a build that plans over replay states (as a waypoint PolicySpec): it records what it got
+        dataset_states_wanted, received = 7, []
+
+        def __call__(self, agent, states):
+            self.received.append(np.asarray(states))
+            return agent
+
+    over_states = OverStates()
+    policies = {"actor": lambda agent: agent, "lookahead": lookahead, "states": over_states}
     agent, history = train_online(QRLContinuousAgent.create(QRL_TINY, 0), loop, tmp_path, eval_policies=policies)
     evaluated = [r for r in history if "eval_success" in r]
-    assert evaluated and all(r["eval_success_actor"] == r["eval_success"] for r in evaluated)  # the same episodes
+    assert evaluated and all(r["eval_success_actor"] == r["eval_success"] == r["eval_success_states"]
+                             for r in evaluated)  # the same episodes
+    # Each evaluation built it from 7 replay states (observations: not all zeros, as an empty buffer's would be).
+    assert len(over_states.received) == len(evaluated)
+    assert all(s.shape == (7, QRL_TINY.obs_dim) and np.abs(s).sum(1).min() > 0 for s in over_states.received)
     assert all(0 < r["eval_policies_seconds"] < r["cycle_seconds"] for r in evaluated)
     # The last evaluation is the trained agent's lookahead on the evaluation's episodes.
     env = make_goal_env("reach", 2)
@@ -158,6 +171,7 @@ def test_evaluation_policies_act_on_the_agents_episodes(tmp_path):
     assert evaluated[-1]["eval_success_lookahead"] == expected
     recorded = json.loads((tmp_path / "config.json").read_text())["settings"]["eval_policies"]
     assert recorded == {"actor": "test_evaluation_policies_act_on_the_agents_episodes.<locals>.<lambda>",
-                        "lookahead": {"policy": "lookahead", "grid_size": 2, "hold_steps": 2}}
+                        "lookahead": {"policy": "lookahead", "grid_size": 2, "hold_steps": 2},
+                        "states": "OverStates"}
     with pytest.raises(ValueError, match="eval_success_<name>"):
         train_online(agent, loop, eval_policies={"a/b": lookahead})

@@ -387,10 +387,11 @@ def test_the_arrival_policy_acts_where_the_target_is_the_goal_and_the_inner_else
         P.WaypointPolicy.create(agent, waypoints, reach, arrival="lookahead")
 
 
-def test_make_policy_defaults_are_the_settings_the_benchmarks_measured(agent):
+def test_make_policy_defaults_are_the_settings_the_benchmarks_measured(agent, monkeypatch):
     """A policy built by name alone acts as the tables' rows did: make_policy's defaults are QRLPolicySettings',
     the maze2d and OGBench benchmarks' cpu settings are those same settings, and each row's policy equals the
-    default one (same structure, same arrays)."""
+    default one (same structure, same arrays; the waypoint policies compared by what they are created from, so that
+    the 1,000-waypoint graph is built once)."""
     from platonic_rl.benchmarks import ogbench
     from platonic_rl.benchmarks.presets import maze2d_scales
 
@@ -399,13 +400,17 @@ def test_make_policy_defaults_are_the_settings_the_benchmarks_measured(agent):
     rows = [("lookahead", None, None, "grid"), ("lookahead", None, None, "actor"), ("waypoints", "actor", None, "grid"),
             ("graph_waypoints", "actor", None, "grid"), ("graph_waypoints", "lookahead", None, "grid"),
             ("graph_waypoints", "actor", "lookahead", "grid")]
-    for name, inner, arrival, candidates in rows:
-        benchmark = P.DEFAULT_SETTINGS.policy_kwargs(name, inner, arrival, candidates=candidates)
-        chosen = {k: v for k, v in benchmark.items() if k in ("inner", "arrival", "grid_size", "actor_samples")}
-        ours, theirs = P.make_policy(name, agent, data, **chosen), P.make_policy(name, agent, data, **benchmark)
-        assert jax.tree_util.tree_structure(ours) == jax.tree_util.tree_structure(theirs), (name, inner, arrival)
-        for a, b in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(theirs)):
-            np.testing.assert_array_equal(a, b)
+    create = P.WaypointPolicy.create
+    with monkeypatch.context() as patched:
+        patched.setattr(P.WaypointPolicy, "create", classmethod(lambda cls, *args: args))  # what it is created from
+        for name, inner, arrival, candidates in rows:
+            benchmark = P.DEFAULT_SETTINGS.policy_kwargs(name, inner, arrival, candidates=candidates)
+            chosen = {k: v for k, v in benchmark.items() if k in ("inner", "arrival", "grid_size", "actor_samples")}
+            ours, theirs = P.make_policy(name, agent, data, **chosen), P.make_policy(name, agent, data, **benchmark)
+            assert jax.tree_util.tree_structure(ours) == jax.tree_util.tree_structure(theirs), (name, inner, arrival)
+            for a, b in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(theirs)):
+                np.testing.assert_array_equal(a, b)
+    assert P.WaypointPolicy.create == create
     graph = P.make_policy("graph_waypoints", agent, data)
     assert (graph.waypoints.shape[0], float(graph.reach), graph.replan_every, graph.patience) == (1000, 20.0, 5, 40)
     assert P.make_policy("mppi", agent).num_samples == 10_000

@@ -98,8 +98,22 @@ def test_random_goals_cover_the_buffer():
     assert np.mean(np.asarray(mixed["goal_offsets"]) >= 0) == pytest.approx(0.7, abs=0.02)
 
 
+def test_sampled_states_are_stored_steps_uniformly():
+    buf = add(EpisodeBuffer.create(capacity=8, horizon=T, obs_shape=D, action_dim=A), *episodes(0, 3))
+    states = np.asarray(jax.jit(EpisodeBuffer.sample_states, static_argnames="count")(
+        buf, jax.random.PRNGKey(4), count=18_000)).astype(int)
+    assert states.shape == (18_000, D)
+    cells, counts = np.unique(states, axis=0, return_counts=True)
+    # Every (episode, step) of the 3 stored episodes, the last observation included, and nothing else, each
+    # 18,000 / 18 = 1,000 times (binomial std ~30).
+    assert [tuple(c) for c in cells] == [(e, t) for e in range(3) for t in range(T + 1)]
+    assert np.all(np.abs(counts - 1000) < 150)
+
+
 def test_bad_input():
     buf = EpisodeBuffer.create(capacity=2, horizon=T, obs_shape=D, action_dim=A)
+    with pytest.raises(ValueError, match="count must be an int >= 1"):
+        buf.sample_states(jax.random.PRNGKey(0), 0)
     with pytest.raises(ValueError, match="observations must have shape"):
         buf.add(np.zeros((1, T, D)), np.zeros((1, T, A)))
     with pytest.raises(ValueError, match="capacity"):

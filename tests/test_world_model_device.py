@@ -100,10 +100,15 @@ def test_episodes_return_their_rewards_and_the_task_return_leaves_out_the_noise(
     np.testing.assert_array_equal(episodes["prev_actions"], again["prev_actions"])  # greedy: deterministic
 
 
-def test_vmapped_seeds_equal_lone_runs_and_chunks_resume_exactly(tmp_path):
-    lone, rows = train_world_model_on_device(AGENT, Drift(), TOY, seed=7)
+@pytest.mark.slow  # ~10 s of compilation; the host chunks of the same loop machinery: tests/test_device_loop.py
+def test_host_chunks_equal_the_whole_program():
+    lone, _ = train_world_model_on_device(AGENT, Drift(), TOY, seed=7)
     whole, metrics = jax.jit(make_world_model_loop(AGENT, Drift(), TOY).train)(jax.random.PRNGKey(7))
     leaves_close(lone, whole, rtol=1e-5, atol=1e-6)
+
+
+def test_vmapped_seeds_equal_lone_runs_and_chunks_resume_exactly(tmp_path):
+    lone, rows = train_world_model_on_device(AGENT, Drift(), TOY, seed=7)
     assert [r["iteration"] for r in rows] == [1, 2, 3] and [r["env_steps"] for r in rows] == [120, 160, 200]
     assert [r["iteration"] for r in rows if "eval_return" in r] == [2, 3]
     pair, pair_rows = train_world_model_on_device(AGENT, Drift(), TOY, seed=(4, 7))

@@ -47,7 +47,7 @@ from platonic_rl.common.settings import HOST, budget, host_setting, recorded_fie
 from platonic_rl.agents.contract import check_agent
 from platonic_rl.envs import jax_env
 from platonic_rl.envs.replay import EpisodeBuffer, GoalSampler
-from platonic_rl.training.evaluation import check_eval_policies, describe, metric_name
+from platonic_rl.training.evaluation import build_policy, check_eval_policies, describe, metric_name
 from platonic_rl.training.loop import LoopRun
 from platonic_rl.training.run import agent_settings
 from platonic_rl.training.schedule import checkpoint_due
@@ -69,6 +69,8 @@ class DeviceLoopConfig:
     discount: float = 0.99            # of the future-goal offset distribution
     eval_every: int = 10              # iterations (and after the last)
     eval_episodes: int = 64
+    eval_policies_after: int = 0      # the evaluation policies act only at evaluations after this iteration
+    #                                   (a policy may cost many times the agent's episodes: e.g. the last few only)
     buffer_episodes: int | None = None  # replay capacity; None: every episode of the budget
     chunk_iterations: int = host_setting(10)  # iterations per compiled call in train_on_device
     checkpoint_every: int = host_setting(1)   # chunks (train_on_device); 0 disables
@@ -82,6 +84,9 @@ class DeviceLoopConfig:
         if not 0.0 <= self.p_future <= 1.0 or not 0.0 < self.discount < 1.0:
             raise ValueError(f"DeviceLoopConfig: p_future must be in [0, 1] and discount in (0, 1), got "
                              f"{self.p_future}, {self.discount}")
+        if not isinstance(self.eval_policies_after, int) or self.eval_policies_after < 0:
+            raise ValueError(f"DeviceLoopConfig.eval_policies_after must be an int >= 0 (an iteration), got "
+                             f"{self.eval_policies_after!r}")
         if self.buffer_episodes is not None and self.buffer_episodes < 1:
             raise ValueError(f"DeviceLoopConfig.buffer_episodes must be positive or None, got {self.buffer_episodes}")
 
@@ -229,14 +234,18 @@ class DeviceLoop(IteratedLoop):
         explore_success = jnp.where(ended, jnp.mean(success.astype(jnp.float32)), jnp.nan)
         return jax.lax.cond(ended, store_and_reset, lambda s: s, state), explore_success
 
-    def evaluate(self, agent, key: jax.Array) -> dict[str, jax.Array]:
+    def evaluate(self, agent, key: jax.Array, buffer: EpisodeBuffer, policies_due: jax.Array | bool = True
+                 ) -> dict[str, jax.Array]:
         """Success rates over ``eval_episodes`` episodes drawn from ``key``: ``eval_success`` of ``agent``'s
-        deterministic policy, ``eval_success_<name>`` of each evaluation policy built from it, on the same
-        episodes."""
+        deterministic policy and, where ``policies_due``, ``eval_success_<name>`` of each evaluation policy built
+        from it (and, for one that plans over states, from ``buffer``'s), on the same episodes (NaN where not due)."""
         success = lambda policy: jnp.mean(  # noqa: E731
             jax_env.rollout_acting(self.env, policy, key, self.config.eval_episodes)["success"])
-        return dict(eval_success=success(agent),
-                    **{metric_name(name): success(build(agent)) for name, build in self.eval_policies})
+        states_key = jax.random.fold_in(key, 1)
+        policies = lambda: {metric_name(name): success(build_policy(build, agent, buffer, states_key))  # noqa: E731
+                            for name, build in self.eval_policies}
+        skipped = lambda: {metric_name(name): jnp.float32(jnp.nan) for name, _ in self.eval_policies}  # noqa: E731
+        return dict(eval_success=success(agent), **jax.lax.cond(policies_due, policies, skipped))
 
     def iterate(self, state: LoopState, iteration: jax.Array | None = None) -> tuple[LoopState, dict]:
         """One iteration: collect, update, maybe evaluate. Returns the state and the iteration's metrics.
@@ -251,7 +260,9 @@ class DeviceLoop(IteratedLoop):
         due = (iteration % config.eval_every == 0) | (iteration == config.iterations)
         eval_key = jax.random.fold_in(jax.random.PRNGKey(EVAL_KEY), iteration)
         not_due = {name: jnp.float32(jnp.nan) for name in self.evaluate_names()}
-        evaluations = jax.lax.cond(due, lambda: self.evaluate(agent, eval_key), lambda: not_due)
+        policies_due = iteration > config.eval_policies_after
+        evaluations = jax.lax.cond(due, lambda: self.evaluate(agent, eval_key, state.buffer, policies_due),
+                                   lambda: not_due)
         row = dict(metrics, env_steps=state.env_steps, explore_success=explore_success, **evaluations,
                    **{f"finite/{name}": jnp.all(value) for name, value in finite.items()})
         return state.replace(agent=agent, key=key, iteration=state.iteration + 1), row

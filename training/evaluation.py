@@ -10,6 +10,12 @@
 :class:`~platonic_rl.agents.qrl_policies.PolicySpec`). Each one is evaluated on the episodes of ``eval_success`` and
 logged as ``eval_success_<name>``. What the policies are is part of a run's settings: a build with ``as_dict()`` (a
 ``PolicySpec``) is recorded by its settings, any other by its qualified name.
+
+A build whose ``dataset_states_wanted`` is n > 0 (a waypoint policy's ``PolicySpec``) is called as ``build(agent,
+states)`` with n states drawn from the loop's replay buffer at that evaluation: the policy plans over the replay
+buffer (Search on the Replay Buffer, Eysenbach et al., 2019), as offline it plans over the dataset.
+
+    eval_policies = {"graph_waypoints": PolicySpec.of("graph_waypoints", num_waypoints=500)}
 """
 from __future__ import annotations
 
@@ -34,7 +40,19 @@ def check_eval_policies(eval_policies: Mapping[str, Callable[[Any], Any]] | None
         if not callable(build):
             raise TypeError(f"eval_policies[{name!r}] must be callable, build(agent) -> policy, got "
                             f"{type(build).__name__}")
+        wanted = getattr(build, "dataset_states_wanted", 0)
+        if not isinstance(wanted, int) or isinstance(wanted, bool) or wanted < 0:
+            raise ValueError(f"eval_policies[{name!r}].dataset_states_wanted must be an int >= 0 (the replay "
+                             f"buffer states it is built from), got {wanted!r}")
     return tuple(eval_policies.items())
+
+
+def build_policy(build: Callable[..., Any], agent: Any, buffer: Any, key: Any) -> Any:
+    """``build``'s policy for ``agent``: ``build(agent)``, or ``build(agent, states)`` with its
+    ``dataset_states_wanted`` states of ``buffer`` (an :class:`~platonic_rl.envs.replay.EpisodeBuffer`) drawn with
+    ``key``."""
+    wanted = getattr(build, "dataset_states_wanted", 0)
+    return build(agent, buffer.sample_states(key, wanted)) if wanted else build(agent)
 
 
 def metric_name(name: str) -> str:

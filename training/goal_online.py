@@ -35,7 +35,7 @@ from platonic_rl.agents.contract import check_agent, host_policy
 from platonic_rl.envs import fetch
 from platonic_rl.envs.goal_env import GoalEnvAdapter, make_gymnasium_vector_env
 from platonic_rl.envs.replay import EpisodeBuffer, GoalSampler
-from platonic_rl.training.evaluation import check_eval_policies, describe, metric_name
+from platonic_rl.training.evaluation import build_policy, check_eval_policies, describe, metric_name
 from platonic_rl.training.loop import LoopRun
 from platonic_rl.training.run import agent_settings
 from platonic_rl.training.schedule import (EXPLORATION_STREAM, EvaluationSchedule, checkpoint_due, episode_seed,
@@ -152,16 +152,24 @@ def evaluate(policy, env: GoalEnvAdapter, episodes: int, seed: int, renderer=Non
     episode resets with its own seed (:func:`~platonic_rl.training.schedule.episode_seeds` of ``seed``), so the
     episodes of one evaluation are all different, and those of evaluations with other seeds too; the same
     ``seed`` gives the same episodes, whatever the policy."""
+    return evaluate_rates(policy, env, episodes, seed, renderer)["success"]
+
+
+def evaluate_rates(policy, env: GoalEnvAdapter, episodes: int, seed: int, renderer=None) -> dict[str, float]:
+    """:func:`evaluate`'s episodes, two rates: ``success`` (the goal reached at any step) and ``at_goal_at_end``
+    (the env's success at the episode's last step: a policy that arrives and stays)."""
     if episodes < 1:
         raise ValueError(f"evaluate: episodes must be >= 1, got {episodes}")
     batches = math.ceil(episodes / env.num_envs)
     seeds = episode_seeds(seed, batches * env.num_envs)
-    successes = []
+    successes, at_end = [], []
     for i in range(batches):
         start_episodes(policy)
         out = env.rollout(policy, seed=seeds[i * env.num_envs:(i + 1) * env.num_envs], renderer=renderer)
         successes.append(out["success"])
-    return float(np.concatenate(successes)[:episodes].mean())
+        at_end.append(out["final_success"])
+    return dict(success=float(np.concatenate(successes)[:episodes].mean()),
+                at_goal_at_end=float(np.concatenate(at_end)[:episodes].mean()))
 
 
 def make_goal_env(task: str, num_envs: int) -> GoalEnvAdapter:
@@ -268,8 +276,10 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
                     row["eval_success"] = evaluate(host_policy(state["agent"]), eval_env, config.eval_episodes,
                                                    seed=eval_seed(state["env_steps"]), renderer=eval_renderer)
                     policies_start = time.perf_counter()
+                    states_key = jax.random.fold_in(jax.random.PRNGKey(config.seed), int(state["env_steps"]))
                     for name, build in eval_policies:  # the same episodes
-                        row[metric_name(name)] = evaluate(host_policy(build(state["agent"])), eval_env,
+                        policy = build_policy(build, state["agent"], state["buffer"], states_key)
+                        row[metric_name(name)] = evaluate(host_policy(policy), eval_env,
                                                           config.eval_episodes, seed=eval_seed(state["env_steps"]),
                                                           renderer=eval_renderer)
                     if eval_policies:  # part of cycle_seconds, kept apart so that training times compare
