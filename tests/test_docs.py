@@ -95,6 +95,10 @@ SLOW_BLOCKS = {
     # ~20 s: four of MJX's reacher with its twin reset and stepped in one program. By default the twin's env steps
     # alone (tests/test_dmc_jax.py) and the loops' tests vmap toy envs.
     ("docs/environments.md", 'env = DMCJaxEnv("reacher-easy", "distractors")'),
+    # ~15-35 s: GCBC and QRL trained offline from an .npz with run directories. By default the offline loop, its run
+    # directories and the registry's presets are tested on their own (tests/test_train.py, tests/test_run_directory.py,
+    # tests/test_benchmark_own_dataset.py), and the README's first block runs.
+    ("README.md", 'np.savez("walks.npz"'),
 }
 
 
