@@ -301,11 +301,11 @@ def learning_run(args: Args, scale: DeviceLoopScale, name: str, method: str, run
         record = dict(env_steps=[r["env_steps"] for r in evaluated],
                       success=[[r[f"eval_success/{s}"] for s in seeds] for r in evaluated],
                       seconds=time.perf_counter() - start)
-        if policies:  # at the evaluations where they acted
-            record["policy_success"] = {p: [[r[f"eval_success_{p}/{s}"] for s in seeds] for r in evaluated
-                                            if f"eval_success_{p}" in r] for p in policies}
-            first = f"eval_success_{next(iter(policies))}"  # they all act at the same evaluations
-            record["policy_env_steps"] = [r["env_steps"] for r in evaluated if first in r]
+        if policies:  # at the evaluations where they acted (all of them at the same ones)
+            acted = [r for r in evaluated if f"eval_success_{next(iter(policies))}" in r]
+            record["policy_success"] = {p: [[r[f"eval_success_{p}/{s}"] for s in seeds] for r in acted]
+                                        for p in policies}
+            record["policy_env_steps"] = [r["env_steps"] for r in acted]
         if method == "qrl":
             record["critic_check"] = critic_check(agents, env, args.check_episodes, args.check_hold_steps)
         return record
