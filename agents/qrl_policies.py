@@ -227,6 +227,13 @@ class WaypointPolicy(flax.struct.PyTreeNode):
     chosen again and again; this is the suite's form of the cleanup of Sparse Graphical Memory (Emmons et al.,
     2020), which removes a graph edge the agent failed to traverse.
 
+    ``stall_goal_dims`` (None: off; needs ``patience``): once an episode has stalled (``patience``), its targets take
+    the goals' form for the rest of the episode, the waypoint's ``stall_goal_dims`` entries in the goal (a maze2d
+    goal: the waypoint's position at rest). A waypoint is a state the dataset passed, velocity included; one the
+    dataset passed moving back the way the point came asks an inner policy to turn round, and the point can stand
+    still before it (maze2d large's single goal). At rest, every target can be reached and stayed at; the waypoints
+    keep their velocities until then, which carry the point faster along the path.
+
     ``arrival`` (None: off): a policy with ``step`` (e.g. a :class:`LatentLookahead`) that acts instead of ``inner``
     where the target is the goal itself (it is within reach): an inner policy that navigates between waypoints may not
     stop at the goal (on maze2d medium the actor reaches the goal in 86-100% of the episodes and leaves it again). A
@@ -242,21 +249,21 @@ class WaypointPolicy(flax.struct.PyTreeNode):
     patience: int | None = flax.struct.field(pytree_node=False, default=None)
     arrival: Any = None
     goal_dims: tuple[int, ...] | None = flax.struct.field(pytree_node=False, default=None)
+    stall_goal_dims: tuple[int, ...] | None = flax.struct.field(pytree_node=False, default=None)
 
     @classmethod
     def create(cls, agent: QRLContinuousAgent, waypoints: jax.Array, reach: float, inner: Any = None,
                replan_every: int = 1, plan: str = "greedy", patience: int | None = None,
-               arrival: Any = None, goal_dims: tuple[int, ...] | None = None) -> "WaypointPolicy":
+               arrival: Any = None, goal_dims: tuple[int, ...] | None = None,
+               stall_goal_dims: tuple[int, ...] | None = None) -> "WaypointPolicy":
         waypoints = jnp.asarray(waypoints, jnp.float32)
         if waypoints.ndim != 2 or waypoints.shape[0] < 1 or waypoints.shape[1:] != agent.config.obs_shape:
             raise ValueError(f"waypoints must be dataset states [M >= 1, {agent.config.obs_shape}], got "
                              f"{waypoints.shape}")
-        if goal_dims is not None:
-            goal_dims = tuple(goal_dims)
-            if (not goal_dims or len(set(goal_dims)) != len(goal_dims)
-                    or not all(isinstance(i, int) and 0 <= i < waypoints.shape[1] for i in goal_dims)):
-                raise ValueError(f"goal_dims must be None or distinct indices into a {waypoints.shape[1]}-dim state "
-                                 f"(the entries a goal specifies), got {goal_dims!r}")
+        goal_dims = _check_goal_dims("goal_dims", goal_dims, waypoints.shape[1])
+        stall_goal_dims = _check_goal_dims("stall_goal_dims", stall_goal_dims, waypoints.shape[1])
+        if stall_goal_dims is not None and patience is None:
+            raise ValueError("stall_goal_dims needs patience (an int >= 1): it acts once an episode has stalled")
         if not reach > 0:
             raise ValueError(f"reach must be > 0 (steps of learned distance), got {reach}")
         if not isinstance(replan_every, int) or replan_every < 1:
@@ -272,15 +279,17 @@ class WaypointPolicy(flax.struct.PyTreeNode):
                              f"{type(arrival).__name__}")
         return cls(agent=agent, inner=agent if inner is None else inner, waypoints=waypoints,
                    waypoint_projections=projections, reach=jnp.float32(reach), paths=paths,
-                   replan_every=replan_every, plan=plan, patience=patience, arrival=arrival, goal_dims=goal_dims)
+                   replan_every=replan_every, plan=plan, patience=patience, arrival=arrival, goal_dims=goal_dims,
+                   stall_goal_dims=stall_goal_dims)
 
-    def as_goal(self, waypoints: jax.Array, goals: jax.Array) -> jax.Array:
-        """Targets of the kind the goals are: each goal with its ``goal_dims`` entries taken from the waypoint (the
-        waypoint itself where ``goal_dims`` is None). A maze2d goal is a position at rest, so a waypoint's target is
-        its position at rest, not the velocity the dataset passed it with."""
-        if self.goal_dims is None:
+    def as_goal(self, waypoints: jax.Array, goals: jax.Array, goal_dims: tuple[int, ...] | None = None) -> jax.Array:
+        """Targets of the kind the goals are: each goal with its ``goal_dims`` entries (default: the policy's) taken
+        from the waypoint (the waypoint itself where they are None). A maze2d goal is a position at rest, so a
+        waypoint's target is its position at rest, not the velocity the dataset passed it with."""
+        goal_dims = self.goal_dims if goal_dims is None else goal_dims
+        if goal_dims is None:
             return waypoints
-        index = jnp.asarray(self.goal_dims)
+        index = jnp.asarray(goal_dims)
         return goals.at[..., index].set(waypoints[..., index])
 
     def waypoint_goal_distances(self, goals: jax.Array) -> jax.Array:
@@ -335,7 +344,8 @@ class WaypointPolicy(flax.struct.PyTreeNode):
         shape = (batch_size, *self.waypoints.shape[1:])
         per_waypoint = jnp.zeros((batch_size, self.waypoints.shape[0]))
         patience = dict(best=jnp.full(batch_size, jnp.inf), since_best=jnp.zeros(batch_size, jnp.int32),
-                        dropped=jnp.zeros(per_waypoint.shape, bool))
+                        dropped=jnp.zeros(per_waypoint.shape, bool),
+                        **(dict(stalled=jnp.zeros(batch_size, bool)) if self.stall_goal_dims is not None else {}))
         arrival = {} if self.arrival is None else dict(arrival=self.arrival.initial_policy_state(batch_size))
         return dict(inner=self.inner.initial_policy_state(batch_size), goals=jnp.full(shape, jnp.nan), **arrival,
                     goal_distances=per_waypoint, targets=jnp.zeros(shape), since_replan=jnp.int32(0),
@@ -400,8 +410,12 @@ class WaypointPolicy(flax.struct.PyTreeNode):
             return info["in_reach"] & (info["ranking"] <= best[:, None] + self.reach) & stalled[:, None]
 
         dropped = dropped | jax.lax.cond(stalled.any(), promised, lambda: jnp.zeros_like(dropped))
-        return targets, dict(best=jnp.where(stalled, jnp.inf, best), since_best=jnp.where(stalled, 0, since).astype(
-            jnp.int32), dropped=dropped)
+        kept = dict(best=jnp.where(stalled, jnp.inf, best), since_best=jnp.where(stalled, 0, since).astype(jnp.int32),
+                    dropped=dropped)
+        if self.stall_goal_dims is not None:  # stalled once in the episode: targets at rest from here on
+            kept["stalled"] = (policy_state["stalled"] & ~new_goal) | stalled
+            targets = jnp.where(kept["stalled"][:, None], self.as_goal(targets, goals, self.stall_goal_dims), targets)
+        return targets, kept
 
     def act(self, observations, goals, rng=None):
         """``step`` from a fresh policy state."""
@@ -471,14 +485,15 @@ class QRLPolicySettings:
     #                               WaypointPolicy.patience)
 
     def policy_kwargs(self, policy: str, inner: str | None = None, arrival: str | None = None,
-                      score: str = "final", candidates: str = "grid", goal_dims: tuple[int, ...] | None = None
-                      ) -> dict:
+                      score: str = "final", candidates: str = "grid", goal_dims: tuple[int, ...] | None = None,
+                      stall_goal_dims: tuple[int, ...] | None = None) -> dict:
         """``make_policy``'s settings for the ``lookahead`` or the ``waypoints`` / ``graph_waypoints`` (with
         ``inner``, and ``arrival``: the policy that acts once the goal is within reach, None, ``"lookahead"`` or
         ``"dwell"``) policy; ``score``: what the lookahead ranks held actions by (``"final"`` or ``"dwell"``;
         recorded only where it is not the default); ``candidates``: the actions it ranks, ``"grid"`` (a 9 x 9 grid
         and the actor's mode) or ``"actor"`` (the actor's mode and ``actor_samples`` draws); ``goal_dims``: the
-        waypoints' targets take the goals' form (:meth:`WaypointPolicy.as_goal`; the env's, not a tuned setting)."""
+        waypoints' targets take the goals' form (:meth:`WaypointPolicy.as_goal`; the env's, not a tuned setting);
+        ``stall_goal_dims``: the same, once an episode has stalled (the graph waypoints'; ``WaypointPolicy``)."""
         if candidates not in ("grid", "actor"):
             raise ValueError(f"candidates must be 'grid' or 'actor', got {candidates!r}")
         lookahead = dict(hold_steps=self.hold_steps, cap_to_goal_distance=self.cap_to_goal_distance,
@@ -491,7 +506,8 @@ class QRLPolicySettings:
             return (kwargs | (lookahead if inner == "lookahead" or arrival is not None else {})
                     | (dict(goal_dims=tuple(goal_dims)) if goal_dims is not None else {})
                     | (dict(arrival=arrival) if arrival is not None else {})
-                    | (dict(patience=self.patience) if policy == "graph_waypoints" else {}))
+                    | (dict(patience=self.patience) if policy == "graph_waypoints" else {})
+                    | (dict(stall_goal_dims=tuple(stall_goal_dims)) if stall_goal_dims is not None else {}))
         raise ValueError(f"policy must be 'lookahead', 'waypoints' or 'graph_waypoints' (the ones these settings "
                          f"describe), got {policy!r}")
 
@@ -514,7 +530,8 @@ DEFAULT_SETTINGS = QRLPolicySettings()
 
 def _waypoints(agent, dataset_states, reach: float, num_waypoints: int, replan_every: int, hold_steps: int,
                inner: Any = "actor", seed: int = 0, plan: str = "greedy", patience: int | None = None,
-               arrival: str | None = None, goal_dims: tuple[int, ...] | None = None, **inner_settings):
+               arrival: str | None = None, goal_dims: tuple[int, ...] | None = None,
+               stall_goal_dims: tuple[int, ...] | None = None, **inner_settings):
     """The waypoint policies of :data:`POLICIES`; the settings without a default come from :data:`DEFAULT_SETTINGS`
     through :func:`make_policy`."""
     if dataset_states is None:
@@ -534,7 +551,18 @@ def _waypoints(agent, dataset_states, reach: float, num_waypoints: int, replan_e
                       lookahead.replace(score="dwell") if arrival == "dwell" else lookahead)
     inner_policy = agent if inner == "actor" else lookahead if inner == "lookahead" else inner
     return WaypointPolicy.create(agent, states, reach, inner_policy, replan_every, plan, patience, arrival_policy,
-                                 goal_dims)
+                                 goal_dims, stall_goal_dims)
+
+
+def _check_goal_dims(name: str, goal_dims, state_dim: int) -> tuple[int, ...] | None:
+    if goal_dims is None:
+        return None
+    goal_dims = tuple(goal_dims)
+    if (not goal_dims or len(set(goal_dims)) != len(goal_dims)
+            or not all(isinstance(i, int) and 0 <= i < state_dim for i in goal_dims)):
+        raise ValueError(f"{name} must be None or distinct indices into a {state_dim}-dim state (the entries a goal "
+                         f"specifies), got {goal_dims!r}")
+    return goal_dims
 
 
 ARRIVALS = (None, "lookahead", "dwell")

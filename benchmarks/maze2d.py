@@ -67,8 +67,8 @@ from platonic_rl.training.offline import train_seeds
 METHODS = ("qrl", "qrl_lookahead", "qrl_lookahead_dwell", "qrl_lookahead_actor", "qrl_waypoints",
            "qrl_waypoints_lookahead", "qrl_graph_waypoints", "qrl_graph_waypoints_lookahead",
            "qrl_graph_waypoints_arrival", "qrl_graph_waypoints_dwell", "qrl_graph_waypoints_goal",
-           "qrl_graph_waypoints_gcbc", "qrl_graph_waypoints_gcbc_goal", "qrl_grid", "qrl_true", "qrl_true_hold",
-           "crl", "gcbc", "mppi", "mppi_paper_samples", "mppi_true")  # TABLE's rows
+           "qrl_graph_waypoints_gcbc", "qrl_graph_waypoints_gcbc_goal", "qrl_graph_waypoints_gcbc_rest", "qrl_grid",
+           "qrl_true", "qrl_true_hold", "crl", "gcbc", "mppi", "mppi_paper_samples", "mppi_true")  # TABLE's rows
 MethodName = Literal[METHODS]
 LAYOUTS = ("large", "medium", "umaze")
 GOAL_DIMS = PointMaze.goal_dims  # a maze2d goal is a position (at rest): the waypoints' targets as goals
@@ -243,13 +243,14 @@ def _agent_policy(agent, layout, scale, seed, data):
 
 
 def _qrl_policy(name: str, inner: str | None = None, arrival: str | None = None, score: str = "final",
-                candidates: str = "grid", goal_dims: tuple[int, ...] | None = None):
+                candidates: str = "grid", goal_dims: tuple[int, ...] | None = None,
+                stall_goal_dims: tuple[int, ...] | None = None):
     """A row acting with :func:`~platonic_rl.agents.qrl_policies.make_policy`'s policy ``name`` at the scale's
     settings (:meth:`~platonic_rl.benchmarks.presets.QRLPolicySettings.policy_kwargs`); ``inner="helper"``: the
     row's helper agent (e.g. GCBC's seed) acts between the waypoints."""
     def build(agent, *rest):
         helper, (layout, scale, seed, data) = (rest[0], rest[1:]) if inner == "helper" else (None, rest)
-        kwargs = scale.policies.policy_kwargs(name, inner, arrival, score, candidates, goal_dims)
+        kwargs = scale.policies.policy_kwargs(name, inner, arrival, score, candidates, goal_dims, stall_goal_dims)
         if inner == "helper":
             kwargs["inner"] = helper
         return host_policy(make_policy(name, agent, data["observations"], **kwargs), normaliser(layout))
@@ -258,10 +259,11 @@ def _qrl_policy(name: str, inner: str | None = None, arrival: str | None = None,
 
 
 def _recorded(name: str, inner: str | None = None, arrival: str | None = None, score: str = "final",
-              candidates: str = "grid", goal_dims: tuple[int, ...] | None = None) -> Callable[[Maze2dScale], dict]:
+              candidates: str = "grid", goal_dims: tuple[int, ...] | None = None,
+              stall_goal_dims: tuple[int, ...] | None = None) -> Callable[[Maze2dScale], dict]:
     """The settings a policy row keeps in its record: its policy's, less the inner policy's name."""
     return lambda scale: {k: list(v) if isinstance(v, tuple) else v for k, v in scale.policies.policy_kwargs(
-        name, inner, arrival, score, candidates, goal_dims).items() if k != "inner"}
+        name, inner, arrival, score, candidates, goal_dims, stall_goal_dims).items() if k != "inner"}
 
 
 def _true_greedy_policy(hold: Callable[[Maze2dScale], int]):
@@ -314,6 +316,10 @@ TABLE: dict[str, Method] = {
                                             _qrl_policy("graph_waypoints", "helper", goal_dims=GOAL_DIMS), "addition",
                                             settings=_recorded("graph_waypoints", "helper", goal_dims=GOAL_DIMS),
                                             helper="gcbc"),
+    "qrl_graph_waypoints_gcbc_rest": Method(
+        "QRL's graph waypoints + GCBC between them, targets at rest after a stall", "qrl",
+        _qrl_policy("graph_waypoints", "helper", stall_goal_dims=GOAL_DIMS), "addition",
+        settings=_recorded("graph_waypoints", "helper", stall_goal_dims=GOAL_DIMS), helper="gcbc"),
     "qrl_grid": Method("QRL critic, grid argmin", "qrl", lambda agent, layout, *_: grid_policy(agent, layout), "check"),
     "qrl_true": Method("QRL critic, true dynamics", "qrl", _true_greedy_policy(lambda s: 1), "check"),
     "qrl_true_hold": Method("QRL critic, true dyn., held", "qrl", _true_greedy_policy(lambda s: s.critic_hold_steps),

@@ -23,6 +23,13 @@ Four measurements per seed (the graph waypoints at the benchmark's settings, ``Q
 
 Saves ``<out>/results.json`` and ``<out>/waypoints.png`` (seed 0: the graph's wall-crossing edges, and an episode
 with its targets).
+
+With ``--targets-at X Y [X Y ...]`` it measures only the choice the graph waypoints make from those positions at rest
+(e.g. where recorded episodes stall): the learned distance to the goal, the target (a waypoint or the goal), its
+position and velocity, and whether a wall lies between the position and the target (:func:`targets_report`):
+
+    python -m platonic_rl.benchmarks.maze2d_waypoints --layout large --targets-at 5.45 7.93 6.31 7.76 \
+        --runs-dir results/maze2d/cpu/runs --out-dir results/maze2d_waypoints_large_stalls
 """
 from __future__ import annotations
 
@@ -68,6 +75,13 @@ class Args:
     """Dataset states the tracking test starts from, per seed."""
     stay_steps: int = 300
     dataset_seed: int = 0
+    targets_at: tuple[float, ...] = ()
+    """x y pairs (D4RL coordinates): measure only the targets chosen from these positions at rest (the module
+    docstring)."""
+
+    def __post_init__(self):
+        if len(self.targets_at) % 2:
+            raise ValueError(f"--targets-at takes x y pairs, got {len(self.targets_at)} numbers")
 
 
 def policies(agent, states, settings: P.QRLPolicySettings, gcbc=None) -> dict:
@@ -182,6 +196,26 @@ def episode_report(out: dict, layout: maze2d.Layout, goal: np.ndarray) -> dict:
                 final_distance_median=float(np.median(dist[:, -1])), targets_behind_walls=behind)
 
 
+def targets_report(policy: P.WaypointPolicy, layout: maze2d.Layout, positions: np.ndarray, goal: np.ndarray
+                   ) -> list[dict]:
+    """From each of ``positions [N, 2]`` (D4RL coordinates) at rest, the target ``policy`` chooses for ``goal``
+    (normalised ``[4]``): the learned distances d(s, g), d(s, target) and the target's cost to the goal (its path
+    cost with ``plan="graph"``; 0 for the goal itself), whether it is a waypoint, its position and velocity (D4RL
+    coordinates), and whether the straight line to it is blocked (its maze distance longer than the line)."""
+    norm = maze2d.normaliser(layout)
+    states = jnp.asarray(norm(maze2d.goal_states(np.asarray(positions, np.float64))), jnp.float32)
+    targets, info = policy.targets(states, jnp.broadcast_to(jnp.asarray(goal, jnp.float32), states.shape))
+    physical = np.asarray(targets) * layout.obs_scale + layout.obs_center
+    geo = np.diag(maze_geometry.geodesic_distances(layout, np.asarray(positions), physical[:, :2],
+                                                   radius=WALL_MARGIN))
+    line = np.linalg.norm(np.asarray(positions) - physical[:, :2], axis=-1)
+    return [dict(position=[float(v) for v in positions[n]], goal_distance=float(info["goal_distance"][n]),
+                 waypoint=bool(info["use_waypoint"][n]), target_position=[float(v) for v in physical[n, :2]],
+                 target_velocity=[float(v) for v in physical[n, 2:]], target_distance=float(info["target_distance"][n]),
+                 target_goal_cost=float(info["target_goal_distance"][n]), behind_wall=bool(geo[n] > line[n] + 1e-3))
+            for n in range(len(positions))]
+
+
 # ------------------------------------------------------------------------------------ tracking and staying
 
 
@@ -263,6 +297,8 @@ def run(args: Args) -> dict:
                                      run_dir=runs / f"{args.layout}-{method}", desc=method)[0]
     env = Normalized(PointMaze(args.layout, goals="single"), tuple(layout.obs_center), tuple(layout.obs_scale))
     goal = np.asarray(maze2d.normaliser(layout)(maze2d.goal_states(layout.goal)), np.float32)
+    if args.targets_at:
+        return run_targets_at(args, stacks["qrl"], data, layout, goal, start)
     rng = np.random.default_rng(0)
     per_seed, figure = [], None
     for i, seed in enumerate(args.seeds):
@@ -304,6 +340,32 @@ def run(args: Args) -> dict:
     return report.save_run(out, "platonic_rl.benchmarks.maze2d_waypoints", args, record, table,
                            plots={"waypoints.png": lambda p: plot(p, figure, layout, args)},
                            total_seconds=time.time() - start)
+
+
+def run_targets_at(args: Args, stack, data: dict, layout: maze2d.Layout, goal: np.ndarray, start: float) -> dict:
+    """``--targets-at``: :func:`targets_report` per seed, for the graph waypoints at the benchmark's settings."""
+    settings = maze2d_scales()[args.scale].policies
+    positions = np.asarray(args.targets_at, np.float64).reshape(-1, 2)
+    per_seed = []
+    for i, seed in enumerate(args.seeds):
+        policy = P.make_policy("graph_waypoints", stack.agent(i), data["observations"],
+                               **settings.policy_kwargs("graph_waypoints", "actor"))
+        per_seed.append(dict(seed=seed, targets=targets_report(policy, layout, positions, goal)))
+    lines = [f"maze2d {args.layout}, {args.scale} critics: the graph waypoints' target from each position at rest "
+             f"(single goal {tuple(layout.goal)}, reach H = {settings.reach:g})",
+             f"{'seed':<6}{'position':<16}{'d(s, g)':>9}{'target':>16}{'velocity':>16}{'d(s, t)':>9}{'cost t->g':>11}"
+             f"{'blocked':>9}"]
+    for s in per_seed:
+        for t in s["targets"]:
+            fmt = lambda v: f"({v[0]:.2f}, {v[1]:.2f})"  # noqa: E731
+            lines.append(f"{s['seed']:<6}{fmt(t['position']):<16}{t['goal_distance']:9.1f}"
+                         f"{fmt(t['target_position']) if t['waypoint'] else 'the goal':>16}"
+                         f"{fmt(t['target_velocity']):>16}{t['target_distance']:9.1f}{t['target_goal_cost']:11.1f}"
+                         f"{'yes' if t['behind_wall'] else 'no':>9}")
+    record = dict(layout=args.layout, scale=args.scale, settings=dataclasses.asdict(settings), seeds=list(args.seeds),
+                  per_seed=per_seed, matmul_peak_flops=timing.matmul_peak())
+    return report.save_run(Path(args.out_dir), "platonic_rl.benchmarks.maze2d_waypoints", args, record,
+                           "\n".join(lines), total_seconds=time.time() - start)
 
 
 def format_table(summary: dict, per_seed: list, args: Args) -> str:

@@ -38,6 +38,17 @@ if _OWNS_CACHE:
 jax.config.update("jax_compilation_cache_dir", os.environ["PLATONIC_RL_TEST_XLA_CACHE"])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
+# Property-based tests (hypothesis) draw the same examples in every run: a failure reproduces, and the suite stays
+# deterministic; HYPOTHESIS_PROFILE=explore draws new ones each run.
+try:
+    from hypothesis import settings as _hypothesis_settings
+except ImportError:  # a minimal install without the test extra
+    pass
+else:
+    _hypothesis_settings.register_profile("suite", derandomize=True, database=None)
+    _hypothesis_settings.register_profile("explore", derandomize=False)
+    _hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
+
 
 def pytest_unconfigure(config):
     if _OWNS_CACHE:

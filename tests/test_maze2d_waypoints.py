@@ -3,6 +3,7 @@ graph's edges against its own distances and the maze's walls, and its episodes i
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from platonic_rl.agents import qrl_policies as P
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent
@@ -67,3 +68,35 @@ def test_episodes_in_the_jax_maze_follow_the_policy_and_record_its_targets():
     first, _ = policy.step(policy.initial_policy_state(3), env.normalize(jax.vmap(env.env.observe)(starts)), goals)
     moved = jax.vmap(env.env.dynamics)(starts, jnp.clip(first, -1, 1))["position"]
     np.testing.assert_allclose(out["positions"][:, 1], moved, rtol=1e-6, atol=1e-6)
+
+
+def test_the_targets_report_reads_the_policys_choice_and_the_wall_between():
+    """With a reach beyond every distance the target is the goal itself (cost 0, at rest); the goal seen from row 3
+    lies behind umaze's middle wall, from its own row it does not; d(s, g) is the agent's own."""
+    agent = QRLContinuousAgent.create(maze2d_qrl_config((16,), 8, (16,), 2, 4, (16,), 1e-4), 0)
+    states = jax.random.uniform(jax.random.PRNGKey(2), (20, 4), minval=-1, maxval=1)
+    policy = P.make_policy("graph_waypoints", agent, states, reach=1e9, num_waypoints=20)
+    goal = np.asarray(maze2d.normaliser(LAYOUT)(maze2d.goal_states(LAYOUT.goal)), np.float32)
+    positions = np.array([[3.0, 1.0], [1.0, 2.0]])
+    report = W.targets_report(policy, LAYOUT, positions, goal)
+    assert [t["behind_wall"] for t in report] == [True, False]
+    norm = maze2d.normaliser(LAYOUT)
+    d = np.asarray(agent.goal_distances(norm(maze2d.goal_states(positions)), np.broadcast_to(goal, (2, 4)))).max(0)
+    for t, d_sg in zip(report, d):
+        assert not t["waypoint"] and t["target_goal_cost"] == 0.0
+        np.testing.assert_allclose(t["target_position"], LAYOUT.goal, atol=1e-5)
+        np.testing.assert_allclose(t["target_velocity"], 0.0, atol=1e-5)
+        np.testing.assert_allclose(t["goal_distance"], d_sg, rtol=1e-5)
+        assert t["target_distance"] == t["goal_distance"]
+    # a reach below every distance to the goal and some waypoint within it: a waypoint is chosen, within reach
+    s = np.asarray(norm(maze2d.goal_states(positions)), np.float32)
+    d_sw = np.asarray(agent.goal_distances(jnp.repeat(s, 20, 0), jnp.tile(states, (2, 1)))).max(0)
+    nearest = d_sw.reshape(2, 20).min(1)
+    n = int(np.argmax(nearest < d))   # a position whose nearest waypoint is nearer than its goal
+    assert nearest[n] < d[n]
+    reach = float(nearest[n] + d[n]) / 2
+    near = P.make_policy("graph_waypoints", agent, states, reach=reach, num_waypoints=20)
+    chosen = [t for t in W.targets_report(near, LAYOUT, positions, goal) if t["waypoint"]]
+    assert chosen and all(t["target_distance"] <= reach for t in chosen)
+    with pytest.raises(ValueError, match="--targets-at takes x y pairs"):
+        W.Args(targets_at=(1.0, 2.0, 3.0))

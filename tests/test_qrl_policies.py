@@ -363,6 +363,36 @@ def test_waypoints_that_give_no_progress_past_patience_are_dropped_for_the_episo
         P.WaypointPolicy.create(agent, waypoints, reach, patience=0)
 
 
+def test_after_a_stall_the_episodes_targets_take_the_goals_form_until_its_goal_changes(agent):
+    """stall_goal_dims (0, 1) with patience 3: the targets are the held waypoints until the episode stalls (4 steps
+    without progress), then the same choices as goals (position from the waypoint, the goal's velocity) for the rest
+    of the episode; a new goal starts with held targets again; without patience it is refused."""
+    obs, waypoints = states(3, 21), states(40, 23)
+    goals = jnp.concatenate([states(3, 22)[:, :2], jnp.full((3, 2), -0.25)], 1)
+    d_sg = P.WaypointPolicy.create(agent, waypoints, 1.0).targets(obs, goals)[1]["goal_distance"]
+    reach = 0.9 * float(np.min(d_sg))  # every episode targets a waypoint
+    plain = P.WaypointPolicy.create(agent, waypoints, reach, replan_every=2, patience=3)
+    policy = P.WaypointPolicy.create(agent, waypoints, reach, replan_every=2, patience=3, stall_goal_dims=(0, 1))
+    step = jax.jit(type(policy).step)
+    state, plain_state = policy.initial_policy_state(3), plain.initial_policy_state(3)
+    as_goal = lambda t: np.concatenate([np.asarray(t)[:, :2], np.full((3, 2), -0.25)], 1)  # noqa: E731
+    for t in range(9):  # the point does not move: it stalls at the 5th step (4 > patience without progress)
+        _, state = step(policy, state, obs, goals)
+        _, plain_state = jax.jit(type(plain).step)(plain, plain_state, obs, goals)
+        stalled = t >= 4
+        assert np.all(np.asarray(state["stalled"]) == stalled), t
+        expected = as_goal(plain_state["targets"]) if stalled else np.asarray(plain_state["targets"])
+        np.testing.assert_allclose(state["targets"], expected, rtol=1e-6, err_msg=str(t))
+        assert not np.allclose(np.asarray(plain_state["targets"])[:, 2:], -0.25)  # held: the waypoint's velocity
+    _, fresh = step(policy, state, obs, goals + 0.1)  # a new episode
+    assert not np.asarray(fresh["stalled"]).any()
+    assert not np.allclose(np.asarray(fresh["targets"])[:, 2:], np.asarray(goals + 0.1)[:, 2:])
+    with pytest.raises(ValueError, match="stall_goal_dims needs patience"):
+        P.WaypointPolicy.create(agent, waypoints, reach, stall_goal_dims=(0, 1))
+    with pytest.raises(ValueError, match="stall_goal_dims must be None or distinct indices into a 4-dim state"):
+        P.WaypointPolicy.create(agent, waypoints, reach, patience=3, stall_goal_dims=(0, 4))
+
+
 def test_the_arrival_policy_acts_where_the_target_is_the_goal_and_the_inner_elsewhere(agent):
     """``arrival``: states whose target is their goal (within reach) take the arrival policy's action towards the
     goal; the others the inner policy's towards their waypoint."""

@@ -124,25 +124,63 @@ def test_check_finite_names_the_first_bad_update_and_quantities():
     check_finite({"loss": np.ones(3, bool)}, first_step=1)
 
 
-def test_a_corrupt_checkpoint_gives_one_short_message_and_deleting_it_resumes_exactly(tmp_path):
-    full, _ = train_offline(QRLAgent.create(TINY, 0), data(), CONFIG, tmp_path / "full")
-    cut = tmp_path / "cut"
-    train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=40, checkpoint_every=20), cut)
-    for f in (cut / "checkpoints" / "40").rglob("*"):
-        if f.is_file():
-            f.write_bytes(b"garbage")
-    with pytest.raises(RunDirectoryError) as error:
-        train_offline(QRLAgent.create(TINY, 0), data(), CONFIG, cut)
-    message = str(error.value)
-    assert str(cut / "checkpoints" / "40") in message and "previous checkpoint (step 20)" in message
-    assert len(message) < 600 and error.value.__cause__ is None and error.value.__suppress_context__
-    import shutil
+def _damage(folder, how: str) -> None:
+    """A checkpoint folder emptied (every file 0 bytes), truncated (every data file cut to half) or without its
+    manifests."""
+    for f in sorted(folder.rglob("*")):
+        if not f.is_file():
+            continue
+        if how == "emptied":
+            f.write_bytes(b"")
+        elif how == "truncated" and f.parent.name == "d":
+            f.write_bytes(f.read_bytes()[:len(f.read_bytes()) // 2])
+        elif how == "manifest deleted" and f.name == "manifest.ocdbt":
+            f.unlink()
 
-    shutil.rmtree(cut / "checkpoints" / "40")
-    resumed, history = train_offline(QRLAgent.create(TINY, 0), data(), CONFIG, cut)
+
+@pytest.mark.parametrize("how", ["emptied", "truncated", "manifest deleted"])
+def test_a_damaged_checkpoint_is_moved_aside_and_the_run_resumes_from_the_previous_one_exactly(tmp_path, how):
+    full, full_rows = train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=60),
+                                    tmp_path / "full")
+    cut = tmp_path / "cut"
+    train_offline(QRLAgent.create(TINY, 0), data(), CONFIG, cut)  # rows 10-40, checkpoints 20 and 40
+    _damage(cut / "checkpoints" / "40", how)
+    with pytest.warns(UserWarning) as warned:
+        resumed, rows = train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=60), cut)
+    messages = " | ".join(str(w.message) for w in warned)
+    assert f"checkpoint {cut / 'checkpoints' / '40'} cannot be restored" in messages, messages
+    assert f"moved to {cut / 'damaged_checkpoints' / '40'} and resuming from the checkpoint at step 20" in messages
     for a, b in zip(jax.tree.leaves(full), jax.tree.leaves(resumed)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    assert [r["step"] for r in history] == [10, 20, 30, 40]
+    strip = lambda rs: [{k: v for k, v in r.items() if k not in ("wall_time", "row_seconds")} for r in rs]  # noqa
+    assert strip(rows) == strip(full_rows)
+    assert (cut / "damaged_checkpoints" / "40").is_dir()  # kept, never deleted
+    aside = [json.loads(x)["step"] for x in (cut / "metrics.dropped.jsonl").read_text().splitlines()]
+    assert aside == [30, 40]  # the rows logged after step 20, kept
+
+
+def test_a_run_whose_every_checkpoint_is_damaged_is_refused_with_one_short_message_moving_nothing(tmp_path):
+    train_offline(QRLAgent.create(TINY, 0), data(), CONFIG, tmp_path)
+    for step in ("20", "40"):
+        _damage(tmp_path / "checkpoints" / step, "emptied")
+    with pytest.raises(RunDirectoryError) as error:
+        train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=60), tmp_path)
+    message = str(error.value)
+    assert str(tmp_path / "checkpoints" / "40") in message and "nor do the earlier ones (steps 20)" in message
+    assert "start the run again from step 0" in message
+    assert len(message) < 700 and error.value.__cause__ is None
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["20", "40"]
+    assert not (tmp_path / "damaged_checkpoints").exists()
+
+
+def test_a_checkpoint_left_half_written_is_removed_saying_so(tmp_path):
+    train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=20), tmp_path)
+    partial = tmp_path / "checkpoints" / "40.orbax-checkpoint-tmp-1234"
+    partial.mkdir()
+    (partial / "x").write_bytes(b"half")
+    with pytest.warns(UserWarning, match="40.orbax-checkpoint-tmp-1234, a checkpoint whose writing was interrupted"):
+        _, rows = train_offline(QRLAgent.create(TINY, 0), data(), CONFIG, tmp_path)
+    assert not partial.exists() and [r["step"] for r in rows] == [10, 20, 30, 40]
 
 
 def test_a_damaged_last_metrics_line_is_dropped_and_a_lost_log_is_reported(tmp_path):
@@ -337,3 +375,87 @@ def test_a_loop_that_fails_releases_its_directory(tmp_path, monkeypatch):
     with pytest.raises(NonFiniteError, match="NaN at update 21"):
         train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=40), run_dir=tmp_path / "r")
     RunDirectory.open(tmp_path / "r", {}, overwrite=True).close()
+
+
+def _no_space(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+
+def test_a_full_disk_at_a_checkpoint_stops_with_one_line_naming_the_step_cause_and_newest_checkpoint(
+        tmp_path, monkeypatch):
+    import orbax.checkpoint as ocp
+
+    train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=20), tmp_path)
+    real_save = ocp.CheckpointManager.save
+
+    def save_fails_half_written(self, step, *args, **kwargs):
+        (tmp_path / "checkpoints" / f"{step}.orbax-checkpoint-tmp-99").mkdir()  # what a failed write leaves
+        raise ValueError("RESOURCE_EXHAUSTED: Failed to write 4096 bytes: No space left on device "
+                         "[os_error_code='28']")
+
+    monkeypatch.setattr(ocp.CheckpointManager, "save", save_fails_half_written)
+    with pytest.raises(OSError) as error:
+        train_offline(QRLAgent.create(TINY, 0), data(), CONFIG, tmp_path)
+    message = str(error.value)
+    assert message == (f"{tmp_path}: could not write the checkpoint at step 40: No space left on device (ENOSPC). "
+                       f"The newest complete checkpoint is step 20 ({tmp_path / 'checkpoints' / '20'}); free space "
+                       "(or move the run directory) and run the same command again to resume from it")
+    assert isinstance(error.value, RunDirectoryError) and error.value.__cause__ is None
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["20"]  # no half-written folder left
+    monkeypatch.setattr(ocp.CheckpointManager, "save", real_save)
+    with pytest.warns(UserWarning, match="rows logged after step 20"):  # room again: it resumes
+        _, rows = train_offline(QRLAgent.create(TINY, 0), data(), CONFIG, tmp_path)
+    assert [r["step"] for r in rows] == [10, 20, 30, 40]
+
+
+def test_a_full_disk_at_a_metrics_row_stops_naming_the_row_and_the_cause(tmp_path, monkeypatch):
+    train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=20), tmp_path)
+    monkeypatch.setattr(MetricsLog, "append", _no_space)
+    with pytest.raises(RunDirectoryError, match=r"could not write the metrics row at step 30: No space left on device "
+                                                r"\(OSError, errno 28\)\. The newest complete checkpoint is step 20"):
+        train_offline(QRLAgent.create(TINY, 0), data(), CONFIG, tmp_path)
+
+
+def test_a_disk_without_room_for_two_checkpoints_is_refused_before_training(tmp_path, monkeypatch):
+    import shutil
+
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=1000))
+    with pytest.raises(RunDirectoryError, match=r"0\.0 MB free on its filesystem, less than two checkpoints of "
+                                                r"0\.\d MB each"):
+        train_offline(QRLAgent.create(TINY, 0), data(), CONFIG, tmp_path / "run")
+    assert not (tmp_path / "run" / "checkpoints").exists() or not any((tmp_path / "run" / "checkpoints").iterdir())
+
+
+@pytest.mark.slow
+def test_a_real_full_filesystem_stops_the_run_briefly_and_the_copied_run_resumes_exactly(tmp_path):
+    """A 2 MB tmpfs (where this machine lets the test mount one): GCBC offline fills it at its third checkpoint."""
+    import shutil
+    import subprocess
+    import sys
+
+    from test_loop import GCBC_OFFLINE
+
+    small = tmp_path / "small"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(small)], capture_output=True).returncode:
+        pytest.skip("mounting a small tmpfs is not permitted here")
+    try:
+        script = GCBC_OFFLINE.replace("hidden=(64, 64)", "hidden=(256, 256)")
+        run = lambda d: subprocess.run([sys.executable, "-c", script, str(d)], capture_output=True,  # noqa: E731
+                                       text=True, timeout=600)
+        stopped = run(small / "run")
+        assert stopped.returncode == 1
+        last = stopped.stderr.strip().splitlines()[-1]
+        assert "could not write the checkpoint at step 3000: No space left on device" in last, stopped.stderr
+        assert "newest complete checkpoint is step 2000" in last
+        assert len(stopped.stderr.strip().splitlines()) < 20, stopped.stderr  # a traceback, no background noise
+        assert sorted(p.name for p in (small / "run" / "checkpoints").iterdir()) == ["1000", "2000"]
+        shutil.copytree(small / "run", tmp_path / "moved", ignore=shutil.ignore_patterns(".run.lock", ".run.holder"))
+    finally:
+        subprocess.run(["umount", str(small)])
+    assert run(tmp_path / "moved").returncode == 0
+    assert run(tmp_path / "whole").returncode == 0
+    read = lambda d: [{k: v for k, v in json.loads(x).items() if k not in ("row_seconds", "wall_time")}  # noqa
+                      for x in (d / "metrics.jsonl").read_text().splitlines()]
+    assert read(tmp_path / "moved") == read(tmp_path / "whole")

@@ -409,7 +409,8 @@ def drive(loop, seed: int | tuple[int, ...], run_dir: str | Path | None, resume:
                 row["env_steps"] = int(np.max(metrics["env_steps"][i]))
                 last = first + i + 1 == iterations
                 driver.finish_row(row, first + i + 1, _as_dict(state),
-                                  due=i == n - 1 and checkpoint_due(chunks_done, config.checkpoint_every, last))
+                                  due=i == n - 1 and checkpoint_due(chunks_done, config.checkpoint_every, last),
+                                  at_step=i == n - 1)
             bar.update(int(np.max(state.env_steps)) - bar.n)
             evals = [r[headline] for r in driver.history if headline in r]
             if evals:

@@ -11,23 +11,84 @@ everything closed however the run ends. Each loop keeps only what is its own: ho
     history = loop.history                                     # every row, earlier invocations' included
 
 Without ``run_dir`` the same loop runs with nothing written: rows are kept in ``history`` only.
+
+A run with a run directory stops cleanly on SIGTERM (a preempted VM, a batch scheduler's time limit) and SIGINT
+(Ctrl-C): the compiled call in flight finishes, the row is logged, a checkpoint is written at that step, the lock is
+released, and the process exits with one line naming the step and :data:`PREEMPTED_EXIT_CODE` (75, ``EX_TEMPFAIL``:
+run the same command again to resume). A second signal while it saves stops at once; the previous checkpoint is
+untouched (orbax writes a checkpoint aside and renames it when complete).
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import sys
+import threading
 from typing import Any, Callable, Iterable, Iterator
 
 from platonic_rl.common.progress import progress_bar
 from platonic_rl.training.run import RunDirectory
+
+PREEMPTED_EXIT_CODE = 75
+"""The exit status of a run stopped by SIGTERM or SIGINT after saving its checkpoint (``EX_TEMPFAIL`` of
+sysexits.h: a temporary failure; the same command resumes the run)."""
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Preempted(SystemExit):
+    """A run stopped by a signal (:data:`STOP_SIGNALS`) at ``step``, its checkpoint there saved. A ``SystemExit``
+    with :data:`PREEMPTED_EXIT_CODE`: uncaught, the process ends with that status and no traceback."""
+
+    def __init__(self, step: int, signum: int, checkpoint: str):
+        super().__init__(PREEMPTED_EXIT_CODE)
+        self.step, self.signum, self.checkpoint = step, signum, checkpoint
+        self.message = (f"{signal.Signals(signum).name} received: stopped at step {step:,} with its checkpoint saved "
+                        f"({checkpoint}); run the same command again to resume (exit status {PREEMPTED_EXIT_CODE})")
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class _StopSignals:
+    """SIGTERM and SIGINT noted (``received``) instead of ending the process, while installed (main thread only);
+    a second one restores the previous handlers and is delivered to them at once."""
+
+    def __init__(self):
+        self.received: int | None = None
+        self._previous = {s: signal.signal(s, self._note) for s in STOP_SIGNALS}
+
+    def _note(self, signum, frame):
+        if self.received is not None:  # the second: no more waiting
+            self.restore()
+            signal.raise_signal(signum)
+            return
+        self.received = signum
+        print(f"{signal.Signals(signum).name} received: finishing the current step to save a checkpoint (send it "
+              "again to stop at once)", file=sys.stderr, flush=True)
+
+    def restore(self) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        self._previous = {}
+
+    @classmethod
+    def install(cls) -> "_StopSignals | None":
+        """Installed in the main thread of a single-process run (a multi-process run leaves SIGTERM to JAX's
+        preemption notifier, which ``jax.distributed`` installs)."""
+        import jax
+
+        if threading.current_thread() is not threading.main_thread() or jax.process_count() > 1:
+            return None
+        return cls()
 
 
 class LoopRun:
     """One run of a training loop (made by :meth:`start`): ``state`` as restored, ``history`` (the rows logged so
     far), ``bar`` (its progress bar) and ``run`` (its :class:`~platonic_rl.training.run.RunDirectory`, or None)."""
 
-    def __init__(self, run: RunDirectory | None, state: Any, bar: Any = None):
-        self.run, self.state, self.bar = run, state, bar
+    def __init__(self, run: RunDirectory | None, state: Any, bar: Any = None, signals: _StopSignals | None = None):
+        self.run, self.state, self.bar, self._signals = run, state, bar, signals
         self.history: list[dict] = run.rows if run else []
         self.start_step: int = (run.latest_step or 0) if run else 0
         """The step of the checkpoint the run started from (0 for a fresh run)."""
@@ -43,7 +104,9 @@ class LoopRun:
         differ outside ``resumable``, or when it holds a run and neither ``resume`` nor ``overwrite`` is given) and
         restore ``state`` from its latest checkpoint (refused beyond ``budget``, the run's total of ``step_key``).
         The progress bar counts ``unit`` up to ``total`` (default: ``budget``) from ``position(state)`` (default:
-        the restored checkpoint's step). The directory's lock and the bar are released when the block ends."""
+        the restored checkpoint's step). The directory's lock and the bar are released when the block ends. With a
+        run directory, SIGTERM and SIGINT stop the run at its next row with a checkpoint (:meth:`finish_row`,
+        :class:`Preempted`)."""
         run = None
         if run_dir is not None:
             if settings is None:
@@ -51,8 +114,10 @@ class LoopRun:
             run = RunDirectory.open(run_dir, settings, resume=resume, overwrite=overwrite, resumable=resumable,
                                     keep=keep, step_key=step_key, tensorboard=tensorboard)
             state = run.restore(state, budget=budget, resize_buffer=resize_buffer)  # closes the run if it fails
+        signals = None
         try:
-            loop = cls(run, state)
+            signals = _StopSignals.install() if run else None
+            loop = cls(run, state, signals=signals)
             loop.bar = progress_bar(total=budget if total is None else total, desc=desc, unit=unit,
                                     initial=loop.start_step if position is None else position(state),
                                     disable=not progress, dynamic_ncols=True)
@@ -61,15 +126,29 @@ class LoopRun:
             finally:
                 loop.bar.close()
         finally:
-            if run:
-                run.close()
+            try:
+                if run:
+                    run.close()
+            finally:
+                if signals is not None:
+                    signals.restore()
 
-    def finish_row(self, row: dict, step: int, state: Any, due: bool) -> dict:
+    def finish_row(self, row: dict, step: int, state: Any, due: bool, at_step: bool = True) -> dict:
         """The end of an iteration: ``row`` logged in the run directory (which adds ``row_seconds``) and kept in
-        ``history``; ``state`` checkpointed at ``step`` when ``due``. Returns the row as logged."""
+        ``history``; ``state`` checkpointed at ``step`` when ``due``. Returns the row as logged. After a SIGTERM or
+        SIGINT, ``state`` is checkpointed at ``step`` (if not already) and :class:`Preempted` is raised; ``at_step``
+        False says ``state`` is not the state at ``step`` (a row inside a compiled chunk), so the stop waits for the
+        chunk's last row."""
         if self.run:
             row = self.run.log(row)
         self.history.append(row)
         if self.run and due:
             self.run.save(step, state)
+        if self._signals is not None and self._signals.received is not None and at_step:
+            if not due:
+                self.run.save(step, state)
+            self.run.manager.wait_until_finished()
+            stop = Preempted(step, self._signals.received, str(self.run.path / "checkpoints" / str(step)))
+            print(stop.message, file=sys.stderr, flush=True)
+            raise stop
         return row

@@ -19,6 +19,7 @@ import hashlib
 import math
 import os
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -174,16 +175,84 @@ def load_dataset(path: str | os.PathLike) -> dict[str, np.ndarray]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"load_dataset: no file {path}")
-    with np.load(path) as archive:
-        data = {key: archive[key] for key in archive.files}
+    data = _read_npz(path)
     if ogbench_maze.is_ogbench_layout(data):
+        _check_arrays(path, data, ("observations", "actions"))
         data = ogbench_maze.transitions(data)
     missing = [k for k in DATASET_KEYS if k not in data]
     if missing:
         raise ValueError(f"load_dataset: {path} lacks the keys {missing} (has {sorted(data)}); an offline dataset "
                          f"needs {list(DATASET_KEYS)}")
-    _check_data(data)
+    _check_arrays(path, data, tuple(data))
+    try:
+        _check_data(data)
+    except ValueError as error:
+        raise ValueError(f"load_dataset: {path}: {error}") from None
     return data
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    """Every array of the ``.npz`` archive at ``path``, read without unpickling anything (object arrays are refused:
+    loading them would run code from the file)."""
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as error:
+        raise ValueError(f"load_dataset: {path} is not a readable .npz archive ({type(error).__name__}: {error}); "
+                         "save one with np.savez(path, observations=..., actions=..., ...)") from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise ValueError(f"load_dataset: {path} holds a single array ({archive.shape}), not an .npz archive of named "
+                         "arrays; save one with np.savez(path, observations=..., actions=..., ...)")
+    data = {}
+    with archive:
+        for key in archive.files:
+            try:
+                data[key] = archive[key]
+            except ValueError as error:  # an object array (pickled) or a damaged member
+                raise ValueError(f"load_dataset: {path}: array {key!r} cannot be read without unpickling or is "
+                                 f"damaged ({error}); store numbers (float or int arrays), not Python objects") from None
+            except (zipfile.BadZipFile, OSError, EOFError) as error:
+                raise ValueError(f"load_dataset: {path}: array {key!r} is damaged ({type(error).__name__}: {error}); "
+                                 "the file is truncated or corrupt") from None
+    if not data:
+        raise ValueError(f"load_dataset: {path} holds no arrays")
+    return data
+
+
+_RANKS = dict(observations=(2,), next_observations=(2,), goals=(2,), rewards=(1,), actions=(1, 2))
+_SHAPES = dict(observations="[N, D]", next_observations="[N, D]", goals="[N, D]", rewards="[N]",
+               actions="[N] int ids or [N, A] floats")
+
+
+def _check_arrays(path: Path, data: dict[str, np.ndarray], keys: tuple[str, ...]) -> None:
+    """The dataset's known keys: numeric arrays of the expected rank (observations, next observations and goals
+    ``[N, D]`` float with D >= 1, rewards ``[N]`` float, actions ``[N]`` int or ``[N, A]`` float), next observations
+    and goals shaped as the observations."""
+    for key in keys:
+        array = data[key]
+        if not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_):
+            raise ValueError(f"load_dataset: {path}: data[{key!r}] has dtype {array.dtype}; datasets hold numbers")
+        if key not in _RANKS:
+            continue
+        if array.ndim not in _RANKS[key]:
+            want = " or ".join(f"{r}-d" for r in _RANKS[key])
+            raise ValueError(f"load_dataset: {path}: data[{key!r}] has shape {array.shape}; it must be {want} "
+                             f"({_SHAPES[key]})")
+        if key != "actions" and not np.issubdtype(array.dtype, np.floating):
+            raise ValueError(f"load_dataset: {path}: data[{key!r}] has dtype {array.dtype}; it must be floating point "
+                             f"(convert it: data[{key!r}].astype(np.float32))")
+        if key == "actions" and array.ndim == 2 and not np.issubdtype(array.dtype, np.floating):
+            raise ValueError(f"load_dataset: {path}: data['actions'] of shape {array.shape} has dtype {array.dtype}; "
+                             "continuous actions [N, A] must be floating point in [-1, 1] (action ids: an int [N])")
+        if key == "actions" and array.ndim == 1 and not np.issubdtype(array.dtype, np.integer):
+            raise ValueError(f"load_dataset: {path}: data['actions'] of shape {array.shape} has dtype {array.dtype}; "
+                             "a 1-d actions array holds int action ids (continuous actions: [N, A] floats)")
+        if array.ndim == 2 and array.shape[1] == 0:
+            raise ValueError(f"load_dataset: {path}: data[{key!r}] has shape {array.shape}: no features")
+    if "observations" in keys:
+        for key in ("next_observations", "goals"):
+            if key in keys and data[key].shape[1:] != data["observations"].shape[1:]:
+                raise ValueError(f"load_dataset: {path}: data[{key!r}] has shape {data[key].shape}, the observations "
+                                 f"{data['observations'].shape}; each row must be one like them")
 
 
 def _sampled_update(agent, sampler, key):

@@ -23,8 +23,14 @@ A directory refuses to be misused:
   with ``filelock``, or with ``fcntl.flock`` where that package is missing) is released by :meth:`RunDirectory.close` or when the holder's process ends in any way, so a
   killed run (even by SIGKILL) leaves nothing that blocks the next (on a network filesystem, only as far as its
   locks reach across hosts);
-* a corrupt checkpoint gives one short message naming its step folder and the fallback (delete the folder
-  and the run resumes from the previous checkpoint);
+* a checkpoint that does not restore (damaged: emptied, truncated, a file missing) is moved to
+  ``damaged_checkpoints/`` with a warning naming it and the error, and the run resumes from the newest one that
+  restores (its later metrics rows kept in ``metrics.dropped.jsonl``); only when none restores is the run refused,
+  with one short message; a checkpoint whose writing was interrupted (``*.orbax-checkpoint-tmp*``) is removed,
+  saying so;
+* a checkpoint or metrics row that cannot be written (a full disk) stops the run with one line naming the directory,
+  the step, the cause and the newest complete checkpoint; a run whose disk has room for fewer than two checkpoints
+  is refused before it starts;
 * a damaged last line of ``metrics.jsonl`` (a run killed while writing it) is dropped with a warning, and a
   metrics file that lost rows a checkpoint says were logged is reported, not silently continued.
 """
@@ -58,6 +64,28 @@ class RunDirectoryError(ValueError):
     """A run directory that cannot be used as asked (other settings, not empty, corrupt checkpoint)."""
 
 
+class RunWriteError(RunDirectoryError, OSError):
+    """A checkpoint or metrics row that could not be written (e.g. a full disk)."""
+
+
+def _megabytes(n: int) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def _write_cause(error: BaseException) -> str:
+    """What stopped a write, in a few words: the OS error where the chain or the message holds one."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno is not None:
+            return f"{os.strerror(seen.errno)} ({type(seen).__name__}, errno {seen.errno})"
+        seen = seen.__cause__ or seen.__context__
+    text = str(error)
+    for errno_name, code in (("ENOSPC", 28), ("EDQUOT", 122), ("EROFS", 30), ("EACCES", 13)):
+        if os.strerror(code) in text or f"os_error_code='{code}'" in text:
+            return f"{os.strerror(code)} ({errno_name})"
+    return f"{type(error).__name__}: {text.splitlines()[0][:200] if text else ''}"
+
+
 class RunDirectoryInUseError(RunDirectoryError):
     """A run directory that another process (or another open :class:`RunDirectory`) is writing."""
 
@@ -67,6 +95,10 @@ LOCK_FILE = ".run.lock"
 HOLDER_FILE = ".run.holder"
 """Who holds the lock: a JSON object with ``pid``, ``host``, ``since`` and ``command`` (for the refusal message)."""
 LOCK_FILES = (LOCK_FILE, HOLDER_FILE, HOLDER_FILE + ".tmp")
+DROPPED_ROWS_FILE = "metrics.dropped.jsonl"
+"""Rows a resumed run logs again (logged after the checkpoint it continues from), kept here, appended."""
+DAMAGED_DIR = "damaged_checkpoints"
+"""Where a checkpoint that does not restore is moved when an earlier one does (``<step>``, ``<step>-2``, ...)."""
 RUN_FORMAT = 2
 """The run directory's format, recorded in ``config.json`` as ``format``. A directory of another format (one written
 before the field existed is format 1) is refused: its settings do not compare with today's (CHANGELOG.md)."""
@@ -228,8 +260,8 @@ def read_json(path: str | Path, what: str) -> Any:
 
 class MetricsLog:
     """``metrics.jsonl`` and ``metrics.csv``: rows appended as they are logged. On opening, rows after
-    ``resume_step`` (by ``row[step_key]``: a run killed after logging but before checkpointing) are dropped,
-    so that the resumed run logs them again once."""
+    ``resume_step`` (by ``row[step_key]``: a run killed after logging but before checkpointing) are moved to
+    :data:`DROPPED_ROWS_FILE`, so that the resumed run logs them again once."""
 
     def __init__(self, directory: Path, resume_step: int, step_key: str = "step"):
         self.jsonl, self.csv = directory / "metrics.jsonl", directory / "metrics.csv"
@@ -242,9 +274,12 @@ class MetricsLog:
                           f"{resume_step}: the rows logged in between were lost; the run continues from the "
                           "checkpoint and logs the new rows only", stacklevel=3)
         if len(self.rows) < len(rows):
-            warnings.warn(f"{self.jsonl}: dropped {len(rows) - len(self.rows)} rows logged after step {resume_step} "
-                          "(a run stopped before checkpointing them; they are logged again as the run continues)",
-                          stacklevel=3)
+            aside = directory / DROPPED_ROWS_FILE
+            with aside.open("a") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in rows if r.get(step_key, 0) > resume_step))
+            warnings.warn(f"{self.jsonl}: {len(rows) - len(self.rows)} rows logged after step {resume_step}, the "
+                          f"checkpoint the run continues from, moved to {aside} (they are logged again as the run "
+                          "continues)", stacklevel=3)
         self._fields: list[str] = []
         self._rewrite()
 
@@ -319,9 +354,14 @@ class RunDirectory:
                  lock: "FileLock | FlockLock | None" = None):
         self.path, self.step_key, self.tensorboard, self._lock = path, step_key, tensorboard, lock
         self._closed = False
+        partial = sorted(p.name for p in (path / "checkpoints").glob("*.orbax-checkpoint-tmp*"))
+        if partial:
+            warnings.warn(f"{path / 'checkpoints'}: removing {', '.join(partial)}, a checkpoint whose writing was "
+                          "interrupted (the complete ones are kept)", stacklevel=3)
         self.manager = ocp.CheckpointManager(
             (path / "checkpoints").absolute(),
-            options=ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False),
+            options=ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False,
+                                                 cleanup_tmp_directories=True),
             item_handlers=ocp.StandardCheckpointHandler())  # also reads shapes (metadata)
         self.metrics: MetricsLog | None = None
         self._board: _TensorBoard | None = None
@@ -360,7 +400,15 @@ class RunDirectory:
             command = " ".join(sys.argv)
             record = dict(format=RUN_FORMAT, command=command, settings=settings)
             if config_file.exists():
-                saved = json.loads(config_file.read_text())
+                try:
+                    saved = json.loads(config_file.read_text())
+                except json.JSONDecodeError as error:
+                    saved = error
+                if not isinstance(saved, dict) or not isinstance(saved.get("settings", {}), dict):
+                    why = f"not valid JSON: {saved}" if isinstance(saved, Exception) else "not a JSON object with settings"
+                    raise RunDirectoryError(f"{config_file} is not a run's config ({why}); it was edited or damaged. "
+                                            "Restore it, or start afresh with overwrite (CLI: --overwrite), which "
+                                            "clears the directory")
                 if saved.get("format", 1) != RUN_FORMAT:
                     raise RunDirectoryError(
                         f"{path} holds a run of format {saved.get('format', 1)}, written by an earlier version of "
@@ -416,30 +464,75 @@ class RunDirectory:
         (``state["buffer"]``, with ``capacity``/``resized``: a run whose budget grew) is restored at its saved
         size and resized to this state's, keeping every episode."""
         try:
+            self._check_free_space(state)
             return self._restore_latest(state, budget, resize_buffer)
         except BaseException:
             self.close()  # a run that cannot start does not keep its directory locked
             raise
 
+    def _check_free_space(self, state: Any) -> None:
+        """Refuse a run whose filesystem has room for fewer than two checkpoints of ``state`` (its arrays' bytes)."""
+        size = sum(int(getattr(leaf, "nbytes", 0)) for leaf in jax.tree_util.tree_leaves(state))
+        free = shutil.disk_usage(self.path).free
+        if free < 2 * size:
+            raise RunDirectoryError(f"{self.path}: {_megabytes(free)} free on its filesystem, less than two "
+                                    f"checkpoints of {_megabytes(size)} each (the run's state); free space or choose "
+                                    "a run directory on another filesystem")
+
     def _restore_latest(self, state: Any, budget: int, resize_buffer: bool) -> Any:
+        """The newest checkpoint that restores. Newer ones that do not are moved to :data:`DAMAGED_DIR` with a
+        warning (never deleted); where none restores, the newest one's error is raised and nothing is moved."""
         step = self.latest_step
         if step is not None and step > budget:
             raise RunDirectoryError(f"{self.path} is already at {self.step_key} {step}, beyond this run's budget of "
                                     f"{budget}; pass a larger budget to continue it")
-        if step is not None:
-            buffer = state.get("buffer") if resize_buffer and isinstance(state, dict) else None
-            saved = self._saved_capacity(step) if buffer is not None else None
-            if saved is None or saved == buffer.capacity:
-                state = self._restore(step, state)
-            else:
-                state = self._restore(step, {**state, "buffer": buffer.resized(saved)})
-                try:
-                    state["buffer"] = state["buffer"].resized(buffer.capacity)
-                except ValueError as error:
-                    raise RunDirectoryError(f"cannot resume {self.path}: its replay buffer does not fit this "
-                                            f"config's capacity of {buffer.capacity} episodes ({error})") from None
+        failed: list[tuple[int, RunDirectoryError]] = []
+        restored = None
+        for candidate in sorted(self.manager.all_steps(), reverse=True):
+            try:
+                restored = self._restore_step(candidate, state, resize_buffer)
+                break
+            except RunDirectoryError as error:
+                if "replay buffer does not fit" in str(error):  # a setting, not damage
+                    raise
+                failed.append((candidate, error))
+        if failed and restored is None:
+            others = f", nor do the earlier ones (steps {', '.join(str(b) for b, _ in failed[1:])})" if failed[1:] else ""
+            raise RunDirectoryError(f"{failed[0][1]}{others}. A checkpoint is damaged or was written by another "
+                                    f"configuration: delete {self.path / 'checkpoints'} (or start afresh with "
+                                    "overwrite) to start the run again from step 0")
+        for bad, error in failed:
+            aside = self._move_aside(bad)
+            warnings.warn(f"{error}; moved to {aside} and resuming from the checkpoint at step {candidate}",
+                          stacklevel=4)
+        if failed:
+            self.manager.reload()
+        step = candidate if restored is not None else None
         self.open_metrics(step or 0)
+        return state if restored is None else restored
+
+    def _restore_step(self, step: int, state: Any, resize_buffer: bool) -> Any:
+        buffer = state.get("buffer") if resize_buffer and isinstance(state, dict) else None
+        saved = self._saved_capacity(step) if buffer is not None else None
+        if saved is None or saved == buffer.capacity:
+            return self._restore(step, state)
+        state = self._restore(step, {**state, "buffer": buffer.resized(saved)})
+        try:
+            state["buffer"] = state["buffer"].resized(buffer.capacity)
+        except ValueError as error:
+            raise RunDirectoryError(f"cannot resume {self.path}: its replay buffer does not fit this "
+                                    f"config's capacity of {buffer.capacity} episodes ({error})") from None
         return state
+
+    def _move_aside(self, step: int) -> Path:
+        target = self.path / DAMAGED_DIR / str(step)
+        n = 1
+        while target.exists():
+            n += 1
+            target = self.path / DAMAGED_DIR / f"{step}-{n}"
+        target.parent.mkdir(exist_ok=True)
+        os.replace(self.path / "checkpoints" / str(step), target)
+        return target
 
     def open_metrics(self, step: int) -> None:
         self.metrics = MetricsLog(self.path, step, self.step_key)
@@ -472,12 +565,9 @@ class RunDirectory:
         try:
             return self.manager.restore(step, args=ocp.args.StandardRestore(abstract))
         except Exception as error:  # orbax raises many types for missing, corrupt or mismatched files
-            steps = [s for s in self.manager.all_steps() if s < step]
-            fallback = (f"delete {folder} to resume from the previous checkpoint (step {max(steps)})" if steps
-                        else f"delete {folder} to start the run again from step 0")
             detail = str(error).splitlines()[0][:200] if str(error) else ""
-            raise RunDirectoryError(f"checkpoint {folder} cannot be restored ({type(error).__name__}: {detail}). It "
-                                    "is damaged or was written by another configuration: " + fallback) from None
+            raise RunDirectoryError(f"checkpoint {folder} cannot be restored ({type(error).__name__}: "
+                                    f"{detail})") from None
         finally:
             absl_logger.setLevel(level)
 
@@ -488,7 +578,32 @@ class RunDirectory:
             return None
 
     def save(self, step: int, state: Any) -> None:
-        self.manager.save(int(step), args=ocp.args.StandardSave(state))
+        """A checkpoint of ``state`` at ``step``. One that cannot be written (a full disk) raises
+        :class:`RunWriteError` naming the step, the cause and the newest complete checkpoint; its partial folder
+        is removed."""
+        absl_logger = logging.getLogger("absl")
+        level = absl_logger.level
+        absl_logger.setLevel(logging.CRITICAL)  # orbax's writer threads log a failed write at length, many times
+        try:
+            self.manager.save(int(step), args=ocp.args.StandardSave(state))
+        except Exception as error:  # orbax and tensorstore raise ValueError, OSError, ... around the OS error
+            try:
+                self.manager.wait_until_finished()
+            except Exception:  # noqa: BLE001 -- the same failure, reported below
+                pass
+            for partial in (self.path / "checkpoints").glob(f"{int(step)}.orbax-checkpoint-tmp*"):
+                shutil.rmtree(partial, ignore_errors=True)
+            raise self._write_error(f"the checkpoint at {self.step_key} {step}", error) from None
+        finally:
+            absl_logger.setLevel(level)
+
+    def _write_error(self, what: str, error: BaseException) -> "RunWriteError":
+        complete = sorted(int(p.name) for p in (self.path / "checkpoints").iterdir() if p.name.isdigit()) \
+            if (self.path / "checkpoints").is_dir() else []
+        newest = f"step {complete[-1]} ({self.path / 'checkpoints' / str(complete[-1])})" if complete else "none"
+        return RunWriteError(f"{self.path}: could not write {what}: {_write_cause(error)}. The newest complete "
+                             f"checkpoint is {newest}; free space (or move the run directory) and run the same command "
+                             "again to resume from it")
 
     # ---------------------------------------------------------------------------------- metrics
     def log(self, row: dict) -> dict:
@@ -499,7 +614,10 @@ class RunDirectory:
         self._last_row_time = now
         if self.metrics is None:
             self.open_metrics(0)
-        self.metrics.append(row)
+        try:
+            self.metrics.append(row)
+        except OSError as error:
+            raise self._write_error(f"the metrics row at {self.step_key} {row.get(self.step_key)}", error) from None
         if self._board is not None:
             self._board.add(row, int(row[self.step_key]))
         return row
