@@ -138,6 +138,7 @@ def _damage(folder, how: str) -> None:
             f.unlink()
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # orbax's reader threads, on damage
 @pytest.mark.parametrize("how", ["emptied", "truncated", "manifest deleted"])
 def test_a_damaged_checkpoint_is_moved_aside_and_the_run_resumes_from_the_previous_one_exactly(tmp_path, how):
     full, full_rows = train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=60),

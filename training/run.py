@@ -277,8 +277,8 @@ class MetricsLog:
             aside = directory / DROPPED_ROWS_FILE
             with aside.open("a") as f:
                 f.write("".join(json.dumps(r) + "\n" for r in rows if r.get(step_key, 0) > resume_step))
-            warnings.warn(f"{self.jsonl}: {len(rows) - len(self.rows)} rows logged after step {resume_step}, the "
-                          f"checkpoint the run continues from, moved to {aside} (they are logged again as the run "
+            warnings.warn(f"{self.jsonl}: dropped {len(rows) - len(self.rows)} rows logged after step {resume_step}, "
+                          f"the checkpoint the run continues from, into {aside} (they are logged again as the run "
                           "continues)", stacklevel=3)
         self._fields: list[str] = []
         self._rewrite()
