@@ -144,7 +144,8 @@ GCBC_OFFLINE = textwrap.dedent("""
                 actions=rng.uniform(-1, 1, (5000, 2)).astype(np.float32),
                 goals=rng.normal(size=(5000, 4)).astype(np.float32))
     agent = GCBCAgent.create(GCBCConfig(obs_dim=4, action_dim=2, hidden=(64, 64)), 0)
-    config = TrainConfig(steps=3000, batch_size=256, log_every=100, checkpoint_every=1000, progress=False)
+    steps = int(sys.argv[2]) if len(sys.argv) > 2 else 3000
+    config = TrainConfig(steps=steps, batch_size=256, log_every=100, checkpoint_every=1000, progress=False)
     train_offline(agent, data, config, run_dir=sys.argv[1])
 """)
 
@@ -169,3 +170,30 @@ def test_the_offline_loop_sent_sigterm_mid_run_saves_there_and_resumes_equal_to_
     read = lambda d: [{k: v for k, v in json.loads(x).items() if k not in ("row_seconds", "wall_time")}  # noqa
                       for x in (d / "metrics.jsonl").read_text().splitlines()]
     assert read(tmp_path / "a") == read(tmp_path / "b")
+
+
+@pytest.mark.slow
+def test_a_run_killed_twenty_times_at_random_moments_ends_equal_to_an_uninterrupted_run(tmp_path):
+    """Soak: the offline loop (GCBC, 100,000 updates, checkpoints every 1,000: a minute or two uninterrupted) started
+    again and again, each start killed after a random 1-8 s with SIGKILL or SIGTERM (mixed at random), 20 kills; then
+    run to the end. Its rows and last checkpoint equal an uninterrupted run's."""
+    import random
+
+    rng = random.Random(0)
+    run = lambda d: subprocess.Popen([sys.executable, "-c", GCBC_OFFLINE, str(d), "100000"],  # noqa: E731
+                                     stderr=subprocess.DEVNULL)
+    statuses = []
+    for _ in range(20):
+        proc = run(tmp_path / "a")
+        time.sleep(rng.uniform(1.0, 8.0))
+        proc.send_signal(rng.choice([signal.SIGKILL, signal.SIGTERM]))
+        statuses.append((proc.wait(timeout=300), RunDirectory.saved_step(tmp_path / "a")))
+    print("exit statuses and checkpoint steps after each kill:", statuses)
+    assert all(s in (0, 75, -signal.SIGKILL, -signal.SIGTERM) for s, _ in statuses), statuses
+    assert any(s == 75 for s, _ in statuses) and any(s == -signal.SIGKILL for s, _ in statuses)  # both kinds hit a run
+    final = [run(tmp_path / "a"), run(tmp_path / "b")]
+    assert [p.wait(timeout=600) for p in final] == [0, 0]
+    read = lambda d: [{k: v for k, v in json.loads(x).items() if k not in ("row_seconds", "wall_time")}  # noqa
+                      for x in (d / "metrics.jsonl").read_text().splitlines()]
+    assert read(tmp_path / "a") == read(tmp_path / "b")
+    assert RunDirectory.saved_step(tmp_path / "a") == 100_000
