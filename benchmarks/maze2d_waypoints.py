@@ -173,6 +173,13 @@ def episodes(policy, env: Normalized, starts, goals: jax.Array, steps: int) -> d
 _episodes = jax.jit(episodes, static_argnums=(1, 4))
 
 
+def blocked(layout: maze2d.Layout, positions: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """``[N]`` bool: whether the maze's shortest path from each position to its target (D4RL coordinates ``[N, 2]``)
+    is longer than the straight line, i.e. a wall lies between them."""
+    geo = np.diag(maze_geometry.geodesic_distances(layout, positions, targets, radius=WALL_MARGIN))
+    return geo > np.linalg.norm(positions - targets, axis=-1) + 1e-3
+
+
 def episode_report(out: dict, layout: maze2d.Layout, goal: np.ndarray) -> dict:
     """For :func:`episodes`' ``out`` towards ``goal`` (normalised): score, arrival and the end within the goal's radius; where a waypoint policy's targets lay behind walls."""
     positions = np.asarray(out["positions"])
@@ -184,10 +191,9 @@ def episode_report(out: dict, layout: maze2d.Layout, goal: np.ndarray) -> dict:
     sample = (slice(None), slice(0, positions.shape[1] - 1, 10))  # every 10th step: the geodesics are costly
     p, t = positions[:, :-1][sample].reshape(-1, 2), target_xy[sample].reshape(-1, 2)
     try:
-        geo = np.diag(maze_geometry.geodesic_distances(layout, p, t, radius=WALL_MARGIN)) if len(p) <= 4000 else None
+        behind = float(np.mean(blocked(layout, p, t))) if len(p) <= 4000 else None
     except ValueError:  # a point pressed into a wall's margin
-        geo = None
-    behind = None if geo is None else float(np.mean(geo > np.linalg.norm(p - t, axis=-1) + 1e-3))
+        behind = None
     return dict(score=float(maze2d.normalized_score(layout, within.sum(1)).mean()), arrived=float(arrived.mean()),
                 at_goal_at_end=float(within[:, -1].mean()),
                 steps_to_arrive_median=float(np.median(first[arrived])) if arrived.any() else None,
@@ -206,13 +212,11 @@ def targets_report(policy: P.WaypointPolicy, layout: maze2d.Layout, positions: n
     states = jnp.asarray(norm(maze2d.goal_states(np.asarray(positions, np.float64))), jnp.float32)
     targets, info = policy.targets(states, jnp.broadcast_to(jnp.asarray(goal, jnp.float32), states.shape))
     physical = np.asarray(targets) * layout.obs_scale + layout.obs_center
-    geo = np.diag(maze_geometry.geodesic_distances(layout, np.asarray(positions), physical[:, :2],
-                                                   radius=WALL_MARGIN))
-    line = np.linalg.norm(np.asarray(positions) - physical[:, :2], axis=-1)
+    behind = blocked(layout, np.asarray(positions), physical[:, :2])
     return [dict(position=[float(v) for v in positions[n]], goal_distance=float(info["goal_distance"][n]),
                  waypoint=bool(info["use_waypoint"][n]), target_position=[float(v) for v in physical[n, :2]],
                  target_velocity=[float(v) for v in physical[n, 2:]], target_distance=float(info["target_distance"][n]),
-                 target_goal_cost=float(info["target_goal_distance"][n]), behind_wall=bool(geo[n] > line[n] + 1e-3))
+                 target_goal_cost=float(info["target_goal_distance"][n]), behind_wall=bool(behind[n]))
             for n in range(len(positions))]
 
 

@@ -147,7 +147,6 @@ class LoopRun:
         if self._signals is not None and self._signals.received is not None and at_step:
             if not due:
                 self.run.save(step, state)
-            self.run.manager.wait_until_finished()
             stop = Preempted(step, self._signals.received, str(self.run.path / "checkpoints" / str(step)))
             print(stop.message, file=sys.stderr, flush=True)
             raise stop

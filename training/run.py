@@ -36,6 +36,7 @@ A directory refuses to be misused:
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import json
@@ -64,8 +65,24 @@ class RunDirectoryError(ValueError):
     """A run directory that cannot be used as asked (other settings, not empty, corrupt checkpoint)."""
 
 
+class DamagedCheckpointError(RunDirectoryError):
+    """A checkpoint that does not restore (damaged, or written by another configuration)."""
+
+
 class RunWriteError(RunDirectoryError, OSError):
     """A checkpoint or metrics row that could not be written (e.g. a full disk)."""
+
+
+@contextlib.contextmanager
+def _absl_quiet():
+    """The ``absl`` logger (orbax's) silenced below CRITICAL for the block."""
+    absl_logger = logging.getLogger("absl")
+    level = absl_logger.level
+    absl_logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        absl_logger.setLevel(level)
 
 
 def _megabytes(n: int) -> str:
@@ -486,30 +503,28 @@ class RunDirectory:
         if step is not None and step > budget:
             raise RunDirectoryError(f"{self.path} is already at {self.step_key} {step}, beyond this run's budget of "
                                     f"{budget}; pass a larger budget to continue it")
-        failed: list[tuple[int, RunDirectoryError]] = []
-        restored = None
+        failed: list[tuple[int, DamagedCheckpointError]] = []
+        step = None
         for candidate in sorted(self.manager.all_steps(), reverse=True):
             try:
                 restored = self._restore_step(candidate, state, resize_buffer)
-                break
-            except RunDirectoryError as error:
-                if "replay buffer does not fit" in str(error):  # a setting, not damage
-                    raise
+            except DamagedCheckpointError as error:
                 failed.append((candidate, error))
-        if failed and restored is None:
+            else:
+                state, step = restored, candidate
+                break
+        if failed and step is None:
             others = f", nor do the earlier ones (steps {', '.join(str(b) for b, _ in failed[1:])})" if failed[1:] else ""
             raise RunDirectoryError(f"{failed[0][1]}{others}. A checkpoint is damaged or was written by another "
                                     f"configuration: delete {self.path / 'checkpoints'} (or start afresh with "
                                     "overwrite) to start the run again from step 0")
         for bad, error in failed:
             aside = self._move_aside(bad)
-            warnings.warn(f"{error}; moved to {aside} and resuming from the checkpoint at step {candidate}",
-                          stacklevel=4)
+            warnings.warn(f"{error}; moved to {aside} and resuming from the checkpoint at step {step}", stacklevel=4)
         if failed:
             self.manager.reload()
-        step = candidate if restored is not None else None
         self.open_metrics(step or 0)
-        return state if restored is None else restored
+        return state
 
     def _restore_step(self, step: int, state: Any, resize_buffer: bool) -> Any:
         buffer = state.get("buffer") if resize_buffer and isinstance(state, dict) else None
@@ -559,17 +574,13 @@ class RunDirectory:
 
     def _restore_as(self, step: int, abstract: Any) -> Any:
         folder = self.path / "checkpoints" / str(step)
-        absl_logger = logging.getLogger("absl")
-        level = absl_logger.level
-        absl_logger.setLevel(logging.CRITICAL)  # orbax logs every failed read of a damaged file at length
         try:
-            return self.manager.restore(step, args=ocp.args.StandardRestore(abstract))
+            with _absl_quiet():  # orbax logs every failed read of a damaged file at length
+                return self.manager.restore(step, args=ocp.args.StandardRestore(abstract))
         except Exception as error:  # orbax raises many types for missing, corrupt or mismatched files
             detail = str(error).splitlines()[0][:200] if str(error) else ""
-            raise RunDirectoryError(f"checkpoint {folder} cannot be restored ({type(error).__name__}: "
-                                    f"{detail})") from None
-        finally:
-            absl_logger.setLevel(level)
+            raise DamagedCheckpointError(f"checkpoint {folder} cannot be restored ({type(error).__name__}: "
+                                         f"{detail})") from None
 
     def _saved_capacity(self, step: int) -> int | None:
         try:
@@ -581,26 +592,21 @@ class RunDirectory:
         """A checkpoint of ``state`` at ``step``. One that cannot be written (a full disk) raises
         :class:`RunWriteError` naming the step, the cause and the newest complete checkpoint; its partial folder
         is removed."""
-        absl_logger = logging.getLogger("absl")
-        level = absl_logger.level
-        absl_logger.setLevel(logging.CRITICAL)  # orbax's writer threads log a failed write at length, many times
-        try:
-            self.manager.save(int(step), args=ocp.args.StandardSave(state))
-        except Exception as error:  # orbax and tensorstore raise ValueError, OSError, ... around the OS error
+        with _absl_quiet():  # orbax's writer threads log a failed write at length, many times
             try:
-                self.manager.wait_until_finished()
-            except Exception:  # noqa: BLE001 -- the same failure, reported below
-                pass
-            for partial in (self.path / "checkpoints").glob(f"{int(step)}.orbax-checkpoint-tmp*"):
-                shutil.rmtree(partial, ignore_errors=True)
-            raise self._write_error(f"the checkpoint at {self.step_key} {step}", error) from None
-        finally:
-            absl_logger.setLevel(level)
+                self.manager.save(int(step), args=ocp.args.StandardSave(state))
+            except Exception as error:  # orbax and tensorstore raise ValueError, OSError, ... around the OS error
+                try:
+                    self.manager.wait_until_finished()
+                except Exception:  # noqa: BLE001 -- the same failure, reported below
+                    pass
+                for partial in (self.path / "checkpoints").glob(f"{int(step)}.orbax-checkpoint-tmp*"):
+                    shutil.rmtree(partial, ignore_errors=True)
+                raise self._write_error(f"the checkpoint at {self.step_key} {step}", error) from None
 
     def _write_error(self, what: str, error: BaseException) -> "RunWriteError":
-        complete = sorted(int(p.name) for p in (self.path / "checkpoints").iterdir() if p.name.isdigit()) \
-            if (self.path / "checkpoints").is_dir() else []
-        newest = f"step {complete[-1]} ({self.path / 'checkpoints' / str(complete[-1])})" if complete else "none"
+        complete = self.saved_step(self.path)
+        newest = f"step {complete} ({self.path / 'checkpoints' / str(complete)})" if complete else "none"
         return RunWriteError(f"{self.path}: could not write {what}: {_write_cause(error)}. The newest complete "
                              f"checkpoint is {newest}; free space (or move the run directory) and run the same command "
                              "again to resume from it")
