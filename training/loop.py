@@ -17,10 +17,16 @@ A run with a run directory stops cleanly on SIGTERM (a preempted VM, a batch sch
 released, and the process exits with one line naming the step and :data:`PREEMPTED_EXIT_CODE` (75, ``EX_TEMPFAIL``:
 run the same command again to resume). A second signal while it saves stops at once; the previous checkpoint is
 untouched (orbax writes a checkpoint aside and renames it when complete).
+
+In a multi-process run (``jax.distributed``), SIGTERM is JAX's: its preemption notifier, which
+``jax.distributed.initialize`` installs, catches it in any process and tells the others; every process calls
+``jax.experimental.multihost_utils.reached_preemption_sync_point`` at each row and all of them stop, with their
+checkpoint saved, at the same step (the first that every process had yet to reach), and exit with the same status.
 """
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import sys
@@ -58,6 +64,10 @@ class _StopSignals:
         self.received: int | None = None
         self._previous = {s: signal.signal(s, self._note) for s in STOP_SIGNALS}
 
+    def stop_due(self) -> bool:
+        """Whether to stop at this row (called once at each row where the state can be saved)."""
+        return self.received is not None
+
     def _note(self, signum, frame):
         if self.received is not None:  # the second: no more waiting
             self.restore()
@@ -73,12 +83,43 @@ class _StopSignals:
         self._previous = {}
 
     @classmethod
-    def install(cls) -> "_StopSignals | None":
-        """Installed in the main thread of a single-process run (a multi-process run leaves SIGTERM to JAX's
-        preemption notifier, which ``jax.distributed`` installs)."""
+    def install(cls) -> "_StopSignals | _PreemptionSync | None":
+        """Installed in the main thread of a single-process run; a multi-process run gets :class:`_PreemptionSync`
+        (SIGTERM is JAX's preemption notifier's, which ``jax.distributed`` installs)."""
         import jax
 
-        if threading.current_thread() is not threading.main_thread() or jax.process_count() > 1:
+        if jax.process_count() > 1:
+            return _PreemptionSync.install()
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        return cls()
+
+
+class _PreemptionSync:
+    """A multi-process run's stop: JAX's preemption sync point, asked at every row where the state can be saved.
+    All processes ask it equally often (their loops run in lockstep), so they agree on the row to stop at. The count
+    it is asked with grows over the process's life (runs one after another included), as JAX's protocol needs."""
+
+    received = signal.SIGTERM  # the notice JAX's preemption notifier listens for
+    _asked = itertools.count()
+
+    def stop_due(self) -> bool:
+        from jax.experimental import multihost_utils
+
+        return multihost_utils.reached_preemption_sync_point(next(self._asked))
+
+    def restore(self) -> None:
+        pass
+
+    @classmethod
+    def install(cls) -> "_PreemptionSync | None":
+        """None where JAX's preemption service is off (``jax_enable_preemption_service``): SIGTERM then ends the
+        processes as it would without a run directory."""
+        from jax.experimental import multihost_utils
+
+        try:
+            multihost_utils.reached_preemption_sync_point(next(cls._asked))
+        except RuntimeError:
             return None
         return cls()
 
@@ -144,7 +185,7 @@ class LoopRun:
         self.history.append(row)
         if self.run and due:
             self.run.save(step, state)
-        if self._signals is not None and self._signals.received is not None and at_step:
+        if self._signals is not None and at_step and self._signals.stop_due():
             if not due:
                 self.run.save(step, state)
             stop = Preempted(step, self._signals.received, str(self.run.path / "checkpoints" / str(step)))

@@ -10,6 +10,8 @@ Layout: ``config.json`` (the exact command that started the run, each command th
 settings), ``metrics.jsonl`` and ``metrics.csv`` (one row per logged step, both appended as rows are logged),
 ``tensorboard/`` (event files, with ``tensorboard=True``; needs the ``tensorboard`` extra:
 ``pip install "platonic-rl[tensorboard]"``) and ``checkpoints/<step>/`` (orbax, synchronous, the ``keep`` latest).
+In a multi-process run (``jax.distributed``) process 0 writes the config, the metrics and the lock, and every
+process writes and reads its own part of each checkpoint.
 
 A directory refuses to be misused:
 
@@ -368,10 +370,14 @@ class RunDirectory:
     """See the module docstring. Build with :meth:`open`."""
 
     def __init__(self, path: Path, keep: int, step_key: str, tensorboard: bool,
-                 lock: "FileLock | FlockLock | None" = None):
+                 lock: "FileLock | FlockLock | None" = None, writer: bool = True):
         self.path, self.step_key, self.tensorboard, self._lock = path, step_key, tensorboard, lock
+        self.writer = writer
+        """Whether this process writes the directory's own files (config, metrics, lock): process 0 of a
+        multi-process run; every process writes its part of each checkpoint."""
         self._closed = False
-        partial = sorted(p.name for p in (path / "checkpoints").glob("*.orbax-checkpoint-tmp*"))
+        self._rows: list[dict] = []  # a non-writer's rows (the writer's are its metrics log's)
+        partial = sorted(p.name for p in (path / "checkpoints").glob("*.orbax-checkpoint-tmp*")) if writer else []
         if partial:
             warnings.warn(f"{path / 'checkpoints'}: removing {', '.join(partial)}, a checkpoint whose writing was "
                           "interrupted (the complete ones are kept)", stacklevel=3)
@@ -392,8 +398,37 @@ class RunDirectory:
         """Open ``path`` for a run defined by ``settings`` (a JSON-able dict, e.g. the agent's and the loop's
         configs). ``overwrite`` clears the directory first (whatever ``resume`` says); else ``resume`` continues
         the run it holds, and without it a directory holding a run is refused. ``resumable``: dotted setting
-        names that may differ from the stored ones when resuming (e.g. ``"loop.env_steps"``)."""
+        names that may differ from the stored ones when resuming (e.g. ``"loop.env_steps"``).
+
+        In a multi-process run (``jax.distributed``) every process opens it: process 0 as its writer (the lock, the
+        checks, ``config.json``, the metrics), the others once process 0 has opened it (or fail with it); every
+        process saves and restores its own part of each checkpoint (orbax)."""
         path = Path(path)
+        if jax.process_count() == 1:
+            lock = cls._open_as_writer(path, settings, resume, overwrite, resumable)
+        else:
+            lock, failure = None, None
+            if jax.process_index() == 0:
+                try:
+                    lock = cls._open_as_writer(path, settings, resume, overwrite, resumable)
+                except BaseException as error:  # noqa: BLE001 -- told to the other processes, then raised
+                    failure = error
+            if not _process_zero_says(failure is None):
+                if failure is not None:
+                    raise failure
+                raise RunDirectoryError(f"{path}: process 0 of this run could not open the run directory (its "
+                                        "error says why)")
+        try:
+            return cls(path, keep, step_key, tensorboard, lock, writer=lock is not None)
+        except BaseException:
+            if lock is not None:
+                _release(path, lock)
+            raise
+
+    @classmethod
+    def _open_as_writer(cls, path: Path, settings: dict, resume: bool, overwrite: bool, resumable: Iterable[str]
+                        ) -> "FileLock | FlockLock":
+        """The checks and ``config.json`` of :meth:`open`, done by the directory's one writer; returns its lock."""
         defaults = _default_valued(settings)
         settings = as_json(settings)
 
@@ -439,7 +474,7 @@ class RunDirectory:
                               continued_by=[*saved.get("continued_by", []), command],
                               settings=settings if resumable else saved.get("settings", {}))
             config_file.write_text(json.dumps(record, indent=1))
-            return cls(path, keep, step_key, tensorboard, lock)
+            return lock
         except BaseException:
             _release(path, lock)
             raise
@@ -519,9 +554,12 @@ class RunDirectory:
                                     f"configuration: delete {self.path / 'checkpoints'} (or start afresh with "
                                     "overwrite) to start the run again from step 0")
         for bad, error in failed:
-            aside = self._move_aside(bad)
-            warnings.warn(f"{error}; moved to {aside} and resuming from the checkpoint at step {step}", stacklevel=4)
+            if self.writer:
+                aside = self._move_aside(bad)
+                warnings.warn(f"{error}; moved to {aside} and resuming from the checkpoint at step {step}",
+                              stacklevel=4)
         if failed:
+            _sync("platonic_rl: damaged checkpoints moved aside")
             self.manager.reload()
         self.open_metrics(step or 0)
         return state
@@ -550,6 +588,10 @@ class RunDirectory:
         return target
 
     def open_metrics(self, step: int) -> None:
+        if not self.writer:  # the writer's rows up to ``step`` (those after it, it logs again)
+            rows = MetricsLog.read(self.path) if (self.path / "metrics.jsonl").exists() else []
+            self._rows = [r for r in rows if r.get(self.step_key, 0) <= step]
+            return
         self.metrics = MetricsLog(self.path, step, self.step_key)
         if self.tensorboard:
             if not step:  # starting from step 0: events of an earlier start would mix with this one's
@@ -601,7 +643,8 @@ class RunDirectory:
                 except Exception:  # noqa: BLE001 -- the same failure, reported below
                     pass
                 for partial in (self.path / "checkpoints").glob(f"{int(step)}.orbax-checkpoint-tmp*"):
-                    shutil.rmtree(partial, ignore_errors=True)
+                    if self.writer:
+                        shutil.rmtree(partial, ignore_errors=True)
                 raise self._write_error(f"the checkpoint at {self.step_key} {step}", error) from None
 
     def _write_error(self, what: str, error: BaseException) -> "RunWriteError":
@@ -618,6 +661,9 @@ class RunDirectory:
         now = time.time()
         row = {**row, "row_seconds": now - self._last_row_time}
         self._last_row_time = now
+        if not self.writer:
+            self._rows.append(row)
+            return row
         if self.metrics is None:
             self.open_metrics(0)
         try:
@@ -630,6 +676,8 @@ class RunDirectory:
 
     @property
     def rows(self) -> list[dict]:
+        if not self.writer:
+            return list(self._rows)
         return list(self.metrics.rows) if self.metrics else []
 
     def close(self) -> None:
@@ -653,6 +701,21 @@ class RunDirectory:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+def _process_zero_says(yes: bool) -> bool:
+    """Process 0's ``yes``, in every process of a multi-process run (a collective: all of them call it)."""
+    from jax.experimental import multihost_utils
+
+    return bool(multihost_utils.broadcast_one_to_all(np.int32(yes)))
+
+
+def _sync(name: str) -> None:
+    """Every process of a multi-process run waits here for the others (nothing for one process)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
 
 
 def _release(path: Path, lock: "FileLock | FlockLock") -> None:
