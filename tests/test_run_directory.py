@@ -417,6 +417,24 @@ def test_a_full_disk_at_a_metrics_row_stops_naming_the_row_and_the_cause(tmp_pat
         train_offline(QRLAgent.create(TINY, 0), data(), CONFIG, tmp_path)
 
 
+def test_a_checkpoint_the_disk_has_no_room_for_is_refused_before_orbax_starts_writing(tmp_path, monkeypatch):
+    import shutil
+
+    import orbax.checkpoint as ocp
+
+    train_offline(QRLAgent.create(TINY, 0), data(), dataclasses.replace(CONFIG, steps=20), tmp_path)
+    usage, started = shutil.disk_usage(tmp_path), []
+    size = sum(x.nbytes for x in jax.tree.leaves(QRLAgent.create(TINY, 0)))  # the agent: most of the state's bytes
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=size // 2))  # room once at the start...
+    monkeypatch.setattr(ocp.CheckpointManager, "save", lambda *a, **k: started.append(1))
+    monkeypatch.setattr(RunDirectory, "_check_free_space", lambda self, state: None)  # ...not two checkpoints' worth
+    with pytest.raises(RunDirectoryError, match=rf"could not write the checkpoint at step 40: No space left on device "
+                                                rf"\(ENOSPC\): {size // 2 / 1e6:,.1f} MB free, the checkpoint needs up "
+                                                r"to \d+\.\d MB\. The newest complete checkpoint is step 20"):
+        train_offline(QRLAgent.create(TINY, 0), data(), CONFIG, tmp_path)
+    assert not started  # orbax never began a write it could not finish
+
+
 def test_a_disk_without_room_for_two_checkpoints_is_refused_before_training(tmp_path, monkeypatch):
     import shutil
 

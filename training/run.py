@@ -31,8 +31,8 @@ A directory refuses to be misused:
   with one short message; a checkpoint whose writing was interrupted (``*.orbax-checkpoint-tmp*``) is removed,
   saying so;
 * a checkpoint or metrics row that cannot be written (a full disk) stops the run with one line naming the directory,
-  the step, the cause and the newest complete checkpoint; a run whose disk has room for fewer than two checkpoints
-  is refused before it starts;
+  the step, the cause and the newest complete checkpoint (a checkpoint the free space cannot hold is refused before
+  it is written); a run whose disk has room for fewer than two checkpoints is refused before it starts;
 * a damaged last line of ``metrics.jsonl`` (a run killed while writing it) is dropped with a warning, and a
   metrics file that lost rows a checkpoint says were logged is reported, not silently continued.
 """
@@ -85,6 +85,11 @@ def _absl_quiet():
         yield
     finally:
         absl_logger.setLevel(level)
+
+
+def _state_bytes(state: Any) -> int:
+    """The bytes of ``state``'s arrays: what a checkpoint of it takes at most (orbax may compress)."""
+    return sum(int(getattr(leaf, "nbytes", 0)) for leaf in jax.tree_util.tree_leaves(state))
 
 
 def _megabytes(n: int) -> str:
@@ -524,8 +529,7 @@ class RunDirectory:
 
     def _check_free_space(self, state: Any) -> None:
         """Refuse a run whose filesystem has room for fewer than two checkpoints of ``state`` (its arrays' bytes)."""
-        size = sum(int(getattr(leaf, "nbytes", 0)) for leaf in jax.tree_util.tree_leaves(state))
-        free = shutil.disk_usage(self.path).free
+        size, free = _state_bytes(state), shutil.disk_usage(self.path).free
         if free < 2 * size:
             raise RunDirectoryError(f"{self.path}: {_megabytes(free)} free on its filesystem, less than two "
                                     f"checkpoints of {_megabytes(size)} each (the run's state); free space or choose "
@@ -634,6 +638,12 @@ class RunDirectory:
         """A checkpoint of ``state`` at ``step``. One that cannot be written (a full disk) raises
         :class:`RunWriteError` naming the step, the cause and the newest complete checkpoint; its partial folder
         is removed."""
+        what = f"the checkpoint at {self.step_key} {step}"
+        size, free = _state_bytes(state), shutil.disk_usage(self.path).free
+        if free < size:  # refused before orbax starts: a write that fails midway leaves its writer threads to
+            # print their errors as the process exits
+            raise self._write_error(what, cause=f"No space left on device (ENOSPC): {_megabytes(free)} free, the "
+                                                f"checkpoint needs up to {_megabytes(size)}")
         with _absl_quiet():  # orbax's writer threads log a failed write at length, many times
             try:
                 self.manager.save(int(step), args=ocp.args.StandardSave(state))
@@ -645,12 +655,14 @@ class RunDirectory:
                 for partial in (self.path / "checkpoints").glob(f"{int(step)}.orbax-checkpoint-tmp*"):
                     if self.writer:
                         shutil.rmtree(partial, ignore_errors=True)
-                raise self._write_error(f"the checkpoint at {self.step_key} {step}", error) from None
+                raise self._write_error(what, error) from None
 
-    def _write_error(self, what: str, error: BaseException) -> "RunWriteError":
+    def _write_error(self, what: str, error: BaseException | None = None, cause: str | None = None
+                     ) -> "RunWriteError":
         complete = self.saved_step(self.path)
         newest = f"step {complete} ({self.path / 'checkpoints' / str(complete)})" if complete else "none"
-        return RunWriteError(f"{self.path}: could not write {what}: {_write_cause(error)}. The newest complete "
+        cause = cause or _write_cause(error)
+        return RunWriteError(f"{self.path}: could not write {what}: {cause}. The newest complete "
                              f"checkpoint is {newest}; free space (or move the run directory) and run the same command "
                              "again to resume from it")
 
