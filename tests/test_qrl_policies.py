@@ -384,6 +384,15 @@ def test_after_a_stall_the_episodes_targets_take_the_goals_form_until_its_goal_c
         expected = as_goal(plain_state["targets"]) if stalled else np.asarray(plain_state["targets"])
         np.testing.assert_allclose(state["targets"], expected, rtol=1e-6, err_msg=str(t))
         assert not np.allclose(np.asarray(plain_state["targets"])[:, 2:], -0.25)  # held: the waypoint's velocity
+    # Where a goal is a whole state (OGBench's point maze: a position), a target in the goal's form is the waypoint:
+    # the same actions as without the option, stalls included.
+    whole = P.WaypointPolicy.create(agent, waypoints, reach, replan_every=2, patience=3, stall_goal_dims=(0, 1, 2, 3))
+    whole_state, plain_state = whole.initial_policy_state(3), plain.initial_policy_state(3)
+    for t in range(9):
+        actions, whole_state = step(whole, whole_state, obs, goals)
+        plain_actions, plain_state = jax.jit(type(plain).step)(plain, plain_state, obs, goals)
+        np.testing.assert_array_equal(actions, plain_actions, err_msg=str(t))
+    assert np.asarray(whole_state["stalled"]).all()
     _, fresh = step(policy, state, obs, goals + 0.1)  # a new episode
     assert not np.asarray(fresh["stalled"]).any()
     assert not np.allclose(np.asarray(fresh["targets"])[:, 2:], np.asarray(goals + 0.1)[:, 2:])
