@@ -67,7 +67,8 @@ from platonic_rl.training.offline import train_seeds
 METHODS = ("qrl", "qrl_lookahead", "qrl_lookahead_dwell", "qrl_lookahead_actor", "qrl_waypoints",
            "qrl_waypoints_lookahead", "qrl_graph_waypoints", "qrl_graph_waypoints_lookahead",
            "qrl_graph_waypoints_arrival", "qrl_graph_waypoints_dwell", "qrl_graph_waypoints_goal",
-           "qrl_graph_waypoints_gcbc", "qrl_graph_waypoints_gcbc_goal", "qrl_graph_waypoints_gcbc_rest", "qrl_grid",
+           "qrl_graph_waypoints_rest", "qrl_graph_waypoints_gcbc", "qrl_graph_waypoints_gcbc_goal",
+           "qrl_graph_waypoints_gcbc_rest", "qrl_grid",
            "qrl_true", "qrl_true_hold", "crl", "gcbc", "mppi", "mppi_paper_samples", "mppi_true")  # TABLE's rows
 MethodName = Literal[METHODS]
 LAYOUTS = ("large", "medium", "umaze")
@@ -309,6 +310,9 @@ TABLE: dict[str, Method] = {
     "qrl_graph_waypoints_goal": Method("QRL, graph waypoints + lookahead, targets as goals", "qrl",
                                        _qrl_policy("graph_waypoints", "lookahead", goal_dims=GOAL_DIMS), "addition",
                                        settings=_recorded("graph_waypoints", "lookahead", goal_dims=GOAL_DIMS)),
+    "qrl_graph_waypoints_rest": Method("QRL, graph waypoints + actor, targets at rest after a stall", "qrl",
+                                       _qrl_policy("graph_waypoints", "actor", stall_goal_dims=GOAL_DIMS), "addition",
+                                       settings=_recorded("graph_waypoints", "actor", stall_goal_dims=GOAL_DIMS)),
     "qrl_graph_waypoints_gcbc": Method("QRL's graph waypoints + GCBC between them", "qrl",
                                        _qrl_policy("graph_waypoints", "helper"), "addition",
                                        settings=_recorded("graph_waypoints", "helper"), helper="gcbc"),
