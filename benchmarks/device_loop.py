@@ -75,11 +75,14 @@ from platonic_rl.training.run import read_json, write_json
 
 Part = Literal["envs", "throughput", "seeds", "devices", "learning"]
 Method = Literal["qrl", "crl", "gcbc"]
-QRLEvalPolicy = Literal["graph_waypoints", "graph_waypoints_lookahead", "lookahead"]
+QRLEvalPolicy = Literal["graph_waypoints", "graph_waypoints_rest", "graph_waypoints_lookahead", "lookahead"]
 QRL_EVAL_POLICIES = {  # --qrl-eval-policies: make_policy's defaults (the benchmarks' settings), built online
     "graph_waypoints": PolicySpec.of("graph_waypoints"),
     "graph_waypoints_lookahead": PolicySpec.of("graph_waypoints", inner="lookahead"),
     "lookahead": PolicySpec.of("lookahead"),
+}
+QRL_EVAL_POLICIES_OF_ENV = {  # those whose settings come from the env: targets at rest after a stall (its goal's form)
+    "graph_waypoints_rest": lambda env: PolicySpec.of("graph_waypoints", stall_goal_dims=tuple(env.goal_dims)),
 }
 EnvName = Literal["umaze", "medium", "reacher", "brax-reacher"]
 MODULE = "platonic_rl.benchmarks.device_loop"
@@ -106,7 +109,8 @@ class Args:
     mode, each held k steps in the learned dynamics) at each of these k, on the same episodes."""
     qrl_eval_policies: tuple[QRLEvalPolicy, ...] = ()
     """QRL's runs also evaluate these deployable policies (agents.qrl_policies, make_policy's defaults) at the last 5
-    evaluations, the waypoints over the replay buffer's states (logged as eval_success_<name>)."""
+    evaluations, the waypoints over the replay buffer's states (logged as eval_success_<name>); graph_waypoints_rest:
+    the graph waypoints with targets in the goal's form (the env's goal_dims) once an episode has stalled."""
     out_dir: str | None = None        # default: results/device_loop/<scale>
     overwrite: bool = False           # measure this call's parts again and retrain its learning runs
 
@@ -288,7 +292,8 @@ def learning_run(args: Args, scale: DeviceLoopScale, name: str, method: str, run
     config = learning_config(args, scale)
     env = device_loop_env(name, args.reacher_goal)
     cfg = device_loop_agent_config(method, scale, env.obs_dim, env.action_dim, args.qrl_entropy_init)
-    policies = {p: QRL_EVAL_POLICIES[p] for p in args.qrl_eval_policies} if method == "qrl" else {}
+    policies = {p: QRL_EVAL_POLICIES[p] if p in QRL_EVAL_POLICIES else QRL_EVAL_POLICIES_OF_ENV[p](env)
+                for p in args.qrl_eval_policies} if method == "qrl" else {}
     if policies:  # the policies act at the evaluations the table averages (each may cost minutes)
         config = dataclasses.replace(config, eval_policies_after=max(
             0, config.iterations - FINAL_EVALUATIONS * config.eval_every))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from platonic_rl.agents.qrl_diagnostics import grid_argmin_actions
-from platonic_rl.agents.qrl_policies import LatentLookahead
+from platonic_rl.agents.qrl_policies import LatentLookahead, PolicySpec
 from platonic_rl.benchmarks import device_loop, presets, report
 from platonic_rl.envs import jax_env
 
@@ -71,6 +71,9 @@ def test_learning_records_are_saved_reused_refused_and_retrained(tmp_path, capsy
     assert record["learning"]["umaze/qrl"]["policy_success"] == {"graph_waypoints": [[0.5, 0.6], [0.5, 0.6]]}
     assert record["learning"]["umaze/qrl"]["policy_env_steps"] == [600, 1200]
     assert "umaze/qrl graph_waypoints 0.55 +- 0.05" in capsys.readouterr().out
+    # targets at rest after a stall: in the env's goal form (the point maze's goal_dims, its position)
+    device_loop.run(device_loop.Args(**{**vars(graph), "qrl_eval_policies": ("graph_waypoints_rest",)}))
+    assert policies[-1] == {"graph_waypoints_rest": PolicySpec.of("graph_waypoints", stall_goal_dims=(0, 1))}
 
 
 @pytest.mark.slow  # ~80 s on 2 cores (three device-loop programs compiled); the fast test above covers the reuse logic
