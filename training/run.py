@@ -530,8 +530,9 @@ class RunDirectory:
     def _check_free_space(self, state: Any) -> None:
         """Refuse a run whose filesystem has room for fewer than two checkpoints of ``state`` (its arrays' bytes)."""
         size, free = _state_bytes(state), shutil.disk_usage(self.path).free
-        if free < 2 * size:
-            raise RunDirectoryError(f"{self.path}: {_megabytes(free)} free on its filesystem, less than two "
+        if not _every_process(free >= 2 * size):  # all processes stop, or none: the restore is collective
+            where = "its filesystem" if free < 2 * size else "the filesystem of another process of this run"
+            raise RunDirectoryError(f"{self.path}: {_megabytes(free)} free on {where}, less than two "
                                     f"checkpoints of {_megabytes(size)} each (the run's state); free space or choose "
                                     "a run directory on another filesystem")
 
@@ -640,10 +641,12 @@ class RunDirectory:
         is removed."""
         what = f"the checkpoint at {self.step_key} {step}"
         size, free = _state_bytes(state), shutil.disk_usage(self.path).free
-        if free < size:  # refused before orbax starts: a write that fails midway leaves its writer threads to
-            # print their errors as the process exits
-            raise self._write_error(what, cause=f"No space left on device (ENOSPC): {_megabytes(free)} free, the "
-                                                f"checkpoint needs up to {_megabytes(size)}")
+        # Refused before orbax starts (a write that fails midway leaves its writer threads to print their errors as
+        # the process exits), by every process or none: the save is collective.
+        if not _every_process(free >= size):
+            where = "" if free < size else " on another process of this run"
+            raise self._write_error(what, cause=f"No space left on device (ENOSPC){where}: {_megabytes(free)} free, "
+                                                f"the checkpoint needs up to {_megabytes(size)}")
         with _absl_quiet():  # orbax's writer threads log a failed write at length, many times
             try:
                 self.manager.save(int(step), args=ocp.args.StandardSave(state))
@@ -652,8 +655,8 @@ class RunDirectory:
                     self.manager.wait_until_finished()
                 except Exception:  # noqa: BLE001 -- the same failure, reported below
                     pass
-                for partial in (self.path / "checkpoints").glob(f"{int(step)}.orbax-checkpoint-tmp*"):
-                    if self.writer:
+                if self.writer:
+                    for partial in (self.path / "checkpoints").glob(f"{int(step)}.orbax-checkpoint-tmp*"):
                         shutil.rmtree(partial, ignore_errors=True)
                 raise self._write_error(what, error) from None
 
@@ -720,6 +723,15 @@ def _process_zero_says(yes: bool) -> bool:
     from jax.experimental import multihost_utils
 
     return bool(multihost_utils.broadcast_one_to_all(np.int32(yes)))
+
+
+def _every_process(yes: bool) -> bool:
+    """Whether ``yes`` holds in every process of a multi-process run (a collective: all of them call it)."""
+    if jax.process_count() == 1:
+        return yes
+    from jax.experimental import multihost_utils
+
+    return bool(np.min(multihost_utils.process_allgather(np.int32(yes))))
 
 
 def _sync(name: str) -> None:
