@@ -194,34 +194,34 @@ def quasimetric_critic_loss(config: QuasimetricCriticConfig, params, lagrange_ra
 class QRLConfig:
     """Defaults are the paper-scale MountainCar settings of appendix C.3.1."""
 
-    obs_dim: int = 3
-    num_actions: int = 3
+    obs_dim: int = 3                                        # state size (a goal is a state of the same size)
+    num_actions: int = 3                                    # discrete actions; Q(s, a, g) = d(T(f(s), a), f(g))
     # Networks.
-    obs_center: tuple[float, ...] | None = None  # encoder input = (obs - obs_center) * obs_scale
-    obs_scale: tuple[float, ...] | None = None
-    encoder_hidden: tuple[int, ...] = (1024, 1024, 1024)
-    latent_dim: int = 256
-    projector_hidden: tuple[int, ...] = (1024, 1024, 1024)
-    head: Literal["iqe", "l2"] = "iqe"
-    iqe_components: int = 16
-    iqe_dim_per_component: int = 32
-    iqe_reduction: Literal["sum", "maxmean"] = "maxmean"
-    l2_dim: int = 256  # projector output for the l2 head
-    dynamics_hidden: tuple[int, ...] = (1024, 1024, 1024)
+    obs_center: tuple[float, ...] | None = None             # encoder input = (obs - obs_center) * obs_scale
+    obs_scale: tuple[float, ...] | None = None              # None: no centring / scaling
+    encoder_hidden: tuple[int, ...] = (1024, 1024, 1024)    # f's hidden widths (state -> latent)
+    latent_dim: int = 256                                   # the latent z = f(s) that T steps and the head compares
+    projector_hidden: tuple[int, ...] = (1024, 1024, 1024)  # the projector's hidden widths (latent -> head input)
+    head: Literal["iqe", "l2"] = "iqe"                      # the distance: IQE (a quasimetric) or a symmetric l2
+    iqe_components: int = 16                                # IQE's components, combined by iqe_reduction
+    iqe_dim_per_component: int = 32                         # intervals per component (head input = the product)
+    iqe_reduction: Literal["sum", "maxmean"] = "maxmean"    # sum, or alpha * max + (1 - alpha) * mean, alpha learned
+    l2_dim: int = 256                                       # projector output for the l2 head
+    dynamics_hidden: tuple[int, ...] = (1024, 1024, 1024)   # T's hidden widths: z' = z + T(z, a)
     # Objective (eq. 4.12, C.24).
-    phi_offset: float = 500.0
-    phi_beta: float = 0.01
-    epsilon: float = 0.25
-    lagrange_init: float = 0.01
-    transition_weight: float = 75.0
+    phi_offset: float = 500.0                               # push term phi(d) = -softplus(phi_offset - d, phi_beta)
+    phi_beta: float = 0.01                                  # its sharpness: distances past the offset weigh less
+    epsilon: float = 0.25                                   # constraint slack: E[relu(d(s, s') - cost)^2] <= epsilon^2
+    lagrange_init: float = 0.01                             # the multiplier lambda's initial value
+    transition_weight: float = 75.0                         # weight of T's loss
     # Optimisation.
-    learning_rate: float = 5e-4
-    lagrange_learning_rate: float = 0.3
+    learning_rate: float = 5e-4                             # Adam's, for f, projector, head and T
+    lagrange_learning_rate: float = 0.3                     # lambda's (gradient ascent on the constraint)
     cosine_decay_steps: int | None = 500_000  # cosine to 0 over this many updates; None = constant
     # Goals (C.26).
-    goal_mode: Literal["multi", "single"] = "multi"
-    p_general_goal: float = 0.05
-    general_goal: tuple[float, ...] | None = (0.5, 0.0, 1.0)
+    goal_mode: Literal["multi", "single"] = "multi"         # multi: the batch's next states; single: general_goal
+    p_general_goal: float = 0.05                            # multi: the share of goals replaced by general_goal
+    general_goal: tuple[float, ...] | None = (0.5, 0.0, 1.0)  # its observation (MountainCar: the top, flag 1)
     # Networks compute in this dtype ("bfloat16" for GPU/TPU); parameters and losses stay float32.
     compute_dtype: str = "float32"
 

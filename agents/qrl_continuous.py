@@ -53,41 +53,42 @@ BATCH_KEYS = ("observations", "actions", "next_observations", "rewards", "goals"
 
 @dataclasses.dataclass(frozen=True)
 class QRLContinuousConfig:
-    obs_dim: int = 10
-    action_dim: int = 4
-    obs_center: tuple[float, ...] | None = None
-    obs_scale: tuple[float, ...] | None = None
-    image_shape: tuple[int, int, int] | None = None  # set for image observations (obs_dim is then unused)
+    # Inputs.
+    obs_dim: int = 10                                       # state size (a goal is a state of the same size)
+    action_dim: int = 4                                     # continuous actions in [-1, 1]^action_dim
+    obs_center: tuple[float, ...] | None = None             # the encoder reads (obs - obs_center) * obs_scale
+    obs_scale: tuple[float, ...] | None = None              # None: no centring / scaling
+    image_shape: tuple[int, int, int] | None = None         # (H, W, C) for image observations (obs_dim is then unused)
     # Critic networks (C.3.3): f x-512-512-128, projector 128-512-2048, IQE-maxmean 64 x 32, T residual.
-    encoder_hidden: tuple[int, ...] = (512, 512)
-    latent_dim: int = 128
-    projector_hidden: tuple[int, ...] = (512,)
-    head: Literal["iqe", "l2"] = "iqe"
-    iqe_components: int = 64
-    iqe_dim_per_component: int = 32
-    iqe_reduction: Literal["sum", "maxmean"] = "maxmean"
-    l2_dim: int = 2048
-    dynamics_hidden: tuple[int, ...] = (512, 512)
-    num_critics: int = 2
-    actor_hidden: tuple[int, ...] = (512, 512)
-    # Objective.
-    phi_offset: float = 15.0
-    phi_beta: float = 0.1
-    epsilon: float = 0.25
-    lagrange_init: float = 0.01
-    transition_weight: float = 0.2  # 0.1 for image observations
+    encoder_hidden: tuple[int, ...] = (512, 512)            # f's hidden widths (state -> latent)
+    latent_dim: int = 128                                   # the latent z = f(s) that T steps and the head compares
+    projector_hidden: tuple[int, ...] = (512,)              # the projector's hidden widths (latent -> head input)
+    head: Literal["iqe", "l2"] = "iqe"                      # the distance: IQE (a quasimetric) or a symmetric l2
+    iqe_components: int = 64                                # IQE's components, combined by iqe_reduction
+    iqe_dim_per_component: int = 32                         # intervals per component (head input = the product)
+    iqe_reduction: Literal["sum", "maxmean"] = "maxmean"    # sum, or alpha * max + (1 - alpha) * mean, alpha learned
+    l2_dim: int = 2048                                      # the projector's output for the l2 head
+    dynamics_hidden: tuple[int, ...] = (512, 512)           # T's hidden widths: z' = z + T(z, a)
+    num_critics: int = 2                                    # critics (own inits); the actor minimises their max
+    actor_hidden: tuple[int, ...] = (512, 512)              # the tanh-Gaussian actor's hidden widths
+    # Objective (eq. 4.12, C.24).
+    phi_offset: float = 15.0                                # push term phi(d) = -softplus(phi_offset - d, phi_beta)
+    phi_beta: float = 0.1                                   # its sharpness: distances past the offset weigh less
+    epsilon: float = 0.25                                   # constraint slack: E[relu(d(s, s') - cost)^2] <= epsilon^2
+    lagrange_init: float = 0.01                             # the multiplier lambda's initial value
+    transition_weight: float = 0.2                          # weight of T's loss (0.1 for image observations)
     bc_weight: float = 0.0          # > 0 adds bc_weight * E[-log pi(a | s, g_bc)] (offline; g_bc = batch["bc_goals"] or goals)
     adaptive_entropy: bool = True   # False: no entropy term in the actor loss (C.3.2's offline maze2d runs)
     # "batch_mean": the actor's distance term divided by its (stop-gradient) batch mean, as OGBench's QRL does, so
     # the loss is scale-free and bc_weight weighs behaviour cloning against a unit-sized term; "none": as the paper.
     actor_distance_scale: Literal["none", "batch_mean"] = "none"
-    # Optimisation.
-    critic_learning_rate: float = 1e-4
-    lagrange_learning_rate: float = 1e-2
-    actor_learning_rate: float = 3e-5
-    entropy_init: float = 1.0
-    entropy_learning_rate: float = 3e-4
-    target_entropy: float | None = None  # None: -action_dim
+    # Optimisation (Adam).
+    critic_learning_rate: float = 1e-4                      # f, projector, head and T
+    lagrange_learning_rate: float = 1e-2                    # lambda (gradient ascent on the constraint)
+    actor_learning_rate: float = 3e-5                       # the actor
+    entropy_init: float = 1.0                               # the entropy weight's initial value (adaptive_entropy)
+    entropy_learning_rate: float = 3e-4                     # the entropy weight's, towards target_entropy
+    target_entropy: float | None = None                     # None: -action_dim
     # Networks (critics and actor) compute in this dtype ("bfloat16" for GPU/TPU); parameters, optimizer state,
     # latents, IQE and the losses stay float32.
     compute_dtype: str = "float32"

@@ -39,7 +39,10 @@ def test_benchmark_pipeline_with_a_small_network(tmp_path, monkeypatch):
     assert len(record["results"]["qrl_multi"]["per_goal"]) == 10
     for method in ("qrl_single", "qrl_multi"):
         summary = record["results"][method]["summary"]
-        assert 0 <= summary["top_of_hill"] <= 100 and np.isfinite(summary["spearman_top_of_hill"])
+        top = record["results"][method]["per_goal"][0]  # the score is Table 4.1's normalisation of its returns
+        assert summary["top_of_hill"] == top["score"] == pytest.approx(
+            100 * (top["mean_return"] + 200) / (top["mean_optimal_return"] + 200))
+        assert np.isfinite(summary["spearman_top_of_hill"])
     assert record["results"]["oracle_full"]["summary"]["top_of_hill"] == pytest.approx(100.0)
     assert (tmp_path / "values.png").stat().st_size > 10_000
     assert "NOT comparable" in record["table"] and "QRL multi-goal" in record["table"]
@@ -52,7 +55,8 @@ def test_benchmark_smoke_run(tmp_path):
     assert saved["command"].startswith("python -m platonic_rl.benchmarks.mountaincar")
     assert saved["train_config"]["steps"] == 500
     summary = record["results"]["qrl_multi"]["summary"]
-    assert 0 <= summary["top_of_hill"] <= 100 and np.isfinite(summary["spearman_top_of_hill"])
+    # Learned: 500 updates score 72.8 (seeded); the same network after 20 updates scores 15-16 (the test above).
+    assert summary["top_of_hill"] > 50 and np.isfinite(summary["spearman_top_of_hill"])
     assert (tmp_path / "values.png").stat().st_size > 10_000
     assert "QRL multi-goal" in record["table"]
 

@@ -84,7 +84,9 @@ def test_image_observations_run_end_to_end(tmp_path):
     loop = dataclasses.replace(TOY, obs="image", env_steps=200, prefill_episodes=2, updates_per_cycle=2,
                                batch_size=4, eval_episodes=2)
     agent, history = train_online(QRLContinuousAgent.create(config, 0), loop, tmp_path)
-    assert history[-1]["env_steps"] == 200 and 0.0 <= history[-1]["eval_success"] <= 1.0
+    # Seeded values (CPU, the pinned jax): half the exploration episodes reached their goal, no evaluation episode.
+    last = history[-1]
+    assert (last["env_steps"], last["explore_success"], last["eval_success"]) == (200, 0.5, 0.0)
     with pytest.raises(ValueError, match="obs"):
         OnlineConfig(obs="pixels")
 
