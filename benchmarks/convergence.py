@@ -53,7 +53,7 @@ from platonic_rl.benchmarks.presets import device_loop_agent_config, device_loop
 from platonic_rl.envs import maze_geometry
 from platonic_rl.replearn import metrics
 from platonic_rl.training.device_loop import DeviceLoopConfig, make_loop
-from platonic_rl.training.run import as_json
+from platonic_rl.common.records import as_json
 from platonic_rl.training.updates import check_finite
 
 MODULE = "platonic_rl.benchmarks.convergence"

@@ -71,7 +71,7 @@ from platonic_rl.envs.reacher import GOALS, Reacher
 from platonic_rl.common.settings import HOST, fields_on_resume
 from platonic_rl.training.device_loop import DeviceLoopConfig, env_settings, train_on_device
 from platonic_rl.training.goal_online import OnlineConfig, train_online
-from platonic_rl.training.run import read_json, write_json
+from platonic_rl.common.records import read_json, write_json
 
 Part = Literal["envs", "throughput", "seeds", "devices", "learning"]
 Method = Literal["qrl", "crl", "gcbc"]

@@ -42,8 +42,8 @@ from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
 from platonic_rl.benchmarks import report
 from platonic_rl.benchmarks.presets import DMC_BETAS as BETAS  # noqa: F401 -- Table D.5, read as dmc.BETAS
 from platonic_rl.benchmarks.presets import DMC_PRESETS, DMCMethodSettings, make_config
-from platonic_rl.training.run import (RUN_FORMAT, RunDirectory, as_json, describe_differences, read_json,
-                                      settings_differences, write_json)
+from platonic_rl.common.records import as_json, describe_differences, read_json, settings_differences, write_json
+from platonic_rl.training.run import RUN_FORMAT, RunDirectory
 from platonic_rl.benchmarks.dmc_probe import latent_probe_data
 from platonic_rl.training.world_model import (SATURATION_MARGIN, DMCOnlineConfig, evaluation_summaries, run_episode,
                                                train_dmc_online)

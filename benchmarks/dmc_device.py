@@ -42,7 +42,7 @@ from platonic_rl.envs.dmc import EPISODE_STEPS, DMCEnv
 from platonic_rl.envs.dmc_jax import DMCJaxEnv
 from platonic_rl.envs.jax_env import measure_steps_per_second
 from platonic_rl.envs.replay import SequenceBuffer
-from platonic_rl.training.run import read_json, write_json
+from platonic_rl.common.records import read_json, write_json
 from platonic_rl.training.world_model import run_episode, train_chunk
 from platonic_rl.training.world_model_device import (WorldModelLoopConfig, make_world_model_loop,
                                                      train_world_model_on_device)

@@ -49,7 +49,7 @@ from platonic_rl.denoised.model import all_features, observe
 from platonic_rl.envs.dmc import EPISODE_STEPS, TASKS, DMCEnv, background_mask
 from platonic_rl.envs.replay import SequenceBuffer
 from platonic_rl.replearn.probes import ridge_probe_r2
-from platonic_rl.training.run import read_json, write_json
+from platonic_rl.common.records import read_json, write_json
 
 # name -> (pixel variant, conv width, sequences per batch, steps per sequence[, free nats]); None: the cpu preset's.
 SETTINGS = {

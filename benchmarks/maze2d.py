@@ -52,10 +52,11 @@ import numpy as np
 
 from platonic_rl.agents.contract import host_policy
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent
-from platonic_rl.agents.qrl_diagnostics import actor_critic_gap, grid_argmin_actions, true_dynamics_greedy_actions
+from platonic_rl.agents.qrl_diagnostics import actor_critic_gap, grid_argmin_actions
 from platonic_rl.agents.qrl_policies import MPPIPolicy, make_policy
 from platonic_rl.agents.seeds import SeedStack
 from platonic_rl.benchmarks import report, timing
+from platonic_rl.benchmarks.qrl_slice import true_dynamics_greedy_actions
 from platonic_rl.benchmarks.presets import Maze2dScale, QRLPolicySettings, maze2d_scales
 from platonic_rl.common.planning import mppi_step
 from platonic_rl.envs import maze2d, maze_geometry
@@ -450,7 +451,7 @@ def _true_greedy(agent, env, observations, goals, hold_steps):
 
 
 def true_dynamics_greedy_policy(agent: QRLContinuousAgent, layout: maze2d.Layout, hold_steps: int = 1):
-    """A host policy acting by :func:`~platonic_rl.agents.qrl_diagnostics.true_dynamics_greedy_actions` (the
+    """A host policy acting by :func:`~platonic_rl.benchmarks.qrl_slice.true_dynamics_greedy_actions` (the
     ``qrl_true`` row; ``qrl_true_hold`` with ``hold_steps`` > 1) while the episodes run in MuJoCo."""
     env = PointMaze(layout.name)
     return lambda obs, goals: np.asarray(_true_greedy(agent, env, jnp.asarray(obs, jnp.float32),

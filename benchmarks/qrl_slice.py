@@ -18,10 +18,11 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
-from platonic_rl.agents.qrl_diagnostics import true_dynamics_greedy_actions
+from platonic_rl.agents.qrl_diagnostics import action_grid
 from platonic_rl.envs import maze2d
 from platonic_rl.envs.maze2d import normalised_data, normaliser
 from platonic_rl.envs.point_maze import PointMaze, sparse_returns
@@ -32,6 +33,33 @@ from platonic_rl.training.signals import SIGNALS, convergence, signal_value
 
 GRID = 9  # actions per dimension of the critic check's grid over [-1, 1]^2
 PAPER_SAMPLES = 200_000 * 4096  # C.3.2: 2e5 updates of batch 4096
+
+
+def true_dynamics_greedy_actions(agent: QRLContinuousAgent, env: PointMaze, observations: jax.Array,
+                                  goals: jax.Array, grid_size: int = 9, hold_steps: int = 1) -> jax.Array:
+    """The critic-quality check's action: of the grid over [-1, 1]^2, the action whose true next state
+    (``env``'s step, the pure-JAX point maze) has the smallest learned distance to the goal, max over the
+    critics. With ``hold_steps`` k > 1, the state after holding the action for k steps: the learned distance then
+    has to order states k steps apart rather than one (a transition's distance is at most its cost, 1, so one step
+    moves the distance by at most 1 out of the hundreds it spans). ``observations``, ``goals``: raw states
+    ``[N, 4]`` (normalised here by the layout's extent); returns ``[N, 2]``. Jit-able (``hold_steps`` static).
+    No actor and no learned dynamics act, so a failure here is the learned distance's own (its local minima, or
+    differences between states one step apart that it does not resolve)."""
+    if hold_steps < 1:
+        raise ValueError(f"hold_steps must be >= 1, got {hold_steps}")
+    grid = action_grid(grid_size, env.action_dim)
+    norm = normaliser(env.maze)
+
+    def next_state(observation, action):
+        physics = dict(position=observation[:2], velocity=observation[2:])
+        for _ in range(hold_steps):
+            physics = env.dynamics(physics, action)
+        return env.observe(physics)
+
+    nexts = jax.vmap(lambda o: jax.vmap(lambda a: next_state(o, a))(grid))(observations)  # [N, G, 4]
+    goals = jnp.broadcast_to(goals[:, None], nexts.shape)
+    costs = agent.goal_distances(norm(nexts.reshape(-1, 4)), norm(goals.reshape(-1, 4))).max(0)
+    return grid[jnp.argmin(costs.reshape(observations.shape[0], -1), -1)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +95,7 @@ def episode_returns(agent: QRLContinuousAgent, key: jax.Array, layout: str, mode
                     policy: str, episode_length: int = 0) -> jax.Array:
     """Returns ``[episodes]`` (steps within 0.5 of the goal, D4RL's sparse reward) of ``policy`` ("actor": the
     actor's mode action; "critic": the critic-quality check,
-    :func:`~platonic_rl.agents.qrl_diagnostics.true_dynamics_greedy_actions`) in the JAX point maze, episodes of
+    :func:`true_dynamics_greedy_actions`) in the JAX point maze, episodes of
     ``episode_length`` steps (0: the layout's time limit)."""
     env = PointMaze(layout, goals=mode, episode_length=episode_length)
     norm = normaliser(maze2d.get_layout(layout))

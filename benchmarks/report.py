@@ -155,7 +155,7 @@ def finished_run(path: str | Path, settings: Mapping[str, Any], train: Callable[
 
         record = report.finished_run(run_dir / "record.json", dict(agent=config, seeds=[0, 1]), lambda: train(...),
                                      overwrite=args.overwrite)"""
-    from platonic_rl.training.run import as_json, describe_differences, settings_differences
+    from platonic_rl.common.records import as_json, describe_differences, settings_differences
 
     path = Path(path)
 

@@ -1,14 +1,14 @@
 """QRL's critic and actor checks (agents.qrl_diagnostics): the action grid, the actor's gap to its critic's best
 grid action and the critic's own greedy action, both against costs computed by hand one action at a time, and the
-point maze's critic-quality check with a stand-in critic."""
+point maze's critic-quality check (benchmarks.qrl_slice, beside the env it steps) with a stand-in critic."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
-from platonic_rl.agents.qrl_diagnostics import (action_grid, actor_critic_gap, grid_argmin_actions,
-                                                true_dynamics_greedy_actions)
+from platonic_rl.agents.qrl_diagnostics import action_grid, actor_critic_gap, grid_argmin_actions
+from platonic_rl.benchmarks.qrl_slice import true_dynamics_greedy_actions
 from platonic_rl.envs.maze2d import normaliser
 from platonic_rl.envs.point_maze import PointMaze
 
