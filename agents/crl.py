@@ -34,15 +34,15 @@ BATCH_KEYS = ("observations", "actions", "goals")
 
 @dataclasses.dataclass(frozen=True)
 class CRLConfig:
-    obs_dim: int = 10
-    action_dim: int = 4
-    hidden: tuple[int, ...] = (256, 256)
-    repr_dim: int = 64
-    actor_hidden: tuple[int, ...] = (256, 256)
-    objective: str = "binary_nce"  # or "infonce"
-    critic_learning_rate: float = 3e-4
-    actor_learning_rate: float = 3e-4
-    entropy_weight: float = 0.0
+    obs_dim: int = 10                          # state size (a goal is a state of the same size)
+    action_dim: int = 4                        # continuous actions in [-1, 1]^action_dim
+    hidden: tuple[int, ...] = (256, 256)       # hidden widths of both encoders, phi(s, a) and psi(g)
+    repr_dim: int = 64                         # their output: f(s, a, g) = <phi(s, a), psi(g)>
+    actor_hidden: tuple[int, ...] = (256, 256)  # the tanh-Normal actor's hidden widths
+    objective: str = "binary_nce"              # the critic's loss: "binary_nce" (the original's) or "infonce"
+    critic_learning_rate: float = 3e-4         # Adam's, for both encoders
+    actor_learning_rate: float = 3e-4          # Adam's, for the actor
+    entropy_weight: float = 0.0                # weight of E[log pi] in the actor loss (0: none, as for states)
     bc_weight: float = 0.0  # > 0 adds bc_weight E[-log pi(a | s, g)] to the actor loss (offline, C.3.2: 0.05)
     # Networks compute in this dtype ("bfloat16" for GPU/TPU); parameters, optimizer state and losses stay float32.
     compute_dtype: str = "float32"

@@ -29,17 +29,17 @@ from platonic_rl.qrl.quasimetrics import make_head
 
 @dataclasses.dataclass(frozen=True)
 class DDPGHERConfig:
-    obs_dim: int = 10
-    action_dim: int = 4
-    goal_dims: tuple[int, ...] = (0, 1, 2)  # where goals live in the state vector (Fetch Reach)
-    hidden: tuple[int, ...] = (256, 256, 256)
-    critic: Literal["mlp", "mrn", "iqe"] = "mlp"
-    latent_dim: int = 2048  # quasimetric critics: IQE 64 x 32 as in QRL
-    gamma: float = 0.98
-    polyak: float = 0.95
-    action_l2: float = 1.0
-    actor_learning_rate: float = 1e-3
-    critic_learning_rate: float = 1e-3
+    obs_dim: int = 10                          # state size (a goal is a state of the same size)
+    action_dim: int = 4                        # continuous actions in [-1, 1]^action_dim
+    goal_dims: tuple[int, ...] = (0, 1, 2)     # where goals live in the state vector (Fetch Reach): the reward's test
+    hidden: tuple[int, ...] = (256, 256, 256)  # hidden widths of the actor, the critic and its encoders
+    critic: Literal["mlp", "mrn", "iqe"] = "mlp"  # Q = MLP(s, a, g), or -d(f(s, a), h(g)) with an MRN or IQE head
+    latent_dim: int = 2048                     # quasimetric critics' latent: IQE 64 x 32 as in QRL
+    gamma: float = 0.98                        # discount; targets are clipped to [-1 / (1 - gamma), 0]
+    polyak: float = 0.95                       # the target networks keep this fraction at each update
+    action_l2: float = 1.0                     # weight of ||pi(s, g)||^2 in the actor loss
+    actor_learning_rate: float = 1e-3          # Adam's, for the actor
+    critic_learning_rate: float = 1e-3         # Adam's, for the critic
     # Networks compute in this dtype ("bfloat16" for GPU/TPU); parameters, optimizer state and losses stay float32.
     compute_dtype: str = "float32"
 

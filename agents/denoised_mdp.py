@@ -47,32 +47,32 @@ ActorKind = Literal["dreamer", "clipped"]  # DenoisedMDPConfig.actor
 
 @dataclasses.dataclass(frozen=True)
 class DenoisedMDPConfig:
-    model: WorldModelConfig = WorldModelConfig()
-    # Eq. 5.4.
-    alpha: float = 1.0
+    model: WorldModelConfig = WorldModelConfig()  # the world model's sizes (x, y, z latents; encoders)
+    # Eq. 5.4: L_recon + alpha (KL_x + beta KL_y + beta KL_z).
+    alpha: float = 1.0           # weight of the KL terms (1 with y and z off: Dreamer's loss)
     beta: float = 0.25           # Table D.5 picks beta per environment from (0, 1]; 1 = no regularisation
-    free_nats: float = 3.0
-    kl_split: bool = False
+    free_nats: float = 3.0       # KL_x is clamped below at this, per step (D.2.1); KL_y and KL_z get none
+    kl_split: bool = False       # D.2.1's alternative: KL_x = beta max(KL_x, free_nats) + (1 - beta) KL_x
     # Policy learning in x.
-    policy: Literal["imagine", "sac"] = "imagine"
+    policy: Literal["imagine", "sac"] = "imagine"  # Dreamer's imagined actor-critic, or latent SAC on posteriors
     # "dreamer": DreamerV1's actor, as the official code (mean 5 tanh(m / 5), sigma softplus(s + c) + 1e-4, 5 at
     # the start, ELU); "clipped": an unbounded mean and log sigma clipped to [-5, 2] (ReLU), the earlier results'.
     actor: ActorKind = "dreamer"
-    actor_hidden: tuple[int, ...] = (400, 400, 400)
-    critic_hidden: tuple[int, ...] = (400, 400, 400)
-    horizon: int = 15
+    actor_hidden: tuple[int, ...] = (400, 400, 400)   # the actor's hidden widths (it reads x's features)
+    critic_hidden: tuple[int, ...] = (400, 400, 400)  # the value's (imagine) or each Q's (sac) hidden widths
+    horizon: int = 15                  # imagined steps per rollout (imagine)
     imagine_starts: int | None = None  # imagine from a random subset of the B x T posterior states (None: all)
-    discount: float = 0.99
-    lam: float = 0.95
+    discount: float = 0.99             # gamma of the returns (both policies)
+    lam: float = 0.95                  # lambda of the imagined lambda-returns
     # Optimisation.
-    model_learning_rate: float = 6e-4
-    actor_learning_rate: float = 8e-5
-    critic_learning_rate: float = 8e-5
-    adam_eps: float = 1e-7
-    grad_clip: float = 100.0
-    sac_learning_rate: float = 3e-4
-    sac_tau: float = 0.005
-    sac_entropy_init: float = 0.1
+    model_learning_rate: float = 6e-4  # Adam's, for the world model
+    actor_learning_rate: float = 8e-5  # Adam's, for the imagined actor
+    critic_learning_rate: float = 8e-5  # Adam's, for the imagined value
+    adam_eps: float = 1e-7             # Adam's epsilon (the official code's)
+    grad_clip: float = 100.0           # global-norm clip of the model's, actor's and value's gradients
+    sac_learning_rate: float = 3e-4    # Adam's, for SAC's actor, critics and entropy weight
+    sac_tau: float = 0.005             # SAC's target networks move this fraction towards the critics per update
+    sac_entropy_init: float = 0.1      # SAC's initial entropy weight (then tuned to -action_dim)
 
     def __post_init__(self):
         check_config(self)  # actor/critic_hidden widths >= 1; every *_learning_rate finite and > 0

@@ -23,10 +23,10 @@ from platonic_rl.common.train_state import TrainState
 
 @dataclasses.dataclass(frozen=True)
 class GCBCConfig:
-    obs_dim: int = 10
-    action_dim: int = 4
-    hidden: tuple[int, ...] = (256, 256)
-    learning_rate: float = 3e-4
+    obs_dim: int = 10                     # state size (a goal is a state of the same size)
+    action_dim: int = 4                   # continuous actions in [-1, 1]^action_dim
+    hidden: tuple[int, ...] = (256, 256)  # the tanh-Normal policy's hidden widths
+    learning_rate: float = 3e-4           # Adam's
     # Networks compute in this dtype ("bfloat16" for GPU/TPU); parameters, optimizer state and losses stay float32.
     compute_dtype: str = "float32"
 

@@ -49,26 +49,25 @@ class QuasimetricCriticConfig:
     with their own defaults, and build this from them (``config.critic_config``)."""
 
     # Networks (section 4.3.4): encoder f, projector + quasimetric head d_z, residual latent dynamics T.
-    encoder_hidden: tuple[int, ...]
-    latent_dim: int
-    projector_hidden: tuple[int, ...]
-    head: Literal["iqe", "l2"]
-    iqe_components: int
-    iqe_dim_per_component: int
-    iqe_reduction: Literal["sum", "maxmean"]
-    l2_dim: int  # projector output for the l2 head
-    dynamics_hidden: tuple[int, ...]
-    # Objective (eq. 4.12, C.24): phi(x) = -softplus(phi_offset - x, phi_beta); constraint slack epsilon;
-    # initial Lagrange multiplier; weight of the transition loss.
-    phi_offset: float
-    phi_beta: float
-    epsilon: float
-    lagrange_init: float
-    transition_weight: float
-    # Inputs: states (f reads (obs - obs_center) * obs_scale) or, with image_shape set, images.
-    obs_center: tuple[float, ...] | None = None
-    obs_scale: tuple[float, ...] | None = None
-    image_shape: tuple[int, int, int] | None = None
+    encoder_hidden: tuple[int, ...]            # f's hidden widths (state -> latent)
+    latent_dim: int                            # the latent z = f(s) that T steps and the head compares
+    projector_hidden: tuple[int, ...]          # the projector's hidden widths (latent -> head input)
+    head: Literal["iqe", "l2"]                 # the distance: IQE (a quasimetric) or a symmetric l2
+    iqe_components: int                        # IQE's components, combined by iqe_reduction
+    iqe_dim_per_component: int                 # intervals per component (head input = the product)
+    iqe_reduction: Literal["sum", "maxmean"]   # sum, or alpha * max + (1 - alpha) * mean, alpha learned
+    l2_dim: int                                # projector output for the l2 head
+    dynamics_hidden: tuple[int, ...]           # T's hidden widths: z' = z + T(z, a)
+    # Objective (eq. 4.12, C.24).
+    phi_offset: float                          # push term phi(d) = -softplus(phi_offset - d, phi_beta)
+    phi_beta: float                            # its sharpness: distances past the offset weigh less
+    epsilon: float                             # constraint slack: E[relu(d(s, s') - cost)^2] <= epsilon^2
+    lagrange_init: float                       # the multiplier lambda's initial value
+    transition_weight: float                   # weight of T's loss
+    # Inputs: states or, with image_shape set, images.
+    obs_center: tuple[float, ...] | None = None  # f reads (obs - obs_center) * obs_scale
+    obs_scale: tuple[float, ...] | None = None   # None: no centring / scaling
+    image_shape: tuple[int, int, int] | None = None  # (H, W, C) for image observations
     # Networks compute in this dtype ("bfloat16" for GPU/TPU); parameters, optimizer state, latents, the head
     # and the losses stay float32.
     compute_dtype: str = "float32"

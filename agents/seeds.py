@@ -23,9 +23,9 @@ from platonic_rl.agents.common import StatelessPolicy, as_key
 
 @dataclasses.dataclass(frozen=True)
 class SeedStackConfig:
-    agent_class: str
-    seeds: tuple[int, ...]
-    agent: Any  # the agents' shared config
+    agent_class: str          # the stacked agents' class name
+    seeds: tuple[int, ...]    # one per stacked agent, in the leading axis's order
+    agent: Any                # the agents' shared config
 
 
 class SeedStack(StatelessPolicy, flax.struct.PyTreeNode):

@@ -44,17 +44,17 @@ class WorldModelConfig:
     """Defaults: the official DMC settings (x and y: GRU belief 120 + state 20; z off; hidden 200)."""
 
     obs_shape: tuple[int, ...] = (17,)      # (D,) vectors or (64, 64, 3) pixels
-    action_dim: int = 6
-    x_belief: int = 120
-    x_state: int = 20
-    y_belief: int = 120
-    y_state: int = 20
-    z_belief: int = 0
-    z_state: int = 0
+    action_dim: int = 6                     # continuous actions in [-1, 1]^action_dim
+    x_belief: int = 120                     # x (controllable, reward-relevant): its GRU belief size
+    x_state: int = 20                       # and its stochastic state size
+    y_belief: int = 120                     # y (uncontrollable: never sees an action): its GRU belief size
+    y_state: int = 20                       # and stochastic state
+    z_belief: int = 0                       # z (optional, reward-irrelevant): its GRU belief size (0: off)
+    z_state: int = 0                        # and stochastic state
     hidden: int = 200                       # prior/posterior/reward MLP width
     embed_dim: int = 1024                   # observation embedding (conv encoder output for pixels)
-    mlp_encoder_hidden: tuple[int, ...] = (400, 400)
-    mlp_decoder_hidden: tuple[int, ...] = (400, 400)
+    mlp_encoder_hidden: tuple[int, ...] = (400, 400)  # the vector encoder's hidden widths
+    mlp_decoder_hidden: tuple[int, ...] = (400, 400)  # the vector decoder's hidden widths
     conv_width: int = 32                    # k of the D.2.1 conv encoder/decoder
     # The networks (and the agent's actor and critic) compute in this dtype ("bfloat16" for GPU/TPU);
     # parameters, optimizer state, the recurrent beliefs, the Gaussians' parameters and the losses stay float32.

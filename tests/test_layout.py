@@ -207,3 +207,32 @@ def test_the_cycle_and_private_name_readers_see_what_they_look_for():
               "y = self._own + report.plain\n")
     assert sorted(private_uses(source)) == [(3, "platonic_rl.agents.qrl._secret"), (4, "m._walls"),
                                             (4, "public._z"), (4, "report._plain")]
+
+
+def uncommented_config_fields(source: str) -> list[str]:
+    """``Class.field`` of every field of a ``*Config`` class in ``source`` without a comment: none on its lines, none
+    on the line just above it, no docstring just below it."""
+    lines, missing = source.splitlines(), []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.ClassDef) and node.name.endswith("Config")):
+            continue
+        for i, field in enumerate(node.body):
+            if not isinstance(field, ast.AnnAssign):
+                continue
+            own = "\n".join(lines[field.lineno - 1:field.end_lineno])
+            above = lines[field.lineno - 2].strip()
+            below = node.body[i + 1] if i + 1 < len(node.body) else None
+            docstring = isinstance(below, ast.Expr) and isinstance(below.value, ast.Constant) and isinstance(
+                below.value.value, str)
+            if "#" not in own and not above.startswith("#") and not docstring:
+                missing.append(f"{node.name}.{field.target.id}")
+    return missing
+
+
+def test_every_config_field_says_what_it_is():
+    """A user reads a config to learn its knobs: every field of every ``*Config`` carries a one-line comment (or a
+    docstring), as OGBench's agents' configs do."""
+    assert uncommented_config_fields("class AConfig:\n    a: int = 1  # says\n    b: int = 2\n") == ["AConfig.b"]
+    missing = [f"{path.relative_to(ROOT)}: {name}" for path in python_files()
+               for name in uncommented_config_fields(path.read_text())]
+    assert not missing, "comment these config fields:\n" + "\n".join(missing)

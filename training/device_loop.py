@@ -58,17 +58,17 @@ EVAL_KEY = 10_000_000  # evaluation episodes after iteration i use fold_in(PRNGK
 
 @dataclasses.dataclass(frozen=True)
 class DeviceLoopConfig:
-    num_envs: int = 256
+    num_envs: int = 256               # envs stepped together (split over the mesh's devices, if any)
     unroll: int = 50                  # env steps per env per iteration; must divide the env's episode length
-    updates_per_iteration: int = 8
+    updates_per_iteration: int = 8    # gradient steps per iteration, after its env steps
     iterations: int = budget(100)     # training iterations after the prefill
     prefill_episodes: int = 256       # random-action episodes first (rounded up to whole batches of num_envs)
-    batch_size: int = 256
-    exploration_noise: float = 0.3
-    p_future: float = 1.0             # else a random buffer state as the goal
+    batch_size: int = 256             # transitions per gradient step
+    exploration_noise: float = 0.3    # std of the Gaussian noise added to the agent's actions while collecting
+    p_future: float = 1.0             # share of goals drawn from the same episode's future, else a random buffer state
     discount: float = 0.99            # of the future-goal offset distribution
     eval_every: int = 10              # iterations (and after the last)
-    eval_episodes: int = 64
+    eval_episodes: int = 64           # deterministic episodes per evaluation, the same for every seed and method
     eval_policies_after: int = 0      # the evaluation policies act only at evaluations after this iteration
     #                                   (a policy may cost many times the agent's episodes: e.g. the last few only)
     buffer_episodes: int | None = None  # replay capacity; None: every episode of the budget

@@ -50,18 +50,18 @@ class OnlineConfig:
     that ``make_env`` builds."""
     obs: str = "state"               # "state" | "image" (64x64 RGB frames and goal images)
     env_steps: int = budget(20_000)  # total budget, prefill included
-    prefill_episodes: int = 200
-    rollouts_per_cycle: int = 10
-    updates_per_cycle: int = 500     # 125 for image observations
-    batch_size: int = 256
-    exploration_noise: float = 0.3
+    prefill_episodes: int = 200      # random-action episodes first
+    rollouts_per_cycle: int = 10     # episodes collected per cycle (one vector env of this many)
+    updates_per_cycle: int = 500     # gradient steps per cycle; 125 for image observations
+    batch_size: int = 256            # transitions per gradient step
+    exploration_noise: float = 0.3   # std of the Gaussian noise added to the agent's actions while collecting
     eval_every: int = 2_000          # env steps
-    eval_episodes: int = 50
-    p_future: float = 1.0            # else a random buffer state as the goal
+    eval_episodes: int = 50          # deterministic episodes per evaluation, seeded by the env step
+    p_future: float = 1.0            # share of goals drawn from the same episode's future, else a random buffer state
     discount: float = 0.99           # of the future-goal offset distribution
-    seed: int = 0
+    seed: int = 0                    # the envs', the replay sampler's and the exploration's seed
     checkpoint_every: int = host_setting(10)  # cycles; 0 disables
-    resume: bool = host_setting(True)
+    resume: bool = host_setting(True)  # continue from run_dir's latest checkpoint (refused if settings differ)
     buffer_episodes: int | None = budget(None)  # replay capacity; None: everything the budget can collect
     overwrite: bool = host_setting(False)  # clear run_dir first (a fresh run into a used directory is refused)
     episode_length: int | None = None  # None: the env's (Fetch: 50; else its spec's max_episode_steps)

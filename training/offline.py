@@ -44,6 +44,7 @@ class TrainConfig:
     steps: int = budget(20_000)
     """Total gradient steps."""
     batch_size: int = 1024
+    """Transitions per gradient step."""
     seed: int = 0
     """Seed of the batch sampler (the agent has its own seed)."""
     log_every: int = 500
@@ -55,11 +56,13 @@ class TrainConfig:
     checkpoint_every: int = host_setting(5_000)
     """Must be a multiple of log_every. 0 disables checkpoints."""
     keep_checkpoints: int = host_setting(2)
+    """Checkpoints kept in run_dir (the newest ones)."""
     resume: bool = host_setting(True)
     """Continue from the latest checkpoint in run_dir if there is one (refused if the run's settings differ)."""
     overwrite: bool = host_setting(False)
     """Clear run_dir first (a fresh run into a directory that holds one is refused otherwise)."""
     progress: bool = host_setting(True)
+    """Show a progress bar."""
     tensorboard: bool = host_setting(False)
     """Also write TensorBoard event files to run_dir/tensorboard (needs the tensorboard extra)."""
 

@@ -35,16 +35,16 @@ from platonic_rl.training.updates import update_in_calls, updates_per_call
 
 @dataclasses.dataclass(frozen=True)
 class DMCOnlineConfig:
-    task: str = "cheetah-run"
-    variant: str = "noiseless"
-    env_steps: int = budget(100_000)
-    prefill_steps: int = 5_000
+    task: str = "cheetah-run"          # a DeepMind Control "domain-task"
+    variant: str = "noiseless"         # Table D.1's noise variant (envs.dmc.VARIANTS)
+    env_steps: int = budget(100_000)   # control steps, the prefill's included
+    prefill_steps: int = 5_000         # uniformly random actions first
     updates_per_collect: int = 100     # per episode = per 1000 env steps
-    action_repeat: int = 2
-    batch_size: int = 50
-    chunk: int = 50
-    exploration_noise: float = 0.3
-    eval_every: int = 10_000
+    action_repeat: int = 2             # control steps per agent step
+    batch_size: int = 50               # sequences per gradient step
+    chunk: int = 50                    # agent steps per sequence
+    exploration_noise: float = 0.3     # std of the Gaussian noise added to the agent's actions while collecting
+    eval_every: int = 10_000           # env steps
     eval_episodes: int = 10            # deterministic episodes per evaluation (mean return; each seeded)
     normalise_observations: bool = True  # state observations standardised with the prefill's statistics
     distractor: str = "twin"           # state variants' distractor source (envs.dmc.DISTRACTORS): "twin" or "signals"
@@ -53,9 +53,9 @@ class DMCOnlineConfig:
     observation: str = "state"         # or "pixels": 64x64 RGB (stored as uint8)
     video_dir: str | None = None       # pixels: a folder of background videos (default: procedural)
     cheap_visuals: bool = False        # pixels: shadows, reflections and multisampling off
-    seed: int = 0
+    seed: int = 0                      # the env's, the replay sampler's and the exploration's seed
     checkpoint_every: int = host_setting(5)  # episodes; 0 disables
-    resume: bool = host_setting(True)
+    resume: bool = host_setting(True)  # continue from run_dir's latest checkpoint (refused if settings differ)
     overwrite: bool = host_setting(False)  # clear run_dir first (a fresh run into a used directory is refused)
     buffer_episodes: int | None = budget(None)  # replay capacity; None: every episode the budget collects (a run
                                                 # resumed with a larger env_steps gets its buffer enlarged: the

@@ -50,15 +50,15 @@ class WorldModelLoopConfig:
     """The host loop's :class:`~platonic_rl.training.world_model.DMCOnlineConfig` schedule (its defaults), with
     ``num_envs`` episodes collected together per iteration."""
     env_steps: int = budget(100_000)   # control steps, the prefill's included
-    num_envs: int = 1
-    prefill_steps: int = 5_000
+    num_envs: int = 1                  # episodes collected together per iteration
+    prefill_steps: int = 5_000         # uniformly random actions first
     updates_per_collect: int = 100     # per episode = per 1000 env steps
-    batch_size: int = 50
-    chunk: int = 50
-    exploration_noise: float = 0.3
+    batch_size: int = 50               # sequences per gradient step
+    chunk: int = 50                    # agent steps per sequence
+    exploration_noise: float = 0.3     # std of the Gaussian noise added to the agent's actions while collecting
     eval_every: int = 10_000           # env steps (and after the last iteration)
-    eval_episodes: int = 10
-    normalise_observations: bool = True
+    eval_episodes: int = 10            # deterministic episodes per evaluation (mean return)
+    normalise_observations: bool = True  # state observations standardised with the prefill's statistics
     buffer_episodes: int | None = None  # replay capacity; None: every episode of the budget
     chunk_iterations: int = host_setting(10)  # iterations per compiled call (train_world_model_on_device)
     checkpoint_every: int = host_setting(1)   # chunks; 0 disables
