@@ -143,7 +143,7 @@ def test_evaluation_policies_act_on_the_agents_episodes(tmp_path):
     from platonic_rl.training.goal_online import evaluate, make_goal_env
     from platonic_rl.training.schedule import eval_seed
 
-    loop = dataclasses.replace(TOY, env_steps=300)
+    loop = dataclasses.replace(TOY, env_steps=500, eval_policies_after=400)  # evaluations at 400 and 500
     lookahead = PolicySpec.of("lookahead", hold_steps=2, grid_size=2)
 
     class OverStates:  # a build that plans over replay states (as a waypoint PolicySpec): it records what it got
@@ -157,8 +157,11 @@ def test_evaluation_policies_act_on_the_agents_episodes(tmp_path):
     policies = {"actor": lambda agent: agent, "lookahead": lookahead, "states": over_states}
     agent, history = train_online(QRLContinuousAgent.create(QRL_TINY, 0), loop, tmp_path, eval_policies=policies)
     evaluated = [r for r in history if "eval_success" in r]
-    assert evaluated and all(r["eval_success_actor"] == r["eval_success"] == r["eval_success_states"]
-                             for r in evaluated)  # the same episodes
+    assert [r["env_steps"] for r in evaluated] == [400, 500]
+    assert not any(k.startswith("eval_success_") or k == "eval_policies_seconds" for k in evaluated[0])  # not yet due
+    evaluated = evaluated[1:]
+    assert all(r["eval_success_actor"] == r["eval_success"] == r["eval_success_states"]
+               for r in evaluated)  # the same episodes
     # Each evaluation built it from 7 replay states (observations: not all zeros, as an empty buffer's would be).
     assert len(over_states.received) == len(evaluated)
     assert all(s.shape == (7, QRL_TINY.obs_dim) and np.abs(s).sum(1).min() > 0 for s in over_states.received)
@@ -177,3 +180,5 @@ def test_evaluation_policies_act_on_the_agents_episodes(tmp_path):
                         "states": "OverStates"}
     with pytest.raises(ValueError, match="eval_success_<name>"):
         train_online(agent, loop, eval_policies={"a/b": lookahead})
+    with pytest.raises(ValueError, match="eval_policies_after must be >= 0"):
+        dataclasses.replace(loop, eval_policies_after=-1)

@@ -57,6 +57,8 @@ class OnlineConfig:
     exploration_noise: float = 0.3   # std of the Gaussian noise added to the agent's actions while collecting
     eval_every: int = 2_000          # env steps
     eval_episodes: int = 50          # deterministic episodes per evaluation, seeded by the env step
+    eval_policies_after: int = 0     # env steps: the evaluation policies act only at evaluations after this many
+    #                                  (a policy may cost many times the agent's episodes: e.g. the last few only)
     p_future: float = 1.0            # share of goals drawn from the same episode's future, else a random buffer state
     discount: float = 0.99           # of the future-goal offset distribution
     seed: int = 0                    # the envs', the replay sampler's and the exploration's seed
@@ -85,6 +87,8 @@ class OnlineConfig:
                      "eval_every", "eval_episodes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"OnlineConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.eval_policies_after < 0:
+            raise ValueError(f"OnlineConfig.eval_policies_after must be >= 0, got {self.eval_policies_after}")
         if self.updates_per_call is not None and (self.updates_per_call < 1
                                                   or self.updates_per_cycle % self.updates_per_call):
             raise ValueError(f"OnlineConfig.updates_per_call must be a positive divisor of updates_per_cycle="
@@ -277,12 +281,13 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
                                                    seed=eval_seed(state["env_steps"]), renderer=eval_renderer)
                     policies_start = time.perf_counter()
                     states_key = jax.random.fold_in(jax.random.PRNGKey(config.seed), int(state["env_steps"]))
-                    for name, build in eval_policies:  # the same episodes
+                    due = eval_policies if int(state["env_steps"]) > config.eval_policies_after else ()
+                    for name, build in due:  # the same episodes
                         policy = build_policy(build, state["agent"], state["buffer"], states_key)
                         row[metric_name(name)] = evaluate(host_policy(policy), eval_env,
                                                           config.eval_episodes, seed=eval_seed(state["env_steps"]),
                                                           renderer=eval_renderer)
-                    if eval_policies:  # part of cycle_seconds, kept apart so that training times compare
+                    if due:  # part of cycle_seconds, kept apart so that training times compare
                         row["eval_policies_seconds"] = time.perf_counter() - policies_start
                     bar.set_postfix(success=f"{row['eval_success']:.2f}")
                 row["cycle_seconds"] = time.perf_counter() - cycle_start  # rollouts, updates, evaluation: wall clock
