@@ -3,6 +3,7 @@
     python -m platonic_rl.benchmarks.device_loop --scale quick                       # a smoke run (the tests)
     python -m platonic_rl.benchmarks.device_loop --scale cpu --parts throughput seeds devices
     python -m platonic_rl.benchmarks.device_loop --scale cpu --parts learning        # long: resumable
+    python -m platonic_rl.benchmarks.device_loop --scale cpu --parts host_learning --envs umaze   # the host loop
 
 Parts (each saved as it finishes; rerunning skips finished parts and resumes learning runs):
 
@@ -38,6 +39,12 @@ Parts (each saved as it finishes; rerunning skips finished parts and resumes lea
   given. Each
   finished (env, method) run keeps a ``record.json`` in its run directory; a later call reuses it (checkpoints
   stay on the machine that trained), so runs can be added one env or method at a time.
+* ``host_learning``: the same agents and schedule in the host loop (:func:`~platonic_rl.training.goal_online.
+  train_online`, one seed after another) on gymnasium-robotics' ``PointMaze_UMaze-v3`` / ``PointMaze_Medium-v3``
+  (``--envs umaze medium``; raw observations, as a user's own env): the learning part's env steps per update,
+  prefill, batch and evaluation episodes, its updates to within one cycle (:func:`host_learning_config`); QRL's
+  ``--qrl-eval-policies`` act at the last :data:`FINAL_EVALUATIONS` evaluations, built from each seed's replay buffer.
+  Not part of the default ``--parts``: name it.
 
 Saves ``results.json`` (command, settings, every measurement), ``throughput.png``, ``seeds.png``, ``devices.png``
 and ``learning.png`` in ``--out-dir``, and prints the tables. Speeds are ratios measured in one run on one
@@ -47,6 +54,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -58,6 +66,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from platonic_rl.agents import REGISTRY
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent
 from platonic_rl.agents.qrl_diagnostics import grid_argmin_actions
 from platonic_rl.agents.qrl_policies import LatentLookahead, PolicySpec
@@ -73,7 +82,7 @@ from platonic_rl.training.device_loop import DeviceLoopConfig, env_settings, tra
 from platonic_rl.training.goal_online import OnlineConfig, train_online
 from platonic_rl.common.records import read_json, write_json
 
-Part = Literal["envs", "throughput", "seeds", "devices", "learning"]
+Part = Literal["envs", "throughput", "seeds", "devices", "learning", "host_learning"]
 Method = Literal["qrl", "crl", "gcbc"]
 QRLEvalPolicy = Literal["graph_waypoints", "graph_waypoints_rest", "graph_waypoints_lookahead", "lookahead"]
 QRL_EVAL_POLICIES = {  # --qrl-eval-policies: make_policy's defaults (the benchmarks' settings), built online
@@ -85,6 +94,8 @@ QRL_EVAL_POLICIES_OF_ENV = {  # those whose settings come from the env: targets 
     "graph_waypoints_rest": lambda env: PolicySpec.of("graph_waypoints", stall_goal_dims=tuple(env.goal_dims)),
 }
 EnvName = Literal["umaze", "medium", "reacher", "brax-reacher"]
+HOST_ENVS = {"umaze": ("PointMaze_UMaze-v3", 300), "medium": ("PointMaze_Medium-v3", 600)}
+"""``host_learning``'s envs: gymnasium-robotics' point mazes (id, steps per episode), raw observations, as a user's."""
 MODULE = "platonic_rl.benchmarks.device_loop"
 NAMES = dict(qrl="QRL", crl="Contrastive RL", gcbc="GCBC")
 FINAL_EVALUATIONS = 5  # the table's success per seed: the mean of its last evaluations
@@ -327,6 +338,73 @@ def learning_run(args: Args, scale: DeviceLoopScale, name: str, method: str, run
                                overwrite=args.overwrite, ignore=LEARNING_HOST_ONLY, checked=check_settings)
 
 
+def host_learning_config(args: Args, scale: DeviceLoopScale, name: str, seed: int, policies: bool) -> OnlineConfig:
+    """The learning part's schedule in the host loop (:func:`train_online`) on ``name``'s gymnasium point maze: the
+    same env steps per update (episodes per cycle x episode length / updates per cycle), prefill episodes, batch,
+    exploration noise, goal relabelling, evaluation episodes and spacing, and the same updates to within one cycle;
+    the evaluation policies (``policies``) act at the last :data:`FINAL_EVALUATIONS` evaluations."""
+    loop, (task, length) = learning_config(args, scale), HOST_ENVS[name]
+    per_update = loop.num_envs * loop.unroll // loop.updates_per_iteration
+    episodes, updates = per_update // math.gcd(per_update, length), length // math.gcd(per_update, length)
+    k = max(1, 16 // episodes)  # about 16 episodes per cycle, so the vector env steps several at once
+    episodes, updates = episodes * k, updates * k
+    cycles = max(1, round(loop.iterations * loop.updates_per_iteration / updates))
+    env_steps = (loop.prefill_episodes + cycles * episodes) * length
+    eval_every = loop.eval_every * loop.num_envs * loop.unroll
+    return OnlineConfig(task=task, env_steps=env_steps, prefill_episodes=loop.prefill_episodes,
+                        rollouts_per_cycle=episodes, updates_per_cycle=updates, batch_size=loop.batch_size,
+                        exploration_noise=loop.exploration_noise, eval_every=eval_every,
+                        eval_episodes=loop.eval_episodes, p_future=loop.p_future, discount=loop.discount, seed=seed,
+                        eval_policies_after=max(0, env_steps - FINAL_EVALUATIONS * eval_every) if policies else 0,
+                        checkpoint_every=max(1, cycles // 20))
+
+
+def run_host_learning(args: Args, scale: DeviceLoopScale, out: Path) -> dict:
+    """Each (point maze, method) of ``args`` in the host loop on gymnasium's env: its record if it finished with
+    these settings, else trained seed by seed (each resuming its checkpoint if any) and recorded."""
+    unknown = [name for name in args.envs if name not in HOST_ENVS]
+    if unknown:
+        raise ValueError(f"--parts host_learning runs on the point mazes {list(HOST_ENVS)}; drop --envs {unknown}")
+    return {f"{name}/{method}": host_learning_run(args, scale, name, method, out / "host_runs" / f"{name}-{method}")
+            for name in args.envs for method in args.methods}
+
+
+def host_learning_run(args: Args, scale: DeviceLoopScale, name: str, method: str, run_dir: Path) -> dict:
+    """One (point maze, method) in the host loop, every seed one after another: success per evaluation and seed, and
+    QRL's evaluation policies' (built from each seed's replay buffer), in :func:`learning_run`'s form."""
+    seeds = tuple(range(args.seeds))
+    cfg = device_loop_agent_config(method, scale, 4, 2, args.qrl_entropy_init)  # (x, y, vx, vy); a force in 2-D
+    env = PointMaze(name)  # the JAX twin, for the policies whose settings come from the env (its goal dims)
+    policies = {p: QRL_EVAL_POLICIES[p] if p in QRL_EVAL_POLICIES else QRL_EVAL_POLICIES_OF_ENV[p](env)
+                for p in args.qrl_eval_policies} if method == "qrl" else {}
+    configs = {seed: host_learning_config(args, scale, name, seed, bool(policies)) for seed in seeds}
+    agent_class = next(entry.agent for entry in REGISTRY.values() if entry.config is type(cfg))
+
+    def train() -> dict:
+        start, runs = time.perf_counter(), []
+        for seed in seeds:
+            _, rows = train_online(agent_class.create(cfg, seed), configs[seed], run_dir / f"seed{seed}",
+                                   desc=f"host {name}-{method} seed {seed}", eval_policies=policies or None)
+            runs.append([r for r in rows if "eval_success" in r])
+        record = dict(env_steps=[r["env_steps"] for r in runs[0]],
+                      success=[[run[i]["eval_success"] for run in runs] for i in range(len(runs[0]))],
+                      seconds=time.perf_counter() - start)
+        if policies:
+            acted = [i for i, r in enumerate(runs[0]) if f"eval_success_{next(iter(policies))}" in r]
+            record["policy_success"] = {p: [[run[i][f"eval_success_{p}"] for run in runs] for i in acted]
+                                        for p in policies}
+            record["policy_env_steps"] = [runs[0][i]["env_steps"] for i in acted]
+        return record
+
+    settings = dict(agent=cfg, env=HOST_ENVS[name][0], seeds=list(seeds), loop=configs[seeds[0]],
+                    **({} if not policies else dict(eval_policies={k: v.as_dict() for k, v in policies.items()})))
+    return report.finished_run(run_dir / RECORD, settings, train, overwrite=args.overwrite,
+                               ignore=("loop.seed", *HOST_ONLINE_HOST_ONLY))
+
+
+HOST_ONLINE_HOST_ONLY = tuple(f"loop.{k}" for k in fields_on_resume(OnlineConfig, HOST))
+
+
 def final_success(run: dict) -> np.ndarray:
     """Per seed: the mean success of the last :data:`FINAL_EVALUATIONS` evaluations."""
     return np.asarray(run["success"][-FINAL_EVALUATIONS:], float).mean(0)
@@ -362,22 +440,33 @@ def format_tables(record: dict, scale: DeviceLoopScale, args: Args) -> str:
         lines.append(f"\nLearning: success (per seed the mean of its last {FINAL_EVALUATIONS} evaluations), mean +- std "
                      f"over seeds ({cfg.num_envs} envs x {cfg.unroll}-step unrolls per {cfg.updates_per_iteration} "
                      f"updates); QRL's critic check: the actor / the critic alone (9x9 grid argmin), same episodes")
-        for key, r in record["learning"].items():
-            if r["success"]:
-                final = final_success(r)
-                line = (f"  {key:<20} {final.mean():.2f} +- {final.std():.2f}  over {final.size} seeds, at "
-                        f"{r['env_steps'][-1]:,} env steps")
-                if "critic_check" in r:
-                    check = r["critic_check"]
-                    line += (f"   check ({check['episodes']} episodes): actor {np.mean(check['actor']):.2f} / "
-                             f"critic alone {np.mean(check['critic_alone']):.2f}")
-                    line += "".join(f" / lookahead k={k} {np.mean(v):.2f}" for k, v in check.get("lookahead", {}).items())
-                lines.append(line)
-                for policy, success in r.get("policy_success", {}).items():
-                    final = final_success(dict(success=success))
-                    lines.append(f"  {key + ' ' + policy:<20} {final.mean():.2f} +- {final.std():.2f}  (evaluated on "
-                                 f"the same episodes, built from the replay buffer's states)")
+        lines += learning_lines(record["learning"])
+    if "host_learning" in record:
+        lines.append(f"\nThe host loop on gymnasium's point mazes (raw observations), the learning part's schedule: "
+                     f"success (per seed the mean of its last {FINAL_EVALUATIONS} evaluations), mean +- std over seeds")
+        lines += learning_lines(record["host_learning"])
     return "\n".join(lines)
+
+
+def learning_lines(results: dict) -> list[str]:
+    """One line per (env, method) run of ``results`` and one per evaluation policy of its."""
+    lines = []
+    for key, r in results.items():
+        if r["success"]:
+            final = final_success(r)
+            line = (f"  {key:<20} {final.mean():.2f} +- {final.std():.2f}  over {final.size} seeds, at "
+                    f"{r['env_steps'][-1]:,} env steps")
+            if "critic_check" in r:
+                check = r["critic_check"]
+                line += (f"   check ({check['episodes']} episodes): actor {np.mean(check['actor']):.2f} / "
+                         f"critic alone {np.mean(check['critic_alone']):.2f}")
+                line += "".join(f" / lookahead k={k} {np.mean(v):.2f}" for k, v in check.get("lookahead", {}).items())
+            lines.append(line)
+            for policy, success in r.get("policy_success", {}).items():
+                final = final_success(dict(success=success))
+                lines.append(f"  {key + ' ' + policy:<20} {final.mean():.2f} +- {final.std():.2f}  (evaluated on "
+                             f"the same episodes, built from the replay buffer's states)")
+    return lines
 
 
 def plot(path: Path, record: dict, scale_name: str, part: str) -> None:
@@ -385,8 +474,8 @@ def plot(path: Path, record: dict, scale_name: str, part: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if part == "learning":
-        results = record["learning"]
+    if part in ("learning", "host_learning"):
+        results = record[part]
         envs = sorted({k.split("/")[0] for k in results}, key=list(get_args(EnvName)).index)
         fig, axes = plt.subplots(1, len(envs), figsize=(5 * len(envs), 3.8), squeeze=False)
         for ax, name in zip(axes[0], envs):
@@ -405,11 +494,21 @@ def plot(path: Path, record: dict, scale_name: str, part: str) -> None:
             ax.set(xlabel="env steps (millions)", ylabel="evaluation success rate", ylim=(-0.02, 1.02),
                    title=f"{name} (mean +- std over seeds)")
             ax.legend()
-        cfg = DeviceLoopConfig(**record["learning"][next(iter(results))]["settings"]["loop"]) if all(
-            "settings" in r for r in results.values()) else device_loop_scales()[scale_name].learning
-        title = (f"Device loop, online goal reaching -- scale {scale_name}: {cfg.num_envs} envs x {cfg.unroll}-step "
-                 f"unrolls per {cfg.updates_per_iteration} updates, {cfg.iterations * cfg.updates_per_iteration:,} "
-                 f"updates per seed; {cfg.eval_episodes} evaluation episodes per point")
+        if part == "host_learning":
+            first = next(iter(results))
+            loop = results[first]["settings"]["loop"]
+            cycles = (loop["env_steps"] // HOST_ENVS[first.split("/")[0]][1] - loop["prefill_episodes"]) // loop[
+                "rollouts_per_cycle"]
+            title = (f"Host loop on gymnasium's point mazes, online goal reaching -- scale {scale_name}: "
+                     f"{loop['rollouts_per_cycle']} episodes per {loop['updates_per_cycle']} updates, "
+                     f"{cycles * loop['updates_per_cycle']:,} updates per seed; {loop['eval_episodes']} evaluation "
+                     "episodes per point")
+        else:
+            cfg = DeviceLoopConfig(**record["learning"][next(iter(results))]["settings"]["loop"]) if all(
+                "settings" in r for r in results.values()) else device_loop_scales()[scale_name].learning
+            title = (f"Device loop, online goal reaching -- scale {scale_name}: {cfg.num_envs} envs x {cfg.unroll}-step "
+                     f"unrolls per {cfg.updates_per_iteration} updates, {cfg.iterations * cfg.updates_per_iteration:,} "
+                     f"updates per seed; {cfg.eval_episodes} evaluation episodes per point")
         report.suptitle(fig, title)
     elif part == "envs":
         fig, ax = plt.subplots(figsize=(6.5, 4))
@@ -454,7 +553,7 @@ def run(args: Args) -> dict:
     record = read_json(saved, "the parts measured so far") if saved.exists() else {}  # other parts are kept
     start = time.perf_counter()
     for part in args.parts:
-        if part in record and part != "learning" and not args.overwrite:
+        if part in record and part not in ("learning", "host_learning") and not args.overwrite:
             print(f"{part}: already measured in {saved} (--overwrite to measure again)")
             continue
         if part == "envs":
@@ -465,6 +564,8 @@ def run(args: Args) -> dict:
             record[part] = measure_seeds(scale)
         elif part == "devices":
             record[part] = measure_devices(args.scale, scale)
+        elif part == "host_learning":
+            record[part] = {**record.get(part, {}), **run_host_learning(args, scale, out)}
         else:  # added to the runs already recorded (other envs or methods)
             record[part] = {**record.get(part, {}), **run_learning(args, scale, out)}
         out.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ a stand-in for the trainer (the trainer itself, several seeds in one resumable p
 and end to end, with real training and QRL's critic check, under ``-m slow``. (The timing parts compile QRL programs
 for a minute or more on 2 cores: they run in the measurement runs, whose commands and results are kept in
 docs/results/device_loop_cpu/.)"""
+import dataclasses
 import json
 import shutil
 
@@ -75,6 +76,58 @@ def test_learning_records_are_saved_reused_refused_and_retrained(tmp_path, capsy
     device_loop.run(device_loop.Args(**{**vars(graph), "qrl_eval_policies": ("graph_waypoints_rest",)}))
     assert policies[-1] == {"graph_waypoints_rest": PolicySpec.of("graph_waypoints", stall_goal_dims=(0, 1))}
 
+
+
+@pytest.mark.parametrize("scale", ["quick", "cpu"])
+def test_the_host_loop_runs_the_learning_schedule_on_gymnasiums_mazes(scale):
+    """host_learning's loop on gymnasium's 300- and 600-step mazes: the learning part's env steps per update exactly,
+    its updates to within one cycle, its prefill, batch and evaluation episodes and spacing; the evaluation policies
+    at the last 5 evaluations."""
+    sizes = presets.device_loop_scales()[scale]
+    learning = sizes.learning
+    for name, length in (("umaze", 300), ("medium", 600)):
+        loop = device_loop.host_learning_config(device_loop.Args(scale=scale), sizes, name, 1, policies=True)
+        assert loop.task == device_loop.HOST_ENVS[name][0] and loop.seed == 1
+        per_update = learning.num_envs * learning.unroll / learning.updates_per_iteration  # quick 200, cpu 400
+        assert loop.rollouts_per_cycle * length / loop.updates_per_cycle == per_update
+        cycles = (loop.env_steps / length - loop.prefill_episodes) / loop.rollouts_per_cycle
+        assert cycles == int(cycles) and abs(cycles * loop.updates_per_cycle - learning.iterations
+                                             * learning.updates_per_iteration) <= loop.updates_per_cycle / 2
+        assert (loop.prefill_episodes, loop.batch_size, loop.eval_episodes) == (
+            learning.prefill_episodes, learning.batch_size, learning.eval_episodes)
+        assert loop.eval_every == learning.eval_every * learning.num_envs * learning.unroll
+        assert loop.eval_policies_after == max(0, loop.env_steps - 5 * loop.eval_every)
+        dataclasses.replace(loop, episode_length=length).check_budget()  # prefill + whole cycles (the env's length)
+    with pytest.raises(ValueError, match=r"host_learning runs on the point mazes \['umaze', 'medium'\]"):
+        device_loop.run_host_learning(device_loop.Args(scale=scale, envs=("reacher",)), sizes, None)
+
+
+def test_host_learning_records_every_seed_and_reuses_them(tmp_path, monkeypatch, capsys):
+    runs = []
+
+    def fake_online(agent, config, run_dir, desc, eval_policies):
+        """success = seed / 10 at every evaluation; an evaluation policy's, (seed + 5) / 10 where it acts."""
+        runs.append((type(agent).__name__, config.seed, config.task))
+        rows = [{"env_steps": steps, "eval_success": config.seed / 10,
+                 **{f"eval_success_{p}": (config.seed + 5) / 10 for p in (eval_policies or {})
+                    if steps > config.eval_policies_after}}
+                for steps in range(config.eval_every, config.env_steps + 1, config.eval_every)]
+        return None, rows
+
+    monkeypatch.setattr(device_loop, "train_online", fake_online)
+    args = device_loop.Args(scale="quick", parts=("host_learning",), envs=("umaze",), methods=("crl", "qrl"), seeds=2,
+                            qrl_eval_policies=("graph_waypoints_rest",), out_dir=str(tmp_path))
+    record = device_loop.run(args)["host_learning"]
+    assert runs == [("CRLAgent", 0, "PointMaze_UMaze-v3"), ("CRLAgent", 1, "PointMaze_UMaze-v3"),
+                    ("QRLContinuousAgent", 0, "PointMaze_UMaze-v3"), ("QRLContinuousAgent", 1, "PointMaze_UMaze-v3")]
+    assert record["umaze/crl"]["success"] == [[0.0, 0.1]] * 3  # 3 evaluations x 2 seeds
+    assert record["umaze/qrl"]["policy_success"] == {"graph_waypoints_rest": [[0.5, 0.6]] * 3}
+    assert record["umaze/qrl"]["settings"]["eval_policies"] == {"graph_waypoints_rest": dict(
+        policy="graph_waypoints", stall_goal_dims=[0, 1])}  # targets at rest: the position, (x, y)
+    assert "umaze/qrl graph_waypoints_rest 0.55 +- 0.05" in capsys.readouterr().out
+    assert (tmp_path / "host_learning.png").stat().st_size > 10_000
+    device_loop.run(args)  # finished: read back, nothing trained
+    assert len(runs) == 4
 
 @pytest.mark.slow  # ~80 s on 2 cores (three device-loop programs compiled); the fast test above covers the reuse logic
 def test_quick_benchmark_runs_saves_and_reuses_finished_runs(tmp_path, capsys):
