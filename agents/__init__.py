@@ -15,6 +15,7 @@ from platonic_rl.agents.crl import CRLAgent, CRLConfig
 from platonic_rl.agents.ddpg_her import DDPGHERAgent, DDPGHERConfig
 from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
 from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
+from platonic_rl.agents.gcivl import GCIVLAgent, GCIVLConfig
 from platonic_rl.agents.qrl import QRLAgent, QRLConfig
 from platonic_rl.agents.qrl_continuous import PRESETS as QRL_PRESETS
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
@@ -36,6 +37,8 @@ REGISTRY: dict[str, Entry] = {
                             "Fetch defaults; offline, for your own dataset)", QRL_PRESETS),
     "crl": Entry(CRLAgent, CRLConfig, "Contrastive RL (binary NCE or InfoNCE critic)"),
     "gcbc": Entry(GCBCAgent, GCBCConfig, "goal-conditioned behaviour cloning"),
+    "gcivl": Entry(GCIVLAgent, GCIVLConfig, "goal-conditioned implicit V-learning (OGBench's GCIVL: expectile value, "
+                   "AWR actor; offline)"),
     "ddpg_her": Entry(DDPGHERAgent, DDPGHERConfig, "DDPG with hindsight relabelling (MLP, MRN or IQE critic)"),
     "denoised_mdp": Entry(DenoisedMDPAgent, DenoisedMDPConfig, "Denoised MDP world model + policy in x"),
     "dreamer": Entry(DenoisedMDPAgent,
@@ -66,8 +69,8 @@ def make(name: str, seed: int = 0, preset: str | None = None, **overrides) -> An
 
 
 __all__ = ["CRLAgent", "CRLConfig", "DDPGHERAgent", "DDPGHERConfig", "DenoisedMDPAgent", "DenoisedMDPConfig",
-           "GCBCAgent", "GCBCConfig", "QRLAgent", "QRLConfig", "QRLContinuousAgent", "QRLContinuousConfig",
+           "GCBCAgent", "GCBCConfig", "GCIVLAgent", "GCIVLConfig", "QRLAgent", "QRLConfig", "QRLContinuousAgent", "QRLContinuousConfig",
            "REGISTRY", "make", "make_config",
            # the submodules, so that the API reference (pdoc) documents each of them
-           "common", "contract", "crl", "ddpg_her", "denoised_mdp", "gcbc", "qrl", "qrl_continuous", "qrl_diagnostics",
+           "common", "contract", "crl", "ddpg_her", "denoised_mdp", "gcbc", "gcivl", "qrl", "qrl_continuous", "qrl_diagnostics",
            "qrl_policies", "seeds"]

@@ -264,8 +264,10 @@ class SegmentGoalSampler(struct.PyTreeNode):
     ``segment_end [N]`` (True at each episode's last transition; consecutive rows of an episode are
     consecutive steps). Transitions are drawn uniformly; with each:
 
-    * ``goals``: with probability ``p_future`` a future state of the same episode, else the next state of a
-      uniformly random transition (appendix C.3's p_goal);
+    * ``goals``: with probability ``p_future`` a future state of the same episode, with probability ``p_current``
+      the transition's own state (reached: ``rewards`` 0 and ``masks`` 0 there, -1 and 1 elsewhere; the batch has
+      ``masks`` only when ``p_current`` > 0), else the next state of a uniformly random transition (appendix C.3's
+      p_goal; OGBench's value goals are p_current 0.2, p_future 0.5 with ``future="geometric"``);
     * ``bc_goals`` (if ``bc_goals``): always a future state, for behaviour cloning towards where the data went.
 
     A future state is the next state of transition t + k, k in {0, ..., end - t}: with ``future="geometric"`` P(k)
@@ -282,11 +284,12 @@ class SegmentGoalSampler(struct.PyTreeNode):
     bc_goals: bool = struct.field(pytree_node=False, default=False)
     future: str = struct.field(pytree_node=False, default="geometric")
     bc_future: str = struct.field(pytree_node=False, default="geometric")
+    p_current: float = struct.field(pytree_node=False, default=0.0)
 
     @classmethod
     def create(cls, data: dict, batch_size: int, p_future: float = 1.0, discount: float = 0.99,
-               bc_goals: bool = False, future: str = "geometric", bc_future: str = "geometric"
-               ) -> "SegmentGoalSampler":
+               bc_goals: bool = False, future: str = "geometric", bc_future: str = "geometric",
+               p_current: float = 0.0) -> "SegmentGoalSampler":
         import numpy as np
 
         missing = [k for k in ("observations", "actions", "next_observations", "segment_end") if k not in data]
@@ -295,6 +298,9 @@ class SegmentGoalSampler(struct.PyTreeNode):
         if not (isinstance(batch_size, int) and batch_size >= 1 and 0.0 <= p_future <= 1.0 and 0.0 < discount < 1.0):
             raise ValueError(f"SegmentGoalSampler: need batch_size >= 1, p_future in [0, 1], discount in (0, 1); got "
                              f"{batch_size}, {p_future}, {discount}")
+        if not 0.0 <= p_current <= 1.0 - p_future:
+            raise ValueError(f"SegmentGoalSampler: p_current must be in [0, 1 - p_future] = [0, {1.0 - p_future:g}] (the "
+                             f"rest of the goals are random states), got {p_current}")
         for name, value in (("future", future), ("bc_future", bc_future)):
             if value not in ("geometric", "uniform"):
                 raise ValueError(f"SegmentGoalSampler: {name} must be 'geometric' or 'uniform', got {value!r}")
@@ -306,7 +312,7 @@ class SegmentGoalSampler(struct.PyTreeNode):
         keys = ("observations", "actions", "next_observations")
         return cls(data={k: jnp.asarray(data[k], jnp.float32) for k in keys}, last_index=jnp.asarray(last_index, jnp.int32),
                    batch_size=batch_size, p_future=p_future, discount=discount, bc_goals=bc_goals, future=future,
-                   bc_future=bc_future)
+                   bc_future=bc_future, p_current=p_current)
 
     def _future(self, key, rows, how: str):
         max_k = self.last_index[rows] - rows
@@ -318,13 +324,19 @@ class SegmentGoalSampler(struct.PyTreeNode):
         n = self.last_index.shape[0]
         row_key, future_key, bc_key, mix_key, random_key = jax.random.split(key, 5)
         rows = jax.random.randint(row_key, (self.batch_size,), 0, n)
-        use_future = jax.random.uniform(mix_key, (self.batch_size,)) < self.p_future
+        mix = jax.random.uniform(mix_key, (self.batch_size,))
+        use_future = mix < self.p_future
         goal_rows = jnp.where(use_future, self._future(future_key, rows, self.future),
                               jax.random.randint(random_key, (self.batch_size,), 0, n))
         next_obs = self.data["next_observations"]
         batch = dict(observations=self.data["observations"][rows], actions=self.data["actions"][rows],
                      next_observations=next_obs[rows], goals=next_obs[goal_rows],
                      rewards=-jnp.ones(self.batch_size, jnp.float32))
+        if self.p_current > 0:  # the transition's own state: reached where it starts
+            current = ~use_future & (mix < self.p_future + self.p_current)
+            mask = current.reshape(current.shape + (1,) * (batch["goals"].ndim - 1))
+            batch.update(goals=jnp.where(mask, batch["observations"], batch["goals"]),
+                         rewards=jnp.where(current, 0.0, -1.0), masks=jnp.where(current, 0.0, 1.0))
         if self.bc_goals:
             batch["bc_goals"] = next_obs[self._future(bc_key, rows, self.bc_future)]
         return batch

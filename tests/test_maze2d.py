@@ -251,6 +251,25 @@ def test_segment_sampler_goals():
         SegmentGoalSampler.create({**data, "segment_end": np.zeros(40, bool)}, 8)
 
 
+
+def test_current_state_goals_are_reached_where_they_start():
+    """OGBench's value goals: 20% the transition's own state (reward 0, mask 0: reached), 50% a future state, 30% a
+    random next state (reward -1, mask 1); without p_current the batch is as before, with no masks."""
+    ends = np.zeros(40, bool)
+    ends[[9, 39]] = True
+    obs = np.arange(40, dtype=np.float32)[:, None]
+    data = dict(observations=obs, next_observations=obs + 0.5, actions=np.zeros((40, 2)), segment_end=ends)
+    batch = SegmentGoalSampler.create(data, 40_000, p_future=0.5, p_current=0.2).sample(jax.random.PRNGKey(0))
+    current = np.asarray(batch["goals"][:, 0] == batch["observations"][:, 0])
+    assert abs(current.mean() - 0.2) < 0.01
+    np.testing.assert_array_equal(batch["rewards"], np.where(current, 0.0, -1.0))
+    np.testing.assert_array_equal(batch["masks"], np.where(current, 0.0, 1.0))
+    before = SegmentGoalSampler.create(data, 64, p_future=0.5).sample(jax.random.PRNGKey(0))
+    after = SegmentGoalSampler.create(data, 64, p_future=0.5, p_current=0.0).sample(jax.random.PRNGKey(0))
+    assert "masks" not in after and all(np.array_equal(before[k], after[k]) for k in before)
+    with pytest.raises(ValueError, match=r"p_current must be in \[0, 1 - p_future\] = \[0, 0.5\]"):
+        SegmentGoalSampler.create(data, 8, p_future=0.5, p_current=0.6)
+
 def test_uniform_future_goals_are_any_later_state_of_the_episode_alike():
     ends = np.zeros(40, bool)
     ends[[9, 39]] = True  # episodes [0, 9] and [10, 39]
