@@ -27,6 +27,9 @@ suite's maze2d benchmark does (C.3.2). Contrastive RL is the same under both.
   fixed-std actor with BC weight 0.0003, epsilon 0.05, layer norm, latent 512.
 - ``crl``: Contrastive RL (+BC 0.05).
 - ``gcbc``: goal-conditioned behaviour cloning.
+- ``gcivl``: goal-conditioned implicit V-learning (``agents.gcivl``, OGBench's settings at the scale's sizes: expectile
+  0.9, AWR temperature 10, layer norm), its value goals OGBench's (20% the state itself, 50% a future state with
+  Delta t ~ Geometric(0.01), 30% random), its actor's goals a uniform future state.
 
 Beside them, without learning, the table gives each maze's **straight-line reference**: a policy that heads straight
 for the goal (the unit vector towards it). Sliding along the walls, it solves the tasks whose way does not turn back,
@@ -45,6 +48,7 @@ from platonic_rl import agents
 from platonic_rl.agents.contract import host_policy
 from platonic_rl.agents.crl import CRLAgent, CRLConfig
 from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
+from platonic_rl.agents.gcivl import GCIVLAgent, GCIVLConfig
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent
 from platonic_rl.agents.qrl_policies import make_policy
 from platonic_rl.agents.seeds import SeedStack
@@ -54,9 +58,9 @@ from platonic_rl.envs import ogbench_maze
 from platonic_rl.training.offline import TrainConfig, load_dataset, train_seeds
 
 METHODS = ("qrl", "qrl_lookahead", "qrl_waypoints", "qrl_waypoints_lookahead", "qrl_graph_waypoints",
-           "qrl_graph_waypoints_lookahead", "crl", "gcbc")  # ROWS' keys
+           "qrl_graph_waypoints_lookahead", "crl", "gcbc", "gcivl")  # ROWS' keys
 Method = Literal[METHODS]
-TRAINED = ("qrl", "crl", "gcbc")  # what trains; the other rows act with QRL's trained seeds
+TRAINED = ("qrl", "crl", "gcbc", "gcivl")  # what trains; the other rows act with QRL's trained seeds
 Dataset = Literal["pointmaze-medium-navigate-v0", "pointmaze-large-navigate-v0", "pointmaze-medium-stitch-v0",
                   "pointmaze-large-stitch-v0"]
 DATASETS: tuple[Dataset, ...] = ("pointmaze-medium-navigate-v0", "pointmaze-large-navigate-v0",
@@ -82,6 +86,7 @@ ROWS: dict[str, Row] = {
     "qrl_graph_waypoints_lookahead": Row("QRL, graph waypoints + lookahead", "qrl", "graph_waypoints", "lookahead"),
     "crl": Row("Contrastive RL (+BC)", "crl"),
     "gcbc": Row("GCBC", "gcbc"),
+    "gcivl": Row("GCIVL", "gcivl"),
 }
 assert tuple(ROWS) == METHODS
 
@@ -99,7 +104,7 @@ class Scale:
     """Everything a scale sets."""
     width: int                  # hidden width of every MLP (2 layers)
     qrl_updates: int
-    other_updates: int          # Contrastive RL and GCBC
+    other_updates: int          # Contrastive RL, GCBC and GCIVL
     batch_size: int
     episodes_per_task: int      # OGBench: 50
     dataset_episodes: int | None  # None: OGBench's (1,000 navigate, 5,000 stitch)
@@ -206,6 +211,9 @@ def method_setup(method: str, scale: Scale, updates: int, goals: str = "ogbench"
     if method == "gcbc":
         return GCBCAgent, GCBCConfig(obs_dim=2, action_dim=2, hidden=hidden), train, dict(p_future=1.0,
                                                                                           future=actor_future)
+    if method == "gcivl":
+        config = GCIVLConfig(obs_dim=2, action_dim=2, value_hidden=hidden, actor_hidden=hidden)
+        return GCIVLAgent, config, train, dict(p_future=0.5, p_current=0.2, bc_goals=True, bc_future=actor_future)
     raise ValueError(f"method must be one of {TRAINED} (the trained ones), got {method!r}")
 
 

@@ -159,3 +159,16 @@ def test_the_qrl_ladder_continues_one_run_and_evaluates_each_budget(tmp_path, mo
         ogbench.Args(qrl_ladder=(200, 100))
     with pytest.raises(ValueError, match="--methods must include one"):
         ogbench.Args(qrl_ladder=(100,), methods=("gcbc",))
+
+
+def test_gcivl_trains_on_ogbenchs_value_and_actor_goals():
+    """GCIVL's row: OGBench's value goals (20% the state itself, 50% a geometric future state, 30% random) and actor
+    goals (a uniform future state; geometric with --goals geometric), at the scale's widths."""
+    from platonic_rl.agents.gcivl import GCIVLAgent
+
+    scale = ogbench.scales()["cpu"]
+    agent_class, config, train, sampling = ogbench.method_setup("gcivl", scale, 20_000, "ogbench")
+    assert agent_class is GCIVLAgent and config.value_hidden == config.actor_hidden == (128, 128)
+    assert sampling == dict(p_future=0.5, p_current=0.2, bc_goals=True, bc_future="uniform")
+    assert ogbench.method_setup("gcivl", scale, 20_000, "geometric")[3]["bc_future"] == "geometric"
+    assert train.steps == 20_000 and ogbench.updates_of("gcivl", scale, ogbench.Args()) == scale.other_updates
