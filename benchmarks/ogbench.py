@@ -62,9 +62,12 @@ METHODS = ("qrl", "qrl_lookahead", "qrl_waypoints", "qrl_waypoints_lookahead", "
 Method = Literal[METHODS]
 TRAINED = ("qrl", "crl", "gcbc", "gcivl")  # what trains; the other rows act with QRL's trained seeds
 Dataset = Literal["pointmaze-medium-navigate-v0", "pointmaze-large-navigate-v0", "pointmaze-medium-stitch-v0",
-                  "pointmaze-large-stitch-v0"]
+                  "pointmaze-large-stitch-v0", "pointmaze-giant-navigate-v0", "pointmaze-giant-stitch-v0",
+                  "pointmaze-teleport-navigate-v0", "pointmaze-teleport-stitch-v0"]
 DATASETS: tuple[Dataset, ...] = ("pointmaze-medium-navigate-v0", "pointmaze-large-navigate-v0",
-                                 "pointmaze-medium-stitch-v0", "pointmaze-large-stitch-v0")
+                                 "pointmaze-medium-stitch-v0", "pointmaze-large-stitch-v0")  # the default --datasets
+# Also generated and evaluated (named with --datasets): the giant maze and the teleport maze, whose teleporters send
+# the point to one of three exits at random (OGBench's stochastic maze). Their published numbers are not in PAPER.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -318,7 +321,7 @@ def format_table(results: dict, args: Args, scale: Scale, references: dict | Non
         cells = []
         for method in args.methods:
             r = results.get(dataset, {}).get(method)
-            paper = PAPER[dataset].get(method)
+            paper = PAPER.get(dataset, {}).get(method)
             ours = f"{r['mean']:.1f} ± {r['std']:.1f}" if r else "--"
             cells.append(f"{ours} ({paper[0]} ± {paper[1]})" if paper else ours)
         reference = references.get(dataset)

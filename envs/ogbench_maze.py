@@ -1,6 +1,6 @@
-"""OGBench's point mazes (Park et al. 2024): the ``pointmaze-{medium,large}-{navigate,stitch}-v0`` datasets generated
-on this machine with OGBench's procedure, stored in OGBench's ``.npz`` layout, and OGBench's evaluation (five fixed
-tasks per maze, success rate). Needs the ``ogbench`` package (``pip install -e ".[ogbench]"``); nothing is
+"""OGBench's point mazes (Park et al. 2024): the ``pointmaze-{medium,large,giant,teleport}-{navigate,stitch}-v0``
+datasets generated on this machine with OGBench's procedure, stored in OGBench's ``.npz`` layout, and OGBench's
+evaluation (five fixed tasks per maze, success rate). Needs the ``ogbench`` package (``pip install -e ".[ogbench]"``); nothing is
 downloaded.
 
     path = ogbench_maze.make_dataset("pointmaze-medium-navigate-v0")     # generated once, then read from the cache
@@ -9,13 +9,14 @@ downloaded.
 
 **The environment** is OGBench's own (``ogbench.locomaze``, MuJoCo): a point whose position moves by 0.2 x the
 action (in [-1, 1]^2) per step, stopped by the walls; cells are 4 x 4 units; the observation and the goal are the
-point's (x, y); success is being within 1.0 of the goal.
+point's (x, y); success is being within 1.0 of the goal. In the teleport maze, entering a teleporter moves the
+point to one of three exits drawn at random (the controller's BFS ignores them, as OGBench's does).
 
 **Datasets** follow OGBench's ``generate_locomaze.py`` with its point-maze arguments: every episode starts at a
 uniformly random free cell and is driven by the oracle controller -- the unit vector towards the next cell of a BFS
 shortest path to the goal (the env's ``get_oracle_subgoal``) -- plus N(0, 0.5^2) per dimension, clipped to
-[-1, 1]. ``navigate``: 1,000 episodes of 1,001 steps; the goal, a random vertex cell (any free cell but a
-straight corridor's), is drawn again each time it is reached. ``stitch``: 5,000 episodes of 201 steps towards a
+[-1, 1]. ``navigate``: 1,000 episodes of 1,001 steps (giant: 500 of 2,001); the goal, a random vertex cell (any
+free cell but a straight corridor's), is drawn again each time it is reached. ``stitch``: 5,000 episodes of 201 steps towards a
 cell 4 BFS steps from the start, and staying there. A validation set of a tenth as many further episodes is written
 beside (``-val.npz``), as OGBench does. The env draws its cell noise from NumPy's global generator (as OGBench's
 script does); :func:`generate` and :func:`evaluate` seed it for their duration and restore it after.
@@ -62,6 +63,10 @@ DATASETS = {
     "pointmaze-large-navigate-v0": DatasetSpec("pointmaze-large-v0", "navigate", 1_000, 1_001),
     "pointmaze-medium-stitch-v0": DatasetSpec("pointmaze-medium-v0", "stitch", 5_000, 201),
     "pointmaze-large-stitch-v0": DatasetSpec("pointmaze-large-v0", "stitch", 5_000, 201),
+    "pointmaze-giant-navigate-v0": DatasetSpec("pointmaze-giant-v0", "navigate", 500, 2_001),
+    "pointmaze-giant-stitch-v0": DatasetSpec("pointmaze-giant-v0", "stitch", 5_000, 201),
+    "pointmaze-teleport-navigate-v0": DatasetSpec("pointmaze-teleport-v0", "navigate", 1_000, 1_001),
+    "pointmaze-teleport-stitch-v0": DatasetSpec("pointmaze-teleport-v0", "stitch", 5_000, 201),
 }
 
 

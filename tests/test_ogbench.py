@@ -101,6 +101,29 @@ def test_oracle_subgoal_is_the_envs_own(navigate):
                                       env.get_oracle_subgoal(xy, goal)[0])
 
 
+
+@pytest.mark.parametrize("env_name", ["pointmaze-giant-v0", "pointmaze-teleport-v0"])
+def test_the_giant_and_teleport_mazes_have_ogbenchs_oracle_and_episodes(env_name):
+    """The frontier mazes: the oracle is the env's own there too (its BFS ignores the teleporters, as OGBench's), and
+    their datasets have OGBench's sizes (commands.sh: giant navigate 500 episodes of 2,001 steps, the rest as the
+    medium and large mazes)."""
+    pytest.importorskip("ogbench")
+    env = ogbench_maze.make_env(env_name).unwrapped
+    rng, cache = np.random.default_rng(1), {}
+    cells = ogbench_maze.free_cells(env.maze_map)
+    for _ in range(200):
+        xy = np.array(env.ij_to_xy(cells[rng.integers(len(cells))])) + rng.uniform(-2, 2, 2)
+        goal = np.array(env.ij_to_xy(cells[rng.integers(len(cells))])) + rng.uniform(-1, 1, 2)
+        np.testing.assert_array_equal(ogbench_maze.oracle_subgoal(env, xy, goal, cache),
+                                      env.get_oracle_subgoal(xy, goal)[0])
+    maze = env_name.split("-")[1]
+    navigate, stitch = (ogbench_maze.get_spec(f"pointmaze-{maze}-{kind}-v0") for kind in ("navigate", "stitch"))
+    assert (navigate.episodes, navigate.steps) == ((500, 2_001) if maze == "giant" else (1_000, 1_001))
+    assert (stitch.episodes, stitch.steps) == (5_000, 201)
+    if maze == "giant":
+        train, val = ogbench_maze.generate("pointmaze-giant-navigate-v0", seed=0, episodes=2, progress=False)
+        np.testing.assert_array_equal(np.flatnonzero(train["terminals"]), [2_000, 4_001])
+
 def test_generated_navigate_data_has_ogbenchs_shape_noise_and_dynamics(navigate):
     train, val = navigate
     assert train["observations"].shape == (10 * 1001, 2) and val["observations"].shape == (1 * 1001, 2)
