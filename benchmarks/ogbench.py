@@ -93,7 +93,8 @@ ROWS: dict[str, Row] = {
 }
 assert tuple(ROWS) == METHODS
 
-# OGBench's main results table (Park et al. 2024): success rate in percent, mean and std over 8 seeds.
+# OGBench's main results table (Park et al. 2024): success rate in percent, mean and std over 8 seeds (GCIVL's row is
+# not quoted: the table prints "-" for it).
 PAPER = {
     "pointmaze-medium-navigate-v0": dict(gcbc=(9, 6), qrl=(82, 5), crl=(29, 7)),
     "pointmaze-large-navigate-v0": dict(gcbc=(29, 6), qrl=(86, 9), crl=(39, 7)),

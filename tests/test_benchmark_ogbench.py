@@ -81,8 +81,8 @@ def test_every_method_has_a_config_and_the_paper_every_cell():
     for method in ogbench.TRAINED:
         agent_class, config, train, sampling = ogbench.method_setup(method, scale, 10)
         assert config.obs_dim == 2 and train.steps == 10
-    for dataset in ogbench.DATASETS:
-        assert set(ogbench.PAPER[dataset]) == set(ogbench.TRAINED)
+    for dataset in ogbench.DATASETS:  # GCIVL's published numbers are not quoted (not checked at their source here)
+        assert set(ogbench.PAPER[dataset]) == set(ogbench.TRAINED) - {"gcivl"}
     assert {row.trains for row in ogbench.ROWS.values()} == set(ogbench.TRAINED)
     with pytest.raises(ValueError, match="method must be one of"):
         ogbench.method_setup("hiql", scale, 10)
