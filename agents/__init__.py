@@ -16,6 +16,7 @@ from platonic_rl.agents.ddpg_her import DDPGHERAgent, DDPGHERConfig
 from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
 from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
 from platonic_rl.agents.gcivl import GCIVLAgent, GCIVLConfig
+from platonic_rl.agents.hiql import HIQLAgent, HIQLConfig
 from platonic_rl.agents.qrl import QRLAgent, QRLConfig
 from platonic_rl.agents.qrl_continuous import PRESETS as QRL_PRESETS
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent, QRLContinuousConfig
@@ -39,6 +40,8 @@ REGISTRY: dict[str, Entry] = {
     "gcbc": Entry(GCBCAgent, GCBCConfig, "goal-conditioned behaviour cloning"),
     "gcivl": Entry(GCIVLAgent, GCIVLConfig, "goal-conditioned implicit V-learning (OGBench's GCIVL: expectile value, "
                    "AWR actor; offline)"),
+    "hiql": Entry(HIQLAgent, HIQLConfig, "hierarchical implicit Q-learning (OGBench's HIQL: GCIVL's value through a "
+                  "subgoal representation, high and low AWR actors; offline)"),
     "ddpg_her": Entry(DDPGHERAgent, DDPGHERConfig, "DDPG with hindsight relabelling (MLP, MRN or IQE critic)"),
     "denoised_mdp": Entry(DenoisedMDPAgent, DenoisedMDPConfig, "Denoised MDP world model + policy in x"),
     "dreamer": Entry(DenoisedMDPAgent,
@@ -69,8 +72,9 @@ def make(name: str, seed: int = 0, preset: str | None = None, **overrides) -> An
 
 
 __all__ = ["CRLAgent", "CRLConfig", "DDPGHERAgent", "DDPGHERConfig", "DenoisedMDPAgent", "DenoisedMDPConfig",
-           "GCBCAgent", "GCBCConfig", "GCIVLAgent", "GCIVLConfig", "QRLAgent", "QRLConfig", "QRLContinuousAgent", "QRLContinuousConfig",
+           "GCBCAgent", "GCBCConfig", "GCIVLAgent", "GCIVLConfig", "HIQLAgent", "HIQLConfig",
+           "QRLAgent", "QRLConfig", "QRLContinuousAgent", "QRLContinuousConfig",
            "REGISTRY", "make", "make_config",
            # the submodules, so that the API reference (pdoc) documents each of them
-           "common", "contract", "crl", "ddpg_her", "denoised_mdp", "gcbc", "gcivl", "qrl", "qrl_continuous", "qrl_diagnostics",
+           "common", "contract", "crl", "ddpg_her", "denoised_mdp", "gcbc", "gcivl", "hiql", "qrl", "qrl_continuous", "qrl_diagnostics",
            "qrl_policies", "seeds"]

@@ -30,6 +30,9 @@ suite's maze2d benchmark does (C.3.2). Contrastive RL is the same under both.
 - ``gcivl``: goal-conditioned implicit V-learning (``agents.gcivl``, OGBench's settings at the scale's sizes: expectile
   0.9, AWR temperature 10, layer norm), its value goals OGBench's (20% the state itself, 50% a future state with
   Delta t ~ Geometric(0.01), 30% random), its actor's goals a uniform future state.
+- ``hiql``: hierarchical implicit Q-learning (``agents.hiql``, OGBench's settings at the scale's sizes: expectile 0.7,
+  both AWR temperatures 3, subgoals 25 steps ahead, a 10-d subgoal representation), GCIVL's value goals, the high
+  actor's goals a uniform future state.
 
 Beside them, without learning, the table gives each maze's **straight-line reference**: a policy that heads straight
 for the goal (the unit vector towards it). Sliding along the walls, it solves the tasks whose way does not turn back,
@@ -49,6 +52,7 @@ from platonic_rl.agents.contract import host_policy
 from platonic_rl.agents.crl import CRLAgent, CRLConfig
 from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
 from platonic_rl.agents.gcivl import GCIVLAgent, GCIVLConfig
+from platonic_rl.agents.hiql import HIQLAgent, HIQLConfig
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent
 from platonic_rl.agents.qrl_policies import make_policy
 from platonic_rl.agents.seeds import SeedStack
@@ -58,9 +62,9 @@ from platonic_rl.envs import ogbench_maze
 from platonic_rl.training.offline import TrainConfig, load_dataset, train_seeds
 
 METHODS = ("qrl", "qrl_lookahead", "qrl_waypoints", "qrl_waypoints_lookahead", "qrl_graph_waypoints",
-           "qrl_graph_waypoints_lookahead", "crl", "gcbc", "gcivl")  # ROWS' keys
+           "qrl_graph_waypoints_lookahead", "crl", "gcbc", "gcivl", "hiql")  # ROWS' keys
 Method = Literal[METHODS]
-TRAINED = ("qrl", "crl", "gcbc", "gcivl")  # what trains; the other rows act with QRL's trained seeds
+TRAINED = ("qrl", "crl", "gcbc", "gcivl", "hiql")  # what trains; the other rows act with QRL's trained seeds
 Dataset = Literal["pointmaze-medium-navigate-v0", "pointmaze-large-navigate-v0", "pointmaze-medium-stitch-v0",
                   "pointmaze-large-stitch-v0", "pointmaze-giant-navigate-v0", "pointmaze-giant-stitch-v0",
                   "pointmaze-teleport-navigate-v0", "pointmaze-teleport-stitch-v0"]
@@ -90,11 +94,12 @@ ROWS: dict[str, Row] = {
     "crl": Row("Contrastive RL (+BC)", "crl"),
     "gcbc": Row("GCBC", "gcbc"),
     "gcivl": Row("GCIVL", "gcivl"),
+    "hiql": Row("HIQL", "hiql"),
 }
 assert tuple(ROWS) == METHODS
 
-# OGBench's main results table (Park et al. 2024): success rate in percent, mean and std over 8 seeds (GCIVL's row is
-# not quoted: the table prints "-" for it).
+# OGBench's main results table (Park et al. 2024): success rate in percent, mean and std over 8 seeds (GCIVL's and
+# HIQL's rows are not quoted: the table prints "-" for them).
 PAPER = {
     "pointmaze-medium-navigate-v0": dict(gcbc=(9, 6), qrl=(82, 5), crl=(29, 7)),
     "pointmaze-large-navigate-v0": dict(gcbc=(29, 6), qrl=(86, 9), crl=(39, 7)),
@@ -108,7 +113,7 @@ class Scale:
     """Everything a scale sets."""
     width: int                  # hidden width of every MLP (2 layers)
     qrl_updates: int
-    other_updates: int          # Contrastive RL, GCBC and GCIVL
+    other_updates: int          # Contrastive RL, GCBC, GCIVL and HIQL
     batch_size: int
     episodes_per_task: int      # OGBench: 50
     dataset_episodes: int | None  # None: OGBench's (1,000 navigate, 5,000 stitch)
@@ -218,6 +223,10 @@ def method_setup(method: str, scale: Scale, updates: int, goals: str = "ogbench"
     if method == "gcivl":
         config = GCIVLConfig(obs_dim=2, action_dim=2, value_hidden=hidden, actor_hidden=hidden)
         return GCIVLAgent, config, train, dict(p_future=0.5, p_current=0.2, bc_goals=True, bc_future=actor_future)
+    if method == "hiql":
+        config = HIQLConfig(obs_dim=2, action_dim=2, value_hidden=hidden, actor_hidden=hidden)
+        return HIQLAgent, config, train, dict(p_future=0.5, p_current=0.2, bc_goals=True, bc_future=actor_future,
+                                              subgoal_steps=config.subgoal_steps)
     raise ValueError(f"method must be one of {TRAINED} (the trained ones), got {method!r}")
 
 

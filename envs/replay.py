@@ -268,6 +268,9 @@ class SegmentGoalSampler(struct.PyTreeNode):
       the transition's own state (reached: ``rewards`` 0 and ``masks`` 0 there, -1 and 1 elsewhere; the batch has
       ``masks`` only when ``p_current`` > 0), else the next state of a uniformly random transition (appendix C.3's
       p_goal; OGBench's value goals are p_current 0.2, p_future 0.5 with ``future="geometric"``);
+    * ``subgoals`` (if ``subgoal_steps`` k): the state k steps ahead, or the episode's last if that is nearer, and with
+      ``bc_goals`` also ``bc_subgoals``: the state k steps ahead or the ``bc_goals`` state if that is nearer (HIQL's
+      low-level goals and high-level targets);
     * ``bc_goals`` (if ``bc_goals``): always a future state, for behaviour cloning towards where the data went.
 
     A future state is the next state of transition t + k, k in {0, ..., end - t}: with ``future="geometric"`` P(k)
@@ -285,11 +288,12 @@ class SegmentGoalSampler(struct.PyTreeNode):
     future: str = struct.field(pytree_node=False, default="geometric")
     bc_future: str = struct.field(pytree_node=False, default="geometric")
     p_current: float = struct.field(pytree_node=False, default=0.0)
+    subgoal_steps: int | None = struct.field(pytree_node=False, default=None)
 
     @classmethod
     def create(cls, data: dict, batch_size: int, p_future: float = 1.0, discount: float = 0.99,
                bc_goals: bool = False, future: str = "geometric", bc_future: str = "geometric",
-               p_current: float = 0.0) -> "SegmentGoalSampler":
+               p_current: float = 0.0, subgoal_steps: int | None = None) -> "SegmentGoalSampler":
         import numpy as np
 
         missing = [k for k in ("observations", "actions", "next_observations", "segment_end") if k not in data]
@@ -301,6 +305,8 @@ class SegmentGoalSampler(struct.PyTreeNode):
         if not 0.0 <= p_current <= 1.0 - p_future:
             raise ValueError(f"SegmentGoalSampler: p_current must be in [0, 1 - p_future] = [0, {1.0 - p_future:g}] (the "
                              f"rest of the goals are random states), got {p_current}")
+        if subgoal_steps is not None and not (isinstance(subgoal_steps, int) and subgoal_steps >= 1):
+            raise ValueError(f"SegmentGoalSampler: subgoal_steps must be an int >= 1 or None, got {subgoal_steps!r}")
         for name, value in (("future", future), ("bc_future", bc_future)):
             if value not in ("geometric", "uniform"):
                 raise ValueError(f"SegmentGoalSampler: {name} must be 'geometric' or 'uniform', got {value!r}")
@@ -312,7 +318,7 @@ class SegmentGoalSampler(struct.PyTreeNode):
         keys = ("observations", "actions", "next_observations")
         return cls(data={k: jnp.asarray(data[k], jnp.float32) for k in keys}, last_index=jnp.asarray(last_index, jnp.int32),
                    batch_size=batch_size, p_future=p_future, discount=discount, bc_goals=bc_goals, future=future,
-                   bc_future=bc_future, p_current=p_current)
+                   bc_future=bc_future, p_current=p_current, subgoal_steps=subgoal_steps)
 
     def _future(self, key, rows, how: str):
         max_k = self.last_index[rows] - rows
@@ -338,7 +344,13 @@ class SegmentGoalSampler(struct.PyTreeNode):
             batch.update(goals=jnp.where(mask, batch["observations"], batch["goals"]),
                          rewards=jnp.where(current, 0.0, -1.0), masks=jnp.where(current, 0.0, 1.0))
         if self.bc_goals:
-            batch["bc_goals"] = next_obs[self._future(bc_key, rows, self.bc_future)]
+            bc_rows = self._future(bc_key, rows, self.bc_future)
+            batch["bc_goals"] = next_obs[bc_rows]
+        if self.subgoal_steps is not None:  # the state k steps ahead, at most the episode's last (or the bc goal)
+            ahead = rows + self.subgoal_steps - 1
+            batch["subgoals"] = next_obs[jnp.minimum(ahead, self.last_index[rows])]
+            if self.bc_goals:
+                batch["bc_subgoals"] = next_obs[jnp.minimum(ahead, bc_rows)]
         return batch
 
 

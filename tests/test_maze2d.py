@@ -270,6 +270,23 @@ def test_current_state_goals_are_reached_where_they_start():
     with pytest.raises(ValueError, match=r"p_current must be in \[0, 1 - p_future\] = \[0, 0.5\]"):
         SegmentGoalSampler.create(data, 8, p_future=0.5, p_current=0.6)
 
+
+def test_subgoals_are_k_steps_ahead_within_the_episode_and_before_the_goal():
+    """HIQL's goals: ``subgoals`` the state k = 3 steps ahead (the episode's last if nearer), ``bc_subgoals`` the state
+    3 steps ahead or the bc goal if that is nearer."""
+    ends = np.zeros(40, bool)
+    ends[[9, 39]] = True  # episodes [0, 9] and [10, 39]
+    obs = np.arange(40, dtype=np.float32)[:, None]
+    data = dict(observations=obs, next_observations=obs + 1, actions=np.zeros((40, 2)), segment_end=ends)
+    batch = SegmentGoalSampler.create(data, 4_000, bc_goals=True, bc_future="uniform", subgoal_steps=3).sample(
+        jax.random.PRNGKey(0))
+    rows = np.asarray(batch["observations"][:, 0]).astype(int)
+    last_state = np.where(rows <= 9, 10, 40)  # the next state of each episode's last row
+    np.testing.assert_array_equal(batch["subgoals"][:, 0], np.minimum(rows + 3, last_state))
+    np.testing.assert_array_equal(batch["bc_subgoals"][:, 0], np.minimum(rows + 3, batch["bc_goals"][:, 0]))
+    with pytest.raises(ValueError, match="subgoal_steps must be an int >= 1"):
+        SegmentGoalSampler.create(data, 8, subgoal_steps=0)
+
 def test_uniform_future_goals_are_any_later_state_of_the_episode_alike():
     ends = np.zeros(40, bool)
     ends[[9, 39]] = True  # episodes [0, 9] and [10, 39]
