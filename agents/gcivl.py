@@ -89,7 +89,8 @@ class LayerNormMLP(nn.Module):
 
 
 class GoalValues(nn.Module):
-    """Two value networks V_i(s, g) (their own parameters): ``[2, B]``."""
+    """Two value networks V_i(s, g) (their own parameters) on the concatenation [s; g]: ``[2, B]`` (HIQL passes a
+    subgoal representation as g)."""
     hidden: tuple[int, ...]
     layer_norm: bool = True
     dtype: object = None

@@ -38,7 +38,8 @@ import jax.numpy as jnp
 import optax
 
 from platonic_rl.agents.common import StatelessPolicy, as_batch, as_key, check_config, compiled_create
-from platonic_rl.agents.gcivl import GaussianActor, LayerNormMLP, awr_actor_loss, gaussian_log_prob, gcivl_value_loss
+from platonic_rl.agents.gcivl import (GaussianActor, GoalValues, LayerNormMLP, awr_actor_loss, gaussian_log_prob,
+                                      gcivl_value_loss)
 from platonic_rl.common.networks import compute_dtype
 from platonic_rl.common.train_state import TrainState, polyak_update
 
@@ -99,30 +100,6 @@ def normalise(z: jax.Array) -> jax.Array:
     """z / |z| x sqrt(d): the representations' length (0 for z = 0, as from an all-zero input through bias-free
     layers, where z / |z| and its gradient would be NaN)."""
     return z * jax.lax.rsqrt(jnp.sum(jnp.square(z), -1, keepdims=True) + 1e-12) * jnp.sqrt(z.shape[-1])
-
-
-class RepValues(nn.Module):
-    """Two value MLPs V_i([s; z]) on a state and a representation: ``[2, B]``."""
-    hidden: tuple[int, ...]
-    layer_norm: bool = True
-    dtype: object = None
-
-    @nn.compact
-    def __call__(self, observations, reps):
-        one = nn.vmap(_OneRepValue, variable_axes={"params": 0}, split_rngs={"params": True}, in_axes=None,
-                      axis_size=2)
-        return one(self.hidden, self.layer_norm, self.dtype)(jnp.concatenate([observations, reps], -1))
-
-
-class _OneRepValue(nn.Module):
-    hidden: tuple[int, ...]
-    layer_norm: bool
-    dtype: object
-
-    @nn.compact
-    def __call__(self, x):
-        x = LayerNormMLP(self.hidden, self.layer_norm, self.dtype)(x)
-        return nn.Dense(1, dtype=self.dtype)(x)[..., 0].astype(jnp.float32)
 
 
 # --------------------------------------------------------------------------------------------------- agent
@@ -239,8 +216,9 @@ def _rep(config: HIQLConfig) -> SubgoalRep:
     return SubgoalRep(config.value_hidden, config.rep_dim, config.layer_norm, compute_dtype(config))
 
 
-def _values(config: HIQLConfig) -> RepValues:
-    return RepValues(config.value_hidden, config.layer_norm, compute_dtype(config))
+def _values(config: HIQLConfig) -> GoalValues:
+    """The two value MLPs V_i([s; z]), on a state and a representation (GCIVL's networks, z in the goal's place)."""
+    return GoalValues(config.value_hidden, config.layer_norm, compute_dtype(config))
 
 
 def _actor(config: HIQLConfig, out_dim: int) -> GaussianActor:

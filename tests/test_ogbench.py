@@ -90,15 +90,19 @@ def test_making_the_env_leaves_no_file_in_the_temporary_directory(tmp_path, monk
     assert list(tmp_path.iterdir()) == [] and tempfile.tempdir == str(tmp_path)
 
 
-def test_oracle_subgoal_is_the_envs_own(navigate):
-    env = ogbench_maze.make_env("pointmaze-large-v0").unwrapped
-    rng, cache = np.random.default_rng(0), {}
+def assert_oracle_is_the_envs(env, draws: int, seed: int) -> None:
+    """``oracle_subgoal`` equals the env's own ``get_oracle_subgoal`` from random points to random goals."""
+    rng, cache = np.random.default_rng(seed), {}
     cells = ogbench_maze.free_cells(env.maze_map)
-    for _ in range(300):
+    for _ in range(draws):
         xy = np.array(env.ij_to_xy(cells[rng.integers(len(cells))])) + rng.uniform(-2, 2, 2)
         goal = np.array(env.ij_to_xy(cells[rng.integers(len(cells))])) + rng.uniform(-1, 1, 2)
         np.testing.assert_array_equal(ogbench_maze.oracle_subgoal(env, xy, goal, cache),
                                       env.get_oracle_subgoal(xy, goal)[0])
+
+
+def test_oracle_subgoal_is_the_envs_own(navigate):
+    assert_oracle_is_the_envs(ogbench_maze.make_env("pointmaze-large-v0").unwrapped, 300, seed=0)
 
 
 
@@ -108,14 +112,7 @@ def test_the_giant_and_teleport_mazes_have_ogbenchs_oracle_and_episodes(env_name
     their datasets have OGBench's sizes (commands.sh: giant navigate 500 episodes of 2,001 steps, the rest as the
     medium and large mazes)."""
     pytest.importorskip("ogbench")
-    env = ogbench_maze.make_env(env_name).unwrapped
-    rng, cache = np.random.default_rng(1), {}
-    cells = ogbench_maze.free_cells(env.maze_map)
-    for _ in range(200):
-        xy = np.array(env.ij_to_xy(cells[rng.integers(len(cells))])) + rng.uniform(-2, 2, 2)
-        goal = np.array(env.ij_to_xy(cells[rng.integers(len(cells))])) + rng.uniform(-1, 1, 2)
-        np.testing.assert_array_equal(ogbench_maze.oracle_subgoal(env, xy, goal, cache),
-                                      env.get_oracle_subgoal(xy, goal)[0])
+    assert_oracle_is_the_envs(ogbench_maze.make_env(env_name).unwrapped, 200, seed=1)
     maze = env_name.split("-")[1]
     navigate, stitch = (ogbench_maze.get_spec(f"pointmaze-{maze}-{kind}-v0") for kind in ("navigate", "stitch"))
     assert (navigate.episodes, navigate.steps) == ((500, 2_001) if maze == "giant" else (1_000, 1_001))
