@@ -56,10 +56,11 @@ def _is_hashable(value) -> bool:
     return True
 
 
-def check_config(config) -> None:
+def check_config(config, at_least_one: tuple[str, ...] = (), open_unit: tuple[str, ...] = ()) -> None:
     """Checks every agent config shares, for its ``__post_init__``: each hidden-width tuple (a field named
     ``hidden`` or ``*_hidden``) holds integers >= 1 (an empty tuple, no hidden layer, is fine), and each
-    ``*learning_rate*`` field is a finite number > 0 (``None``, where a field allows it, is skipped).
+    ``*learning_rate*`` field is a finite number > 0 (``None``, where a field allows it, is skipped); the fields
+    named in ``at_least_one`` (sizes, counts) are >= 1 and those in ``open_unit`` (discounts, expectiles) in (0, 1).
     Raises ``ValueError`` naming ``ConfigClass.field``."""
     owner = type(config).__name__
     for field in dataclasses.fields(config):
@@ -71,6 +72,12 @@ def check_config(config) -> None:
             if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
                     or value <= 0):
                 raise ValueError(f"{owner}.{name} must be a finite number > 0, got {value!r}")
+    for name in at_least_one:
+        if getattr(config, name) < 1:
+            raise ValueError(f"{owner}.{name} must be >= 1, got {getattr(config, name)}")
+    for name in open_unit:
+        if not 0.0 < getattr(config, name) < 1.0:
+            raise ValueError(f"{owner}.{name} must be in (0, 1), got {getattr(config, name)}")
 
 
 def as_batch(batch, keys) -> dict:

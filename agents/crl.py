@@ -48,15 +48,12 @@ class CRLConfig:
     compute_dtype: str = "float32"
 
     def __post_init__(self):
-        check_config(self)  # hidden, actor_hidden widths >= 1; critic/actor_learning_rate finite and > 0
+        check_config(self, at_least_one=("obs_dim", "action_dim", "repr_dim"))  # and hidden widths, learning rates
         compute_dtype(self)  # a known compute_dtype
         if self.objective not in ("binary_nce", "infonce"):
             raise ValueError(f"CRLConfig.objective must be 'binary_nce' or 'infonce', got {self.objective!r}")
         if not self.bc_weight >= 0:
             raise ValueError(f"CRLConfig.bc_weight must be >= 0, got {self.bc_weight}")
-        for name in ("obs_dim", "action_dim", "repr_dim"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"CRLConfig.{name} must be >= 1, got {getattr(self, name)}")
 
 
 def validate_batch(batch: Batch, config: CRLConfig) -> None:

@@ -31,11 +31,8 @@ class GCBCConfig:
     compute_dtype: str = "float32"
 
     def __post_init__(self):
-        check_config(self)  # hidden widths >= 1; learning_rate finite and > 0
+        check_config(self, at_least_one=("obs_dim", "action_dim"))  # and hidden widths >= 1, learning_rate > 0
         compute_dtype(self)  # a known compute_dtype
-        for name in ("obs_dim", "action_dim"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"GCBCConfig.{name} must be >= 1, got {getattr(self, name)}")
 
 
 @functools.cache  # equal configs, the same optimizer object (see platonic_rl.common.train_state)

@@ -55,14 +55,8 @@ class GCIVLConfig:
     compute_dtype: str = "float32"
 
     def __post_init__(self):
-        check_config(self)  # hidden widths >= 1; learning_rate finite and > 0
+        check_config(self, at_least_one=("obs_dim", "action_dim"), open_unit=("discount", "expectile"))
         compute_dtype(self)  # a known compute_dtype
-        for name in ("obs_dim", "action_dim"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"GCIVLConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("discount", "expectile"):
-            if not 0.0 < getattr(self, name) < 1.0:
-                raise ValueError(f"GCIVLConfig.{name} must be in (0, 1), got {getattr(self, name)}")
         if not 0.0 < self.tau <= 1.0:
             raise ValueError(f"GCIVLConfig.tau must be in (0, 1], got {self.tau}")
         if not (math.isfinite(self.awr_temperature) and self.awr_temperature >= 0 and self.max_weight > 0):
@@ -74,10 +68,13 @@ class GCIVLConfig:
 
 
 class LayerNormMLP(nn.Module):
-    """Dense layers of widths ``hidden``, each followed by GELU and (``layer_norm``) layer normalisation."""
+    """Dense layers of widths ``hidden``, each followed by GELU and (``layer_norm``) layer normalisation, then a linear
+    ``out_dim`` output in float32 (its kernel Flax's default, or fan-average uniform scaled by ``out_scale``)."""
     hidden: tuple[int, ...]
+    out_dim: int
     layer_norm: bool = True
     dtype: object = None
+    out_scale: float | None = None
 
     @nn.compact
     def __call__(self, x):
@@ -85,7 +82,9 @@ class LayerNormMLP(nn.Module):
             x = nn.gelu(nn.Dense(width, dtype=self.dtype)(x))
             if self.layer_norm:
                 x = nn.LayerNorm(dtype=self.dtype)(x)
-        return x
+        init = {} if self.out_scale is None else dict(
+            kernel_init=nn.initializers.variance_scaling(self.out_scale, "fan_avg", "uniform"))
+        return nn.Dense(self.out_dim, dtype=self.dtype, **init)(x).astype(jnp.float32)
 
 
 class GoalValues(nn.Module):
@@ -97,20 +96,9 @@ class GoalValues(nn.Module):
 
     @nn.compact
     def __call__(self, observations, goals):
-        one = nn.vmap(_OneValue, variable_axes={"params": 0}, split_rngs={"params": True}, in_axes=None,
+        two = nn.vmap(LayerNormMLP, variable_axes={"params": 0}, split_rngs={"params": True}, in_axes=None,
                       axis_size=2)
-        return one(self.hidden, self.layer_norm, self.dtype)(jnp.concatenate([observations, goals], -1))
-
-
-class _OneValue(nn.Module):
-    hidden: tuple[int, ...]
-    layer_norm: bool
-    dtype: object
-
-    @nn.compact
-    def __call__(self, x):
-        x = LayerNormMLP(self.hidden, self.layer_norm, self.dtype)(x)
-        return nn.Dense(1, dtype=self.dtype)(x)[..., 0].astype(jnp.float32)
+        return two(self.hidden, 1, self.layer_norm, self.dtype)(jnp.concatenate([observations, goals], -1))[..., 0]
 
 
 class GaussianActor(nn.Module):
@@ -122,9 +110,8 @@ class GaussianActor(nn.Module):
 
     @nn.compact
     def __call__(self, observations, goals):
-        x = LayerNormMLP(self.hidden, self.layer_norm, self.dtype)(jnp.concatenate([observations, goals], -1))
-        init = nn.initializers.variance_scaling(1e-2, "fan_avg", "uniform")
-        return nn.Dense(self.action_dim, kernel_init=init, dtype=self.dtype)(x).astype(jnp.float32)
+        return LayerNormMLP(self.hidden, self.action_dim, self.layer_norm, self.dtype, out_scale=1e-2)(
+            jnp.concatenate([observations, goals], -1))
 
 
 def gaussian_log_prob(mean: jax.Array, actions: jax.Array) -> jax.Array:

@@ -64,14 +64,9 @@ class HIQLConfig:
     compute_dtype: str = "float32"
 
     def __post_init__(self):
-        check_config(self)  # hidden widths >= 1; learning_rate finite and > 0
+        check_config(self, at_least_one=("obs_dim", "action_dim", "rep_dim", "subgoal_steps"),
+                     open_unit=("discount", "expectile"))
         compute_dtype(self)  # a known compute_dtype
-        for name in ("obs_dim", "action_dim", "rep_dim", "subgoal_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"HIQLConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("discount", "expectile"):
-            if not 0.0 < getattr(self, name) < 1.0:
-                raise ValueError(f"HIQLConfig.{name} must be in (0, 1), got {getattr(self, name)}")
         if not 0.0 < self.tau <= 1.0:
             raise ValueError(f"HIQLConfig.tau must be in (0, 1], got {self.tau}")
         if min(self.low_temperature, self.high_temperature) < 0 or self.max_weight <= 0:
@@ -91,9 +86,8 @@ class SubgoalRep(nn.Module):
 
     @nn.compact
     def __call__(self, observations, goals):
-        x = LayerNormMLP(self.hidden, self.layer_norm, self.dtype)(jnp.concatenate([observations, goals], -1))
-        z = nn.Dense(self.rep_dim, dtype=self.dtype)(x).astype(jnp.float32)
-        return normalise(z)
+        return normalise(LayerNormMLP(self.hidden, self.rep_dim, self.layer_norm, self.dtype)(
+            jnp.concatenate([observations, goals], -1)))
 
 
 def normalise(z: jax.Array) -> jax.Array:

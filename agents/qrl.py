@@ -225,10 +225,7 @@ class QRLConfig:
     compute_dtype: str = "float32"
 
     def __post_init__(self):
-        check_config(self)  # hidden widths >= 1; learning_rate, lagrange_learning_rate finite and > 0
-        for name in ("obs_dim", "num_actions"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"QRLConfig.{name} must be >= 1, got {getattr(self, name)}")
+        check_config(self, at_least_one=("obs_dim", "num_actions"))  # and widths, learning rates
         check_critic_fields(self)
         if self.goal_mode not in ("multi", "single"):
             raise ValueError(f"QRLConfig.goal_mode must be 'multi' or 'single', got {self.goal_mode!r}")

@@ -94,10 +94,7 @@ class QRLContinuousConfig:
     compute_dtype: str = "float32"
 
     def __post_init__(self):
-        check_config(self)  # hidden widths >= 1; every *_learning_rate finite and > 0
-        for name in ("obs_dim", "action_dim", "num_critics"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"QRLContinuousConfig.{name} must be >= 1, got {getattr(self, name)}")
+        check_config(self, at_least_one=("obs_dim", "action_dim", "num_critics"))  # and widths, learning rates
         check_critic_fields(self)
         if self.entropy_init <= 0:
             raise ValueError(f"QRLContinuousConfig.entropy_init must be > 0, got {self.entropy_init}")
