@@ -8,6 +8,7 @@
 
     fields_on_resume(TrainConfig)          # ("steps", "progress"): what a resumed run may change
     fields_on_resume(config, HOST)         # ("progress",): what a record of the run leaves out
+    budget_paths(config, "train_config")   # ("train_config.steps",): the settings a resumed run may change
     recorded_fields(config, HOST)          # {"steps": ..., "batch_size": ...}: the config as a record keeps it
 
 A run directory (``training.run.RunDirectory``) compares everything else with the run it holds and refuses a resume
@@ -43,6 +44,12 @@ def fields_on_resume(config: Any, *kinds: str) -> tuple[str, ...]:
     if not dataclasses.is_dataclass(config):
         raise TypeError(f"config must be a config dataclass or one of its instances, got {type(config).__name__}")
     return tuple(f.name for f in dataclasses.fields(config) if f.metadata.get(ON_RESUME) in kinds)
+
+
+def budget_paths(config: Any, under: str) -> tuple[str, ...]:
+    """The settings paths (``"<under>.<field>"``) of ``config``'s :data:`BUDGET` fields: what a run directory lets a
+    resumed run change when the loop records ``config`` under ``under``."""
+    return tuple(f"{under}.{name}" for name in fields_on_resume(config, BUDGET))
 
 
 def recorded_fields(config: Any, *left_out: str, keep: tuple[str, ...] = ()) -> dict[str, Any]:

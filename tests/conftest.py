@@ -59,11 +59,13 @@ def pytest_unconfigure(config):
 # the durations with `pytest --durations=0`). xdist hands whole files to its workers in collection order
 # (pyproject.toml: --dist loadfile --no-loadscope-reorder); starting with the longest ones keeps one worker from
 # finishing a long file alone at the end. Only the order changes: every file still runs, the rest as collected.
-LONGEST_FIRST = ("test_docs.py", "test_dmc_jax.py", "test_online.py", "test_world_model_device.py", "test_denoised.py",
-                 "test_update_fixtures.py", "test_qrl_agent.py", "test_device_loop.py", "test_maze2d.py",
-                 "test_bad_input.py", "test_quasimetric_zoo.py", "test_run_directory.py", "test_train_state.py",
-                 "test_replearn.py", "test_brax_env.py", "test_jax_envs.py", "test_imports.py", "test_dmc_online.py",
-                 "test_qrl_continuous.py", "test_benchmark_dmc.py", "test_conv.py", "test_train.py")
+LONGEST_FIRST = ("test_dmc_jax.py", "test_docs.py", "test_qrl_policies.py", "test_device_loop.py",
+                 "test_world_model_device.py", "test_update_fixtures.py", "test_maze2d.py", "test_bad_input.py",
+                 "test_imports.py", "test_denoised.py", "test_online.py", "test_qrl_agent.py",
+                 "test_quasimetric_zoo.py", "test_benchmark_dmc.py", "test_gcivl.py", "test_qrl_continuous.py",
+                 "test_maze2d_waypoints.py", "test_jax_envs.py", "test_replearn.py", "test_run_directory.py",
+                 "test_benchmark_dmc_pixel_fit.py", "test_maze2d_jax_data.py", "test_train_state.py",
+                 "test_dmc_pixels.py")
 
 
 @pytest.fixture(autouse=True)

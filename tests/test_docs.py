@@ -9,6 +9,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from platonic_rl.benchmarks.render_docs import heading_anchor
 from test_layout import BENCHMARK_HELPERS  # tests/test_layout.py: the helpers, which are no benchmarks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,10 +52,7 @@ def commands(text: str) -> list[list[str]]:
     return [shlex.split(part) for part in parts if re.match(r"python3? -m ", part)]
 
 
-def slug(heading: str) -> str:
-    """GitHub's anchor of a heading: link text kept, lower case, punctuation dropped, spaces as hyphens."""
-    heading = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip())
-    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+slug = heading_anchor  # GitHub's anchor of a heading, as the docs renderer reads the results page's sections
 
 
 def anchors(page: Path) -> set[str]:

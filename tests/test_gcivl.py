@@ -1,6 +1,7 @@
 """GCIVL: its losses against values computed by hand, the update's target averaging, a value that learns the step
 count on a chain, acting, determinism and bad input."""
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -89,7 +90,8 @@ def chain_values(agent_class, config, **sampling) -> tuple[np.ndarray, np.ndarra
     sampler = SegmentGoalSampler.create(chain_walks(), 256, p_future=0.5, p_current=0.2, bc_goals=True,
                                         bc_future="uniform", **sampling)
 
-    @jax.jit
+    # Long enough to be worth LLVM's optimisations (the suite compiles at level 0: tests/conftest.py): 5 s against 14.
+    @functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 2})
     def train(agent, key):
         return jax.lax.scan(lambda a, k: (a.update(sampler.sample(k))[0], None), agent, jax.random.split(key, 1500))[0]
 

@@ -2,7 +2,8 @@ import dataclasses
 
 import pytest
 
-from platonic_rl.common.settings import BUDGET, HOST, budget, fields_on_resume, host_setting, recorded_fields
+from platonic_rl.common.settings import (BUDGET, HOST, budget, budget_paths, fields_on_resume, host_setting,
+                                         recorded_fields)
 from platonic_rl.training.run import RunDirectory, RunDirectoryError
 
 
@@ -18,6 +19,7 @@ def test_fields_say_where_they_are_declared_what_a_resume_may_change():
     assert fields_on_resume(Loop) == ("steps", "progress") == fields_on_resume(Loop(), BUDGET, HOST)
     assert fields_on_resume(Loop(), BUDGET) == ("steps",) and fields_on_resume(Loop, HOST) == ("progress",)
     assert Loop().steps == 100 and dataclasses.replace(Loop(), steps=5).steps == 5  # plain defaults otherwise
+    assert budget_paths(Loop(), "loop") == ("loop.steps",)  # what a loop recording Loop under "loop" lets grow
 
 
 def test_a_run_directory_resumes_across_the_declared_fields_only(tmp_path):

@@ -43,7 +43,7 @@ import numpy as np
 from flax import struct
 
 from platonic_rl.common.policies import explore
-from platonic_rl.common.settings import HOST, budget, host_setting, recorded_fields
+from platonic_rl.common.settings import HOST, budget, budget_paths, host_setting, recorded_fields
 from platonic_rl.agents.contract import check_agent
 from platonic_rl.envs import jax_env
 from platonic_rl.envs.replay import EpisodeBuffer, GoalSampler
@@ -353,12 +353,12 @@ def train_on_device(agent_config, env: jax_env.GoalEnv, config: DeviceLoopConfig
     loop = make_loop(agent_config, env, config, agent_class, mesh, eval_policies)
     extra = dict(env=env_settings(env), **(dict(eval_policies=describe(loop.eval_policies)) if loop.eval_policies
                                           else {}))
-    return drive(loop, seed, run_dir, resume, overwrite, desc, extra, budget_field="loop.iterations",
+    return drive(loop, seed, run_dir, resume, overwrite, desc, extra, resumable=budget_paths(config, "loop"),
                  total_env_steps=config.env_steps(env))
 
 
 def drive(loop, seed: int | tuple[int, ...], run_dir: str | Path | None, resume: bool, overwrite: bool, desc: str,
-          settings: dict, budget_field: str, total_env_steps: int, headline: str = "eval_success"
+          settings: dict, resumable: tuple[str, ...], total_env_steps: int, headline: str = "eval_success"
           ) -> tuple[Any, list[dict]]:
     """The host's side of a device loop (this module's and :mod:`~platonic_rl.training.world_model_device`'s):
     ``loop.jitted(vmapped)``'s ``init`` and ``run`` for ``loop.iterations`` iterations in chunks of
@@ -367,7 +367,8 @@ def drive(loop, seed: int | tuple[int, ...], run_dir: str | Path | None, resume:
     ``eval_*``), checkpoints of the whole state every ``checkpoint_every`` chunks in ``run_dir`` (its settings: the
     agent's, the seeds, the loop's recorded fields and ``settings``), exact resume, and a
     :class:`~platonic_rl.training.updates.NonFiniteError` at the first iteration with a NaN or infinity, before it is
-    saved. A single-seed run resumes with a larger budget (``budget_field``; its buffer grows)."""
+    saved. A single-seed run resumes with a larger budget (the settings paths ``resumable``, the loop config's
+    budget fields: :func:`~platonic_rl.common.settings.budget_paths`; its buffer grows)."""
     config, iterations = loop.config, loop.iterations
     seeds = tuple(int(s) for s in seed) if isinstance(seed, (tuple, list)) else None
     if seeds is not None and (not seeds or len(set(seeds)) != len(seeds)):
@@ -382,7 +383,7 @@ def drive(loop, seed: int | tuple[int, ...], run_dir: str | Path | None, resume:
                         loop=recorded_fields(config, HOST),  # host settings change neither program nor results
                         **settings)
     with LoopRun.start(_as_dict(state), budget=iterations, run_dir=run_dir, settings=recorded, resume=resume,
-                       overwrite=overwrite, resumable=(budget_field,) if seeds is None else (),
+                       overwrite=overwrite, resumable=resumable if seeds is None else (),
                        step_key="iteration", resize_buffer=seeds is None, desc=desc, total=total_env_steps,
                        position=lambda s: int(np.max(s["env_steps"]))) as driver:
         state, bar = state_type(**driver.state), driver.bar

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from platonic_rl.common.policies import explore, start_episodes
-from platonic_rl.common.settings import BUDGET, HOST, budget, host_setting, recorded_fields
+from platonic_rl.common.settings import BUDGET, HOST, budget, budget_paths, host_setting, recorded_fields
 from platonic_rl.agents.contract import check_agent, host_policy
 from platonic_rl.envs import fetch
 from platonic_rl.envs.goal_env import GoalEnvAdapter, make_gymnasium_vector_env
@@ -240,7 +240,7 @@ def train_online(agent, config: OnlineConfig, run_dir: str | Path | None = None,
                             **(dict(eval_policies=describe(eval_policies)) if eval_policies else {}),
                             env=dict(goal_dims=list(env.goal_dims), obs_dim=env.obs_dim, action_dim=env.action_dim))
         with LoopRun.start(state, budget=config.env_steps, run_dir=run_dir, settings=settings, resume=config.resume,
-                           overwrite=config.overwrite, resumable=("loop.env_steps",), step_key="env_steps",
+                           overwrite=config.overwrite, resumable=budget_paths(config, "loop"), step_key="env_steps",
                            resize_buffer=True, desc=desc, position=lambda s: int(s["env_steps"])) as loop:
             state, bar = loop.state, loop.bar
 

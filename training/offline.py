@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from platonic_rl.common.settings import BUDGET, HOST, budget, host_setting, recorded_fields
+from platonic_rl.common.settings import BUDGET, HOST, budget, budget_paths, host_setting, recorded_fields
 from platonic_rl.agents.contract import check_agent
 from platonic_rl.agents.qrl_continuous import QRLContinuousConfig, uses_online_objective
 from platonic_rl.agents.seeds import SeedStack, SeedStackConfig
@@ -320,7 +320,7 @@ def train_offline(agent, data: dict[str, Any], config: TrainConfig, run_dir: str
         raise ValueError(f"data does not fit the agent {type(agent).__name__}: {error}") from error
     settings = run_settings(agent, config, data, sampler) if run_dir is not None else None
     with LoopRun.start(state, budget=config.steps, run_dir=run_dir, settings=settings, resume=config.resume,
-                       overwrite=config.overwrite, resumable=("train_config.steps",), keep=config.keep_checkpoints,
+                       overwrite=config.overwrite, resumable=budget_paths(config, "train_config"), keep=config.keep_checkpoints,
                        tensorboard=config.tensorboard, desc=desc, unit="update", progress=config.progress) as loop:
         # Committed to one device, fresh or restored alike: a later call in this process (the next chunk of a run)
         # then reuses this call's compilations whether or not it restored.

@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from platonic_rl.common.settings import budget, host_setting
+from platonic_rl.common.settings import budget, budget_paths, host_setting
 from platonic_rl.envs.replay import SequenceBuffer, SequenceSampler
 from platonic_rl.training.device_loop import EVAL_KEY, IteratedLoop, SplitSampler, drive, env_settings, split_over
 from platonic_rl.training.updates import update_steps
@@ -258,5 +258,5 @@ def train_world_model_on_device(agent_config, env, config: WorldModelLoopConfig,
     Returns ``(agent, rows)``."""
     loop = make_world_model_loop(agent_config, env, config, agent_class, mesh)
     return drive(loop, seed, run_dir, resume, overwrite, desc, dict(env=env_settings(env)),
-                 budget_field="loop.env_steps", headline="eval_return",
+                 resumable=budget_paths(config, "loop"), headline="eval_return",
                  total_env_steps=(loop.prefill_rounds + loop.iterations) * loop.round_steps)

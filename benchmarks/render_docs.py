@@ -1,0 +1,294 @@
+"""Docs rendered from the records: the tables between markers in the suite's markdown pages, rebuilt from the
+``results.json`` files (and the status lines) they name, so that a number is typed once, by the run that measured it.
+
+    python3 -m platonic_rl.benchmarks.render_docs           # rewrite every marked table in place
+    python3 -m platonic_rl.benchmarks.render_docs --check   # exit 1 naming each table that differs (the suite's test)
+
+A marked table in a page::
+
+    <!-- rendered: ogbench_success results/ogbench_cpu/results.json results/ogbench_gcivl_hiql/results.json -->
+    | dataset | ... |
+    <!-- /rendered -->
+
+The first word names a renderer of :data:`RENDERERS`; the rest are its arguments: paths of records, relative to the
+page, then ``key=value`` options. Everything between the two markers is the renderer's, rewritten on every run; what
+a page says around it is the page's. A renderer reads records only (never runs anything), so rendering is quick and
+needs no trained runs.
+
+The renderers:
+
+- ``statuses``: the status column of a table whose rows link to sections of ``docs/results.md`` (its overview table and
+  the README's results table), from each section's ``**Status: ...**`` lines (written once, under the section's claim).
+- ``status_counts``: the README's sentence counting the results page's statuses (a section's first claim counts).
+- ``ogbench_success``: OGBench's point mazes, success (%) per dataset and method, mean ± std over seeds, the best
+  learned method in bold, the straight line and OGBench's published numbers beside them, from
+  :mod:`~platonic_rl.benchmarks.ogbench`'s records; the records and their commits under the table.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The repository's root (the package's own directory: the suite is laid out flat)."""
+
+MARKER = re.compile(r"^<!-- rendered: (?P<spec>[^>]*?) -->\n(?P<body>.*?)^<!-- /rendered -->$", re.M | re.S)
+
+
+class RenderError(ValueError):
+    """A marker that cannot be rendered: an unknown renderer, a missing record, a bad option."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """One marked table: the page, its renderer's name, record paths (resolved), options and the current text."""
+    page: Path
+    renderer: str
+    records: tuple[Path, ...]
+    options: dict
+    body: str
+    start: int
+    end: int
+    text: str = dataclasses.field(repr=False, default="")  # the whole page's text
+
+
+def pages(root: Path = ROOT) -> list[Path]:
+    """Every markdown page of the suite: the README and ``docs/`` (studies included)."""
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+
+
+def blocks(page: Path, text: str | None = None) -> list[Block]:
+    """The marked tables of ``page`` (of ``text`` given as its content), in order."""
+    text = page.read_text() if text is None else text
+    found = []
+    for match in MARKER.finditer(text):
+        words = match["spec"].split()
+        if not words:
+            raise RenderError(f"{page}: a rendered marker names no renderer")
+        records = tuple((page.parent / w).resolve() for w in words[1:] if "=" not in w)
+        options = dict(w.split("=", 1) for w in words[1:] if "=" in w)
+        found.append(Block(page, words[0], records, options, match["body"], match.start("body"), match.end("body"),
+                           text))
+    return found
+
+
+def _read(path: Path) -> dict:
+    if not path.is_file():
+        raise RenderError(f"record {path} does not exist")
+    return json.loads(path.read_text())
+
+
+def _link(page: Path, path: Path) -> str:
+    """``path`` relative to ``page``'s folder, as a markdown link target."""
+    return Path(_relative(path, page.parent)).as_posix()
+
+
+def _relative(path: Path, start: Path) -> str:
+    import os
+
+    return os.path.relpath(path, start)
+
+
+# ------------------------------------------------------------------------------------------------ statuses
+
+STATUS = re.compile(r"\*\*Status: (?P<status>[^*]+)\*\*")
+
+
+def heading_anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: link text kept, lower case, punctuation dropped, spaces as hyphens."""
+    heading = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip())
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+RESULTS = ROOT / "docs" / "results.md"
+
+
+def section_statuses(text: str) -> dict[str, str]:
+    """``{anchor: status}`` for every ``## `` section of the results page's ``text`` holding ``**Status: ...**`` lines: the
+    statuses in the section's order joined by ``; `` (a section with two claims has two)."""
+    statuses, anchor = {}, None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            anchor = heading_anchor(line[3:])
+        elif anchor is not None:
+            found = STATUS.findall(line)
+            if found:
+                statuses[anchor] = "; ".join(filter(None, [statuses.get(anchor), *(s.strip() for s in found)]))
+    return statuses
+
+
+def _statuses_for(block: Block) -> dict[str, str]:
+    """The results page's statuses, read from the block's own text when the block is on that page."""
+    return section_statuses(block.text if block.page.resolve() == RESULTS else RESULTS.read_text())
+
+
+def render_statuses(block: Block) -> str:
+    """The block's table with its last column set to the status of the results section its row links to."""
+    statuses = _statuses_for(block)
+    lines = block.body.rstrip("\n").split("\n")
+    out = []
+    for line in lines:
+        cells = line.split(" | ")
+        anchors = re.findall(r"\]\((?:[\w./]*results\.md)?#([\w-]+)\)", line)
+        if len(cells) < 2 or not anchors or line.startswith("|---"):
+            out.append(line)
+            continue
+        if anchors[0] not in statuses:
+            raise RenderError(f"{block.page}: the row linking to #{anchors[0]} has no section with a status in "
+                              f"{RESULTS}")
+        out.append(" | ".join(cells[:-1]) + f" | {statuses[anchors[0]]} |")
+    return "\n".join(out) + "\n"
+
+
+def render_status_counts(block: Block) -> str:
+    """One sentence: how many sections of ``docs/results.md`` meet, partly meet, miss or cannot compare with their
+    (first) claim."""
+    statuses = _statuses_for(block)
+    first = [s.split(";")[0].split()[0] if not s.startswith("not comparable") else "not comparable"
+             for s in statuses.values()]
+    unknown = sorted(set(first) - {"met", "partial", "missed", "not comparable"})
+    if unknown:
+        raise RenderError(f"docs/results.md: statuses {unknown} are none of met, partial, missed, not comparable")
+    return (f"Measured on 2 CPU cores at 1/50 to 1/200 of the published samples, {first.count('met')} of the "
+            f"{len(first)} benchmarks meet the claim they test, {first.count('partial')} partly, "
+            f"{first.count('missed')} miss it and {first.count('not comparable')} is not comparable "
+            f"([Results](#results)).\n")
+
+
+# ------------------------------------------------------------------------------------------------ OGBench
+
+def _mean_std(entry: dict) -> tuple[float, float]:
+    return float(entry["mean"]), float(entry["std"])
+
+
+def render_ogbench_success(block: Block) -> str:
+    """OGBench's success table from the benchmark's records: one row per dataset (the first record's order), one
+    column per method (the records' order, first record first; ``methods=a,b`` to choose and order them), the best
+    learned mean of each row in bold, the straight line, OGBench's published numbers (``paper=no`` leaves them out);
+    under it, each record's link and commit."""
+    from platonic_rl.benchmarks.ogbench import ROWS
+
+    if not block.records:
+        raise RenderError(f"{block.page}: ogbench_success needs at least one record")
+    records = [(path, _read(path)) for path in block.records]
+    datasets: list[str] = []
+    for _, record in records:
+        datasets += [d for d in record["results"] if d not in datasets]
+    methods: list[str] = []
+    for _, record in records:
+        for d in record["results"]:
+            methods += [m for m in record["results"][d] if m not in methods]
+    if "methods" in block.options:
+        wanted = block.options["methods"].split(",")
+        unknown = [m for m in wanted if m not in methods]
+        if unknown:
+            raise RenderError(f"{block.page}: methods={','.join(unknown)} are in none of the records")
+        methods = wanted
+    cell: dict[tuple[str, str], tuple[float, float]] = {}
+    for _, record in records:  # a later record's run of the same (dataset, method) replaces an earlier one's
+        for d, by_method in record["results"].items():
+            for m, entry in by_method.items():
+                cell[d, m] = _mean_std(entry)
+    straight = {d: r["straight_line"][d]["success"] for _, r in records for d in r.get("straight_line", {})}
+    paper = {d: p for _, r in records for d, p in r.get("paper", {}).items()}
+    show_paper = block.options.get("paper", "yes") != "no"
+    published = [m for m in methods if any(m in paper.get(d, {}) for d in datasets)] if show_paper else []
+
+    header = ["dataset", *(ROWS[m].label for m in methods), "straight line"]
+    if published:
+        header.append("OGBench: " + " / ".join(ROWS[m].label.split(" (")[0] for m in published))
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for d in datasets:
+        best = max((cell[d, m][0] for m in methods if (d, m) in cell), default=None)
+        row = [d]
+        for m in methods:
+            if (d, m) not in cell:
+                row.append("–")
+                continue
+            mean, std = cell[d, m]
+            text = f"{mean:.1f} ± {std:.1f}"
+            row.append(f"**{text}**" if mean == best else text)
+        row.append(f"{straight[d]:.1f}" if d in straight else "–")
+        if published:
+            row.append(" / ".join("{} ± {}".format(*paper[d][m]) if m in paper.get(d, {}) else "–"
+                                  for m in published))
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "Records: " + ", ".join(f"[{_link(block.page, path.parent)}]({_link(block.page, path)}) "
+                                         f"(commit {short_commit(record.get('commit'))})" for path, record in records)]
+    return "\n".join(lines) + "\n"
+
+
+def short_commit(commit: str | None) -> str:
+    """A record's commit as a reader needs it: 7 hex digits, ``+modified`` kept; "not recorded" for older runs."""
+    if not commit:
+        return "not recorded"
+    return commit.split("+")[0][:7] + ("+modified" if commit.endswith("+modified") else "")
+
+
+RENDERERS: dict[str, Callable[[Block], str]] = {
+    "statuses": render_statuses,
+    "status_counts": render_status_counts,
+    "ogbench_success": render_ogbench_success,
+}
+
+
+# ------------------------------------------------------------------------------------------------ pages
+
+def render_page(page: Path, text: str | None = None) -> str:
+    """``page``'s text (or ``text``, read as that page) with every marked table rendered."""
+    text = page.read_text() if text is None else text
+    for block in reversed(blocks(page, text)):
+        if block.renderer not in RENDERERS:
+            raise RenderError(f"{page}: unknown renderer {block.renderer!r}; known: {sorted(RENDERERS)}")
+        text = text[:block.start] + RENDERERS[block.renderer](block) + text[block.end:]
+    return text
+
+
+def differences(root: Path = ROOT) -> list[str]:
+    """One line per page whose marked tables differ from what their records render (empty: the docs are current)."""
+    out = []
+    for page in pages(root):
+        rendered = render_page(page)
+        if rendered != page.read_text():
+            old, new = page.read_text().splitlines(), rendered.splitlines()
+            first = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
+            out.append(f"{page.relative_to(root)}:{first + 1}: differs from its records "
+                       f"(page: {old[first] if first < len(old) else '<end>'!r}; "
+                       f"rendered: {new[first] if first < len(new) else '<end>'!r})")
+    return out
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python3 -m platonic_rl.benchmarks.render_docs",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 naming each page whose tables differ from their records")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.check:
+        found = differences()
+        for line in found:
+            print(line)
+        print(f"{len(found)} page(s) differ from their records" if found else "every rendered table is current")
+        return 1 if found else 0
+    changed = 0
+    for page in pages():
+        rendered = render_page(page)
+        if rendered != page.read_text():
+            page.write_text(rendered)
+            changed += 1
+            print(f"rendered {page.relative_to(ROOT)}")
+    print(f"{changed} page(s) rewritten")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""The docs' rendered tables: current with their records, and a number changed by hand in a page is found."""
+import json
+import re
+
+import pytest
+
+from platonic_rl.benchmarks import render_docs
+from platonic_rl.benchmarks.render_docs import RESULTS, RenderError, differences, render_page
+
+
+def test_every_rendered_table_matches_its_records():
+    assert differences() == [], "run `python3 -m platonic_rl.benchmarks.render_docs` and commit the pages"
+
+
+def test_the_pages_render_tables_of_each_kind():
+    kinds = {block.renderer for page in render_docs.pages() for block in render_docs.blocks(page)}
+    assert kinds == set(render_docs.RENDERERS)
+
+
+def test_a_number_changed_by_hand_is_put_back():
+    text = RESULTS.read_text()
+    edited = text.replace("| **60.0 ± 0.0** |", "| **61.0 ± 0.0** |", 1)
+    assert edited != text
+    assert render_page(RESULTS, edited) == text
+
+
+def test_a_status_changed_in_its_section_changes_the_tables_that_show_it():
+    text = RESULTS.read_text()
+    section = text.index("## Device loop")
+    status = text.index("**Status: met**", section)
+    edited = text[:status] + "**Status: missed**" + text[status + len("**Status: met**"):]
+    rendered = render_page(RESULTS, edited)
+    assert "| [Device loop](#device-loop) | QRL >= 0.9 on the point mazes, ahead of Contrastive RL | missed |" in rendered
+    counts = render_docs.render_status_counts(render_docs.blocks(RESULTS, rendered)[0])
+    met = render_docs.render_status_counts(render_docs.blocks(RESULTS, text)[0])
+    meeting = lambda sentence: int(re.search(r"(\d+) of the \d+ benchmarks meet", sentence)[1])  # noqa: E731
+    missing = lambda sentence: int(re.search(r"(\d+) miss it", sentence)[1])  # noqa: E731
+    assert (meeting(counts), missing(counts)) == (meeting(met) - 1, missing(met) + 1)
+
+
+def _ogbench_record(path, results, straight, paper):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dict(command="python -m platonic_rl.benchmarks.ogbench --scale cpu",
+                                    commit="0123456789abcdef+modified", results=results, straight_line=straight,
+                                    paper=paper)))
+
+
+def test_ogbench_success_bolds_the_best_and_marks_what_no_record_holds(tmp_path):
+    first, second = tmp_path / "results" / "a" / "results.json", tmp_path / "results" / "b" / "results.json"
+    _ogbench_record(first, {"d1": {"qrl": dict(mean=50.0, std=1.25), "gcbc": dict(mean=60.0, std=0.0)},
+                            "d2": {"qrl": dict(mean=10.0, std=2.0)}},
+                    {"d1": dict(success=40.0), "d2": dict(success=5.0)}, {"d1": {"qrl": [82, 5]}})
+    _ogbench_record(second, {"d1": {"hiql": dict(mean=70.04, std=3.0)}}, {}, {})
+    page = tmp_path / "page.md"
+    page.write_text("intro\n<!-- rendered: ogbench_success results/a/results.json results/b/results.json -->\n"
+                    "<!-- /rendered -->\nafter\n")
+    assert render_page(page).split("\n") == [
+        "intro",
+        "<!-- rendered: ogbench_success results/a/results.json results/b/results.json -->",
+        "| dataset | QRL (+BC) | GCBC | HIQL | straight line | OGBench: QRL |",
+        "|---|---|---|---|---|---|",
+        "| d1 | 50.0 ± 1.2 | 60.0 ± 0.0 | **70.0 ± 3.0** | 40.0 | 82 ± 5 |",
+        "| d2 | **10.0 ± 2.0** | – | – | 5.0 | – |",
+        "",
+        "Records: [results/a](results/a/results.json) (commit 0123456+modified), [results/b](results/b/results.json) "
+        "(commit 0123456+modified)",
+        "<!-- /rendered -->",
+        "after",
+        ""]
+    page.write_text(page.read_text().replace("results/b/results.json -->", "results/b/results.json methods=gcbc,qrl "
+                                                                           "paper=no -->"))
+    assert "| dataset | GCBC | QRL (+BC) | straight line |" in render_page(page)
+
+
+def test_bad_markers_are_refused_naming_the_page_and_the_problem(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("<!-- rendered: no_such_table -->\n<!-- /rendered -->\n")
+    with pytest.raises(RenderError, match=r"page.md: unknown renderer 'no_such_table'"):
+        render_page(page)
+    page.write_text("<!-- rendered: ogbench_success missing/results.json -->\n<!-- /rendered -->\n")
+    with pytest.raises(RenderError, match=r"record .*missing/results.json does not exist"):
+        render_page(page)
