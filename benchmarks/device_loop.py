@@ -108,9 +108,9 @@ class Args:
     """The device loop against the host loop (see the module docstring)."""
     scale: Literal["quick", "cpu"] = "cpu"
     parts: tuple[Part, ...] = ("envs", "throughput", "seeds", "devices", "learning")
-    envs: tuple[EnvName, ...] = ("umaze", "medium", "reacher")
-    methods: tuple[Method, ...] = ("qrl", "crl", "gcbc")
-    seeds: int = 5
+    envs: tuple[EnvName, ...] | None = None     # default: umaze medium reacher (quick: umaze)
+    methods: tuple[Method, ...] | None = None   # default: qrl crl gcbc (quick: qrl)
+    seeds: int | None = None                    # default: 5 (quick: 2), vmapped in one program
     iterations: int | None = None     # learning iterations per run (default: the scale's)
     reacher_goal: Literal["pose", "fingertip"] = "pose"  # the reacher's goal state (envs.reacher)
     qrl_entropy_init: float | None = None  # QRL's initial entropy weight (default: the scale's)
@@ -126,6 +126,11 @@ class Args:
     overwrite: bool = False           # measure this call's parts again and retrain its learning runs
 
     def __post_init__(self):
+        quick = self.scale == "quick"  # a smoke run of about two minutes on 2 cores
+        for name, default, smoke in (("envs", ("umaze", "medium", "reacher"), ("umaze",)),
+                                     ("methods", ("qrl", "crl", "gcbc"), ("qrl",)), ("seeds", 5, 2)):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, smoke if quick else default)
         if self.seeds < 1:
             raise ValueError(f"--seeds must be >= 1, got {self.seeds}")
         if any(not isinstance(k, int) or k < 1 for k in self.check_hold_steps):

@@ -17,7 +17,7 @@ each one entry (the trained seeds it acts with and how it acts), of three kinds:
   ``qrl_true_hold`` (the same with each action held ``critic_hold_steps``, 20, before the distance is read). These
   use the simulator: they test the distance, they do not compete.
 
-    python -m platonic_rl.benchmarks.maze2d --scale quick                       # minutes: a smoke run
+    python -m platonic_rl.benchmarks.maze2d --scale quick                       # ~2 minutes: umaze, seed 0, a smoke run
     python -m platonic_rl.benchmarks.maze2d --scale cpu --layouts medium        # one layout, 3 seeds
 
 For each layout: a D4RL-procedure dataset (``envs.maze2d.make_dataset``: Minari, cached by (layout, size,
@@ -90,11 +90,13 @@ PAPER = {
 class Args:
     """Table 4.2 on maze2d at a chosen scale (see the module docstring)."""
     scale: Literal["quick", "cpu", "paper"] = "quick"
-    layouts: tuple[Literal["large", "medium", "umaze"], ...] = LAYOUTS
+    layouts: tuple[Literal["large", "medium", "umaze"], ...] | None = None
+    """Default: the three (quick: umaze alone, so that the smoke run takes about two minutes)."""
     methods: tuple[MethodName, ...] = METHODS
     """mppi plans with the trained QRL agents (it needs qrl's run); mppi_true plans in the true dynamics (the
     JAX point maze) with the true sparse reward, as a reference (no training)."""
-    seeds: tuple[int, ...] = (0, 1, 2)
+    seeds: tuple[int, ...] | None = None
+    """Default: 0 1 2 (quick: 0)."""
     dataset_seed: int = 0
     dataset_size: int | None = None
     """Transitions per generated dataset (default: the scale's; cpu/paper: D4RL's sizes)."""
@@ -139,8 +141,13 @@ class Args:
     """Start every selected (layout, method) afresh instead of resuming/reusing it."""
 
     def __post_init__(self):
-        if self.dataset is not None and len(self.layouts) != 1:
+        if self.dataset is not None and (self.layouts is None or len(self.layouts) != 1):
             raise ValueError(f"--dataset needs exactly one --layouts (the dataset's maze), got {self.layouts}")
+        quick = self.scale == "quick"
+        if self.layouts is None:
+            object.__setattr__(self, "layouts", ("umaze",) if quick else LAYOUTS)
+        if self.seeds is None:
+            object.__setattr__(self, "seeds", (0,) if quick else (0, 1, 2))
         for name in ("hold_steps", "num_waypoints", "mppi_paper_samples"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")

@@ -78,6 +78,13 @@ def test_learning_records_are_saved_reused_refused_and_retrained(tmp_path, capsy
 
 
 
+def test_the_quick_scale_is_a_smoke_run_of_one_maze_and_method_unless_told_otherwise():
+    quick, cpu = device_loop.Args(scale="quick"), device_loop.Args()
+    assert (quick.envs, quick.methods, quick.seeds) == (("umaze",), ("qrl",), 2)
+    assert (cpu.envs, cpu.methods, cpu.seeds) == (("umaze", "medium", "reacher"), ("qrl", "crl", "gcbc"), 5)
+    assert device_loop.Args(scale="quick", seeds=3, envs=("medium",)).seeds == 3
+
+
 @pytest.mark.parametrize("scale", ["quick", "cpu"])
 def test_the_host_loop_runs_the_learning_schedule_on_gymnasiums_mazes(scale):
     """host_learning's loop on gymnasium's 300- and 600-step mazes: the learning part's env steps per update exactly,

@@ -200,6 +200,16 @@ def test_bad_benchmark_arguments_are_named():
         bench.Args(qrl_hidden=(256, 0))
 
 
+def test_the_quick_scale_is_a_one_layout_one_seed_smoke_run_unless_told_otherwise():
+    from platonic_rl.benchmarks import maze2d as bench
+
+    assert (bench.Args().layouts, bench.Args().seeds) == (("umaze",), (0,))
+    assert (bench.Args(scale="cpu").layouts, bench.Args(scale="cpu").seeds) == (bench.LAYOUTS, (0, 1, 2))
+    assert bench.Args(layouts=("medium",), seeds=(3,)).layouts == ("medium",)
+    with pytest.raises(ValueError, match="--dataset needs exactly one --layouts"):
+        bench.Args(dataset="my.hdf5")  # a dataset's maze is never guessed, even where quick would pick umaze
+
+
 def test_the_benchmark_overrides_reach_the_configs_they_name():
     from platonic_rl.benchmarks import maze2d as bench
     from platonic_rl.benchmarks import presets
