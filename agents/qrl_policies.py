@@ -135,9 +135,15 @@ def waypoint_graph(agent: QRLContinuousAgent, projections: jax.Array, reach: jax
     """All-pairs shortest paths ``[M, M]`` over waypoints (their projections ``[num_critics, M, P]``): an edge
     a -> b wherever max_i d_i(w_a, w_b) <= ``reach`` (:func:`waypoint_distances`), weighted by it, then
     Floyd-Warshall (inf where no path)."""
-    m = projections.shape[1]
     d = waypoint_distances(agent, projections, rows_per_call)
-    edges = jnp.where(d <= reach, d, jnp.inf).at[jnp.arange(m), jnp.arange(m)].set(0.0)
+    return shortest_paths(jnp.where(d <= reach, d, jnp.inf))
+
+
+def shortest_paths(edges: jax.Array) -> jax.Array:
+    """All-pairs shortest path costs ``[M, M]`` over a graph's edge costs ``edges [M, M]`` (inf: no edge; the
+    diagonal is set to 0) by Floyd-Warshall: M steps, each over the whole matrix (time M^3, memory M^2)."""
+    m = edges.shape[0]
+    edges = edges.at[jnp.arange(m), jnp.arange(m)].set(0.0)
     return jax.lax.fori_loop(0, m, lambda k, paths: jnp.minimum(paths, paths[:, k, None] + paths[None, k, :]), edges)
 
 

@@ -60,17 +60,23 @@ class Args:
     """Updates per scanned call."""
     iqe_pairs: int = 4096
     """Pairs for the IQE head alone (latent 64 x 32 at full scale)."""
-    parts: tuple[Literal["updates", "loops"], ...] = ("updates",)
+    parts: tuple[Literal["updates", "loops", "graph"], ...] = ("updates",)
     """updates: every case's update and the IQE head alone; loops: the offline loop and the device loop's iteration
-    against their updates alone (the training loops' share of their update's rate; a few minutes at full scale)."""
+    against their updates alone (the training loops' share of their update's rate; a few minutes at full scale);
+    graph: the graph waypoints' graph (agents.qrl_policies.waypoint_graph: learned distances between every two
+    waypoints, then all-pairs shortest paths) built over --graph-sizes waypoints with OGBench's cpu-size QRL."""
+    graph_sizes: tuple[int, ...] = (500, 1000, 2000, 4000)
+    """Waypoints per graph for the graph part (quick: 50 and 100)."""
     out_dir: str = "docs/results/speed"
 
     def __post_init__(self):
         for name in ("repeats", "scan_length", "iqe_pairs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        if not self.parts or set(self.parts) - {"updates", "loops"}:
-            raise ValueError(f"--parts must name some of updates, loops; got {self.parts}")
+        if not self.parts or set(self.parts) - {"updates", "loops", "graph"}:
+            raise ValueError(f"--parts must name some of updates, loops, graph; got {self.parts}")
+        if not self.graph_sizes or min(self.graph_sizes) < 2:
+            raise ValueError(f"--graph-sizes must be waypoint counts >= 2, got {self.graph_sizes}")
 
 
 # ----------------------------------------------------------------------------------------------- cases
@@ -451,6 +457,12 @@ def table(record: dict) -> str:
             fixed = f"{r['fixed_batch_updates_per_s']:.3g}" if "fixed_batch_updates_per_s" in r else "-"
             lines.append(f"| {name} | {r['what']} | {r['loop_updates_per_s']:.3g} | {r['updates_alone_per_s']:.3g} | "
                          f"{r['share_of_updates']:.2f} | {fixed} |")
+    if "graph" in record:
+        lines += ["", "The graph waypoints' graph (seconds to build it; Floyd-Warshall's time grows as M^3, its "
+                      "memory as M^2):", "", "| waypoints | learned distances s | shortest paths s | paths MB |",
+                  "|---|---|---|---|"]
+        lines += [f"| {r['waypoints']:,} | {r['distances_s']:.2f} | {r['paths_s']:.2f} | {r['paths_mb']:.0f} |"
+                  for r in record["graph"]]
     return "\n".join(lines)
 
 
@@ -509,9 +521,40 @@ def run(args: Args) -> dict:
         for name, r in record["loops"].items():
             print(f"{name} loop: {r['loop_updates_per_s']:.1f} updates/s, {r['share_of_updates']:.2f} of its "
                   f"updates alone", flush=True)
+    if "graph" in args.parts:
+        sizes = args.graph_sizes if args.scale == "full" else (50, 100)
+        record["graph"] = time_waypoint_graph(sizes, args.repeats if args.scale == "quick" else 1)
+        for r in record["graph"]:
+            print(f"graph over {r['waypoints']} waypoints: {r['distances_s']:.2f} s distances, {r['paths_s']:.2f} s "
+                  f"shortest paths, {r['paths_mb']:.0f} MB of paths", flush=True)
     return report.save_run(args.out_dir, "platonic_rl.benchmarks.speed", args, record, table(record),
                            plots={"speed.png": lambda path: plot(path, record)} if "updates" in args.parts else {},
                            total_seconds=time.perf_counter() - start)
+
+
+def time_waypoint_graph(sizes: tuple[int, ...], repeats: int) -> list[dict]:
+    """Seconds to build the graph waypoints' graph over each number of waypoints, in its two steps as
+    :func:`~platonic_rl.agents.qrl_policies.waypoint_graph` runs them: the learned distance between every two
+    waypoints (max over critics, 50 rows per call), then Floyd-Warshall over the edges within reach (M steps over the
+    [M, M] matrix: its time grows as M^3, its memory as M^2). Waypoints: uniform states of OGBench's medium maze's
+    extent; the agent: OGBench's cpu-size QRL, untrained (the work does not depend on the weights; reach 20 with
+    untrained distances keeps most edges)."""
+    from platonic_rl.agents import make
+    from platonic_rl.agents import qrl_policies as qp
+
+    agent = make("qrl_continuous", preset="offline", obs_dim=2, action_dim=2, encoder_hidden=(128, 128),
+                 latent_dim=32, projector_hidden=(128,), dynamics_hidden=(128, 128), actor_hidden=(128, 128))
+    distances = jax.jit(qp.waypoint_distances)
+    shortest = jax.jit(lambda d, reach: qp.shortest_paths(jnp.where(d <= reach, d, jnp.inf)))
+    out = []
+    for m in sizes:
+        states = jax.random.uniform(jax.random.PRNGKey(m), (m, 2), minval=-2.0, maxval=26.0)
+        projections = jax.jit(lambda s: qp._project(agent, qp._encode(agent, s)))(states)
+        d = distances(agent, projections)
+        out.append(dict(waypoints=m, distances_s=time_call(distances, (agent, projections), repeats),
+                        paths_s=time_call(shortest, (d, jnp.float32(20.0)), repeats), paths_mb=4 * m * m / 1e6,
+                        edges_fraction=float(jnp.mean(d <= 20.0))))
+    return out
 
 
 def time_updates(chosen: list[Case], args: Args, peak: float) -> dict:

@@ -61,8 +61,18 @@ def test_bad_arguments():
         speed.run(speed.Args(scale="quick", cases=("nope",)))
     with pytest.raises(ValueError, match="--repeats must be >= 1"):
         speed.Args(repeats=0)
-    with pytest.raises(ValueError, match="--parts must name some of updates, loops"):
+    with pytest.raises(ValueError, match="--parts must name some of updates, loops, graph"):
         speed.Args(parts=())
+    with pytest.raises(ValueError, match="--graph-sizes must be waypoint counts >= 2"):
+        speed.Args(graph_sizes=(1000, 1))
+
+
+def test_the_graph_part_times_both_steps_of_the_graph_per_size(tmp_path):
+    saved = speed.run(speed.Args(scale="quick", parts=("graph",), repeats=1, out_dir=str(tmp_path)))
+    assert [r["waypoints"] for r in saved["graph"]] == [50, 100] and saved["updates"] == {}
+    for r in saved["graph"]:
+        assert r["paths_mb"] == 4 * r["waypoints"] ** 2 / 1e6 and 0 < r["edges_fraction"] <= 1
+        assert f"| {r['waypoints']:,} | {r['distances_s']:.2f} | {r['paths_s']:.2f} |" in saved["table"]
 
 
 @pytest.mark.slow
