@@ -15,6 +15,7 @@ from platonic_rl.agents.crl import CRLAgent, CRLConfig
 from platonic_rl.agents.ddpg_her import DDPGHERAgent, DDPGHERConfig
 from platonic_rl.agents.denoised_mdp import DenoisedMDPAgent, DenoisedMDPConfig
 from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
+from platonic_rl.agents.gciql import GCIQLAgent, GCIQLConfig
 from platonic_rl.agents.gcivl import GCIVLAgent, GCIVLConfig
 from platonic_rl.agents.hiql import HIQLAgent, HIQLConfig
 from platonic_rl.agents.qrl import QRLAgent, QRLConfig
@@ -40,6 +41,8 @@ REGISTRY: dict[str, Entry] = {
     "gcbc": Entry(GCBCAgent, GCBCConfig, "goal-conditioned behaviour cloning"),
     "gcivl": Entry(GCIVLAgent, GCIVLConfig, "goal-conditioned implicit V-learning (OGBench's GCIVL: expectile value, "
                    "AWR actor; offline)"),
+    "gciql": Entry(GCIQLAgent, GCIQLConfig, "goal-conditioned implicit Q-learning (OGBench's GCIQL: expectile value, "
+                   "two critics, DDPG+BC actor; offline)"),
     "hiql": Entry(HIQLAgent, HIQLConfig, "hierarchical implicit Q-learning (OGBench's HIQL: GCIVL's value through a "
                   "subgoal representation, high and low AWR actors; offline)"),
     "ddpg_her": Entry(DDPGHERAgent, DDPGHERConfig, "DDPG with hindsight relabelling (MLP, MRN or IQE critic)"),
@@ -72,9 +75,9 @@ def make(name: str, seed: int = 0, preset: str | None = None, **overrides) -> An
 
 
 __all__ = ["CRLAgent", "CRLConfig", "DDPGHERAgent", "DDPGHERConfig", "DenoisedMDPAgent", "DenoisedMDPConfig",
-           "GCBCAgent", "GCBCConfig", "GCIVLAgent", "GCIVLConfig", "HIQLAgent", "HIQLConfig",
+           "GCBCAgent", "GCBCConfig", "GCIQLAgent", "GCIQLConfig", "GCIVLAgent", "GCIVLConfig", "HIQLAgent", "HIQLConfig",
            "QRLAgent", "QRLConfig", "QRLContinuousAgent", "QRLContinuousConfig",
            "REGISTRY", "make", "make_config",
            # the submodules, so that the API reference (pdoc) documents each of them
-           "common", "contract", "crl", "ddpg_her", "denoised_mdp", "gcbc", "gcivl", "hiql", "qrl", "qrl_continuous", "qrl_diagnostics",
+           "common", "contract", "crl", "ddpg_her", "denoised_mdp", "gcbc", "gciql", "gcivl", "hiql", "qrl", "qrl_continuous", "qrl_diagnostics",
            "qrl_policies", "seeds"]

@@ -30,6 +30,8 @@ suite's maze2d benchmark does (C.3.2). Contrastive RL is the same under both.
 - ``gcivl``: goal-conditioned implicit V-learning (``agents.gcivl``, OGBench's settings at the scale's sizes: expectile
   0.9, AWR temperature 10, layer norm), its value goals OGBench's (20% the state itself, 50% a future state with
   Delta t ~ Geometric(0.01), 30% random), its actor's goals a uniform future state.
+- ``gciql``: goal-conditioned implicit Q-learning (``agents.gciql``, OGBench's settings at the scale's sizes:
+  expectile 0.9, two critics, DDPG+BC with alpha 0.003 as its point-maze commands), GCIVL's goals.
 - ``hiql``: hierarchical implicit Q-learning (``agents.hiql``, OGBench's settings at the scale's sizes: expectile 0.7,
   both AWR temperatures 3, subgoals 25 steps ahead, a 10-d subgoal representation), GCIVL's value goals, the high
   actor's goals a uniform future state.
@@ -51,6 +53,7 @@ from platonic_rl import agents
 from platonic_rl.agents.contract import host_policy
 from platonic_rl.agents.crl import CRLAgent, CRLConfig
 from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
+from platonic_rl.agents.gciql import GCIQLAgent, GCIQLConfig
 from platonic_rl.agents.gcivl import GCIVLAgent, GCIVLConfig
 from platonic_rl.agents.hiql import HIQLAgent, HIQLConfig
 from platonic_rl.agents.qrl_continuous import QRLContinuousAgent
@@ -62,9 +65,9 @@ from platonic_rl.envs import ogbench_maze
 from platonic_rl.training.offline import TrainConfig, load_dataset, train_seeds
 
 METHODS = ("qrl", "qrl_lookahead", "qrl_waypoints", "qrl_waypoints_lookahead", "qrl_graph_waypoints",
-           "qrl_graph_waypoints_lookahead", "crl", "gcbc", "gcivl", "hiql")  # ROWS' keys
+           "qrl_graph_waypoints_lookahead", "crl", "gcbc", "gcivl", "gciql", "hiql")  # ROWS' keys
 Method = Literal[METHODS]
-TRAINED = ("qrl", "crl", "gcbc", "gcivl", "hiql")  # what trains; the other rows act with QRL's trained seeds
+TRAINED = ("qrl", "crl", "gcbc", "gcivl", "gciql", "hiql")  # what trains; the other rows act with QRL's trained seeds
 Dataset = Literal["pointmaze-medium-navigate-v0", "pointmaze-large-navigate-v0", "pointmaze-medium-stitch-v0",
                   "pointmaze-large-stitch-v0", "pointmaze-giant-navigate-v0", "pointmaze-giant-stitch-v0",
                   "pointmaze-teleport-navigate-v0", "pointmaze-teleport-stitch-v0"]
@@ -94,6 +97,7 @@ ROWS: dict[str, Row] = {
     "crl": Row("Contrastive RL (+BC)", "crl"),
     "gcbc": Row("GCBC", "gcbc"),
     "gcivl": Row("GCIVL", "gcivl"),
+    "gciql": Row("GCIQL", "gciql"),
     "hiql": Row("HIQL", "hiql"),
 }
 assert tuple(ROWS) == METHODS
@@ -113,7 +117,7 @@ class Scale:
     """Everything a scale sets."""
     width: int                  # hidden width of every MLP (2 layers)
     qrl_updates: int
-    other_updates: int          # Contrastive RL, GCBC, GCIVL and HIQL
+    other_updates: int          # Contrastive RL, GCBC, GCIVL, GCIQL and HIQL
     batch_size: int
     episodes_per_task: int      # OGBench: 50
     dataset_episodes: int | None  # None: OGBench's (1,000 navigate, 5,000 stitch)
@@ -223,6 +227,9 @@ def method_setup(method: str, scale: Scale, updates: int, goals: str = "ogbench"
     if method == "gcivl":
         config = GCIVLConfig(obs_dim=2, action_dim=2, value_hidden=hidden, actor_hidden=hidden)
         return GCIVLAgent, config, train, dict(p_future=0.5, p_current=0.2, bc_goals=True, bc_future=actor_future)
+    if method == "gciql":  # OGBench's point-maze commands set DDPG+BC's alpha to 0.003
+        config = GCIQLConfig(obs_dim=2, action_dim=2, value_hidden=hidden, actor_hidden=hidden, bc_alpha=0.003)
+        return GCIQLAgent, config, train, dict(p_future=0.5, p_current=0.2, bc_goals=True, bc_future=actor_future)
     if method == "hiql":
         config = HIQLConfig(obs_dim=2, action_dim=2, value_hidden=hidden, actor_hidden=hidden)
         return HIQLAgent, config, train, dict(p_future=0.5, p_current=0.2, bc_goals=True, bc_future=actor_future,

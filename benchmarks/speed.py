@@ -549,7 +549,7 @@ def time_waypoint_graph(sizes: tuple[int, ...], repeats: int) -> list[dict]:
     out = []
     for m in sizes:
         states = jax.random.uniform(jax.random.PRNGKey(m), (m, 2), minval=-2.0, maxval=26.0)
-        projections = jax.jit(lambda s: qp._project(agent, qp._encode(agent, s)))(states)
+        projections = qp.WaypointPolicy.create(agent, states, 20.0).waypoint_projections  # greedy: no graph built
         d = distances(agent, projections)
         out.append(dict(waypoints=m, distances_s=time_call(distances, (agent, projections), repeats),
                         paths_s=time_call(shortest, (d, jnp.float32(20.0)), repeats), paths_mb=4 * m * m / 1e6,

@@ -81,11 +81,11 @@ def test_every_method_has_a_config_and_the_paper_every_cell():
     for method in ogbench.TRAINED:
         agent_class, config, train, sampling = ogbench.method_setup(method, scale, 10)
         assert config.obs_dim == 2 and train.steps == 10
-    for dataset in ogbench.DATASETS:  # GCIVL's and HIQL's published numbers are not quoted (unchecked at the source)
-        assert set(ogbench.PAPER[dataset]) == set(ogbench.TRAINED) - {"gcivl", "hiql"}
+    for dataset in ogbench.DATASETS:  # GCIVL's, GCIQL's and HIQL's published numbers are not quoted (unchecked at the source)
+        assert set(ogbench.PAPER[dataset]) == set(ogbench.TRAINED) - {"gcivl", "gciql", "hiql"}
     assert {row.trains for row in ogbench.ROWS.values()} == set(ogbench.TRAINED)
     with pytest.raises(ValueError, match="method must be one of"):
-        ogbench.method_setup("gciql", scale, 10)
+        ogbench.method_setup("iql", scale, 10)
     # OGBench's goals: GCBC's and QRL's behaviour-cloning goals uniform over the episode's future, QRL's critic goals
     # random states; --goals geometric draws them as the maze2d benchmark does.
     assert ogbench.method_setup("gcbc", scale, 10)[3] == dict(p_future=1.0, future="uniform")
@@ -174,3 +174,6 @@ def test_gcivl_trains_on_ogbenchs_value_and_actor_goals():
     assert train.steps == 20_000 and ogbench.updates_of("gcivl", scale, ogbench.Args()) == scale.other_updates
     # HIQL: the same value goals, the low actor's goals 25 steps ahead
     assert ogbench.method_setup("hiql", scale, 20_000, "ogbench")[3] == dict(sampling, subgoal_steps=25)
+    # GCIQL: the same goals; DDPG+BC's alpha as OGBench's point-maze commands set it
+    agent_class, config, _, gciql_sampling = ogbench.method_setup("gciql", scale, 20_000, "ogbench")
+    assert agent_class.__name__ == "GCIQLAgent" and config.bc_alpha == 0.003 and gciql_sampling == sampling

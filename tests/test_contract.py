@@ -95,7 +95,7 @@ def test_one_acting_signature_for_every_agent():
 
 
 def test_the_registry_builds_every_agent_by_name_with_config_overrides():
-    assert set(agents.REGISTRY) == {"qrl", "qrl_continuous", "crl", "gcbc", "gcivl", "hiql", "ddpg_her",
+    assert set(agents.REGISTRY) == {"qrl", "qrl_continuous", "crl", "gcbc", "gcivl", "gciql", "hiql", "ddpg_her",
                                     "denoised_mdp", "dreamer"}
     crl = agents.make_config("crl", obs_dim=3, action_dim=2, hidden=(8,))
     assert isinstance(crl, agents.CRLConfig) and crl.hidden == (8,)
