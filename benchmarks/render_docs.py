@@ -23,6 +23,7 @@ The renderers:
 - ``ogbench_success``: OGBench's point mazes, success (%) per dataset and method, mean ± std over seeds, the best
   learned method in bold, the straight line and OGBench's published numbers beside them, from
   :mod:`~platonic_rl.benchmarks.ogbench`'s records; the records and their commits under the table.
+- ``ogbench_tasks``: the same records task by task (mean over seeds, their range where they differ).
 """
 from __future__ import annotations
 
@@ -230,10 +231,41 @@ def short_commit(commit: str | None) -> str:
     return commit.split("+")[0][:7] + ("+modified" if commit.endswith("+modified") else "")
 
 
+def render_ogbench_tasks(block: Block) -> str:
+    """OGBench's success per evaluation task (%, mean over seeds; the seeds' range where they differ) for every
+    (dataset, method) of the records (``methods=a,b`` to choose them), with the straight line's per task."""
+    from platonic_rl.benchmarks.ogbench import ROWS
+
+    if not block.records:
+        raise RenderError(f"{block.page}: ogbench_tasks needs at least one record")
+    wanted = block.options["methods"].split(",") if "methods" in block.options else None
+    lines = ["| dataset | method | task 1 | task 2 | task 3 | task 4 | task 5 | overall |",
+             "|---|---|---|---|---|---|---|---|"]
+    for path in block.records:
+        record = _read(path)
+        for dataset, by_method in record["results"].items():
+            for method, entry in by_method.items():
+                if wanted is not None and method not in wanted:
+                    continue
+                per_task = [[seed["task_success"][t] for seed in entry["per_seed"]] for t in range(5)]
+                cells = [f"{sum(v) / len(v):.0f}" + (f" ({min(v):.0f}-{max(v):.0f})" if max(v) != min(v) else "")
+                         for v in per_task]
+                lines.append(f"| {dataset} | {ROWS[method].label} | " + " | ".join(cells)
+                             + f" | {entry['mean']:.1f} |")
+            straight = record.get("straight_line", {}).get(dataset)
+            if straight is not None and (wanted is None or "straight_line" in wanted):
+                lines.append(f"| {dataset} | straight line | "
+                             + " | ".join(f"{t:.0f}" for t in straight["task_success"]) + f" | {straight['success']:.1f} |")
+    lines += ["", "Records: " + ", ".join(f"[{_link(block.page, p.parent)}]({_link(block.page, p)})"
+                                       for p in block.records)]
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS: dict[str, Callable[[Block], str]] = {
     "statuses": render_statuses,
     "status_counts": render_status_counts,
     "ogbench_success": render_ogbench_success,
+    "ogbench_tasks": render_ogbench_tasks,
 }
 
 

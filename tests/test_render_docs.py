@@ -72,6 +72,20 @@ def test_ogbench_success_bolds_the_best_and_marks_what_no_record_holds(tmp_path)
     assert "| dataset | GCBC | QRL (+BC) | straight line |" in render_page(page)
 
 
+def test_ogbench_tasks_averages_each_task_over_seeds_and_shows_their_range(tmp_path):
+    seeds = [dict(seed=0, success=40.0, task_success=[100.0, 0.0, 0.0, 50.0, 50.0]),
+             dict(seed=1, success=60.0, task_success=[100.0, 0.0, 20.0, 80.0, 100.0])]
+    _ogbench_record(tmp_path / "r" / "results.json", {"d1": {"gcivl": dict(mean=50.0, std=10.0, per_seed=seeds)}},
+                    {"d1": dict(success=40.0, task_success=[100.0, 100.0, 0.0, 0.0, 0.0])}, {})
+    page = tmp_path / "page.md"
+    page.write_text("<!-- rendered: ogbench_tasks r/results.json -->\n<!-- /rendered -->\n")
+    lines = render_page(page).split("\n")
+    assert lines[3:5] == ["| d1 | GCIVL | 100 | 0 | 10 (0-20) | 65 (50-80) | 75 (50-100) | 50.0 |",
+                          "| d1 | straight line | 100 | 100 | 0 | 0 | 0 | 40.0 |"]
+    page.write_text("<!-- rendered: ogbench_tasks r/results.json methods=gcivl -->\n<!-- /rendered -->\n")
+    assert "straight line" not in render_page(page)
+
+
 def test_bad_markers_are_refused_naming_the_page_and_the_problem(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("<!-- rendered: no_such_table -->\n<!-- /rendered -->\n")
