@@ -34,8 +34,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from platonic_rl.agents.common import StatelessPolicy, as_batch, as_key, check_config, compiled_create
-from platonic_rl.agents.gcivl import GaussianActor, LayerNormMLP, expectile_loss, gaussian_log_prob
+from platonic_rl.agents.common import StatelessPolicy, as_key, check_config, compiled_create
+from platonic_rl.agents.gcivl import (GaussianActor, LayerNormMLP, expectile_loss, gaussian_actions,
+                                      gaussian_log_prob, goal_batch)
 from platonic_rl.common.networks import compute_dtype
 from platonic_rl.common.train_state import TrainState, polyak_update
 
@@ -163,20 +164,9 @@ class GCIQLAgent(StatelessPolicy, flax.struct.PyTreeNode):
         """One step of the value, the critics and the actor, then the target critics (pure, jit-able). ``batch``:
         observations, actions, next_observations, goals (the value's), rewards; masks (default 1) and bc_goals
         (the actor's goals; default the value's) if given."""
-        batch = as_batch(batch, ("observations", "actions", "next_observations", "goals", "rewards", "masks",
-                                 "bc_goals"))
         c = self.config
-        for key, dim in (("observations", c.obs_dim), ("next_observations", c.obs_dim), ("goals", c.obs_dim),
-                         ("actions", c.action_dim)):
-            if key not in batch or batch[key].ndim != 2 or batch[key].shape[-1] != dim:
-                raise ValueError(f"batch[{key!r}] must have shape [B, {dim}]"
-                                 + (f", got {batch[key].shape}" if key in batch else " (missing)"))
-        if "rewards" not in batch:
-            raise ValueError("batch['rewards'] is missing: GCIQL needs -1 per step and 0 where the goal is reached")
-        rewards = batch["rewards"].reshape(-1)
-        masks = batch["masks"].reshape(-1) if "masks" in batch else jnp.ones_like(rewards)
+        batch, rewards, masks, actor_goals = goal_batch(batch, c.obs_dim, c.action_dim, "GCIQL")
         observations, goals, actions = batch["observations"], batch["goals"], batch["actions"]
-        actor_goals = batch.get("bc_goals", goals)
 
         target_qs = _critics(c).apply(self.target_critic_params, observations, goals, actions)
         next_values = self.values(batch["next_observations"], goals)
@@ -206,11 +196,7 @@ class GCIQLAgent(StatelessPolicy, flax.struct.PyTreeNode):
     def act(self, observations, goals, rng=None):
         """A sample of pi(. | s, g) if ``rng`` (a PRNG key or an int seed) is given, else its mode; clipped to
         [-1, 1]^A."""
-        observations, goals = jnp.broadcast_arrays(jnp.asarray(observations), jnp.asarray(goals))
-        mean = _actor(self.config).apply(self.actor_state.params, observations, goals)
-        if rng is not None:
-            mean = mean + jax.random.normal(as_key(rng), mean.shape)
-        return jnp.clip(mean, -1.0, 1.0)
+        return gaussian_actions(_actor(self.config), self.actor_state.params, observations, goals, rng)
 
 
 def _value(config: GCIQLConfig) -> GoalValue:

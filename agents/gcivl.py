@@ -182,19 +182,8 @@ class GCIVLAgent(StatelessPolicy, flax.struct.PyTreeNode):
         """One step of the value networks and the actor, then the targets (pure, jit-able). ``batch``:
         observations, actions, next_observations, goals (the value's), rewards; masks (default 1) and bc_goals
         (the actor's goals; default the value's) if given."""
-        batch = as_batch(batch, ("observations", "actions", "next_observations", "goals", "rewards", "masks",
-                                 "bc_goals"))
         c = self.config
-        for key, dim in (("observations", c.obs_dim), ("next_observations", c.obs_dim), ("goals", c.obs_dim),
-                         ("actions", c.action_dim)):
-            if key not in batch or batch[key].ndim != 2 or batch[key].shape[-1] != dim:
-                raise ValueError(f"batch[{key!r}] must have shape [B, {dim}]"
-                                 + (f", got {batch[key].shape}" if key in batch else " (missing)"))
-        if "rewards" not in batch:
-            raise ValueError("batch['rewards'] is missing: GCIVL needs -1 per step and 0 where the goal is reached")
-        rewards = batch["rewards"].reshape(-1)
-        masks = batch["masks"].reshape(-1) if "masks" in batch else jnp.ones_like(rewards)
-        actor_goals = batch.get("bc_goals", batch["goals"])
+        batch, rewards, masks, actor_goals = goal_batch(batch, c.obs_dim, c.action_dim, "GCIVL")
         observations, next_observations = batch["observations"], batch["next_observations"]
 
         target = _values(c).apply(self.target_value_params, observations, batch["goals"])
@@ -222,11 +211,7 @@ class GCIVLAgent(StatelessPolicy, flax.struct.PyTreeNode):
     def act(self, observations, goals, rng=None):
         """A sample of pi(. | s, g) if ``rng`` (a PRNG key or an int seed) is given, else its mode; clipped to
         [-1, 1]^A."""
-        observations, goals = jnp.broadcast_arrays(jnp.asarray(observations), jnp.asarray(goals))
-        mean = _actor(self.config).apply(self.actor_state.params, observations, goals)
-        if rng is not None:
-            mean = mean + jax.random.normal(as_key(rng), mean.shape)
-        return jnp.clip(mean, -1.0, 1.0)
+        return gaussian_actions(_actor(self.config), self.actor_state.params, observations, goals, rng)
 
 
 def _values(config: GCIVLConfig) -> GoalValues:
@@ -235,3 +220,30 @@ def _values(config: GCIVLConfig) -> GoalValues:
 
 def _actor(config: GCIVLConfig) -> GaussianActor:
     return GaussianActor(config.actor_hidden, config.action_dim, config.layer_norm, compute_dtype(config))
+
+
+def goal_batch(batch, obs_dim: int, action_dim: int, agent: str) -> tuple[dict, jax.Array, jax.Array, jax.Array]:
+    """An offline goal-conditioned batch checked and read as GCIVL and GCIQL read it: ``(batch, rewards [B], masks [B]
+    (default 1), actor goals (bc_goals, default the value's goals))``; a missing or misshapen entry is refused naming it
+    and ``agent``."""
+    batch = as_batch(batch, ("observations", "actions", "next_observations", "goals", "rewards", "masks", "bc_goals"))
+    for key, dim in (("observations", obs_dim), ("next_observations", obs_dim), ("goals", obs_dim),
+                     ("actions", action_dim)):
+        if key not in batch or batch[key].ndim != 2 or batch[key].shape[-1] != dim:
+            raise ValueError(f"batch[{key!r}] must have shape [B, {dim}]"
+                             + (f", got {batch[key].shape}" if key in batch else " (missing)"))
+    if "rewards" not in batch:
+        raise ValueError(f"batch['rewards'] is missing: {agent} needs -1 per step and 0 where the goal is reached")
+    rewards = batch["rewards"].reshape(-1)
+    masks = batch["masks"].reshape(-1) if "masks" in batch else jnp.ones_like(rewards)
+    return batch, rewards, masks, batch.get("bc_goals", batch["goals"])
+
+
+def gaussian_actions(actor: GaussianActor, params, observations, goals, rng=None) -> jax.Array:
+    """The actor's mode, or with ``rng`` (a PRNG key or an int seed) a sample of its unit Gaussian; clipped to
+    [-1, 1]^A."""
+    observations, goals = jnp.broadcast_arrays(jnp.asarray(observations), jnp.asarray(goals))
+    mean = actor.apply(params, observations, goals)
+    if rng is not None:
+        mean = mean + jax.random.normal(as_key(rng), mean.shape)
+    return jnp.clip(mean, -1.0, 1.0)
