@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from platonic_rl.common.records import read_json
 
 ROOT = Path(__file__).resolve().parent.parent
 """The repository's root (the package's own directory: the suite is laid out flat)."""
@@ -81,18 +83,12 @@ def blocks(page: Path, text: str | None = None) -> list[Block]:
 def _read(path: Path) -> dict:
     if not path.is_file():
         raise RenderError(f"record {path} does not exist")
-    return json.loads(path.read_text())
+    return read_json(path, "a benchmark's results record")
 
 
 def _link(page: Path, path: Path) -> str:
     """``path`` relative to ``page``'s folder, as a markdown link target."""
-    return Path(_relative(path, page.parent)).as_posix()
-
-
-def _relative(path: Path, start: Path) -> str:
-    import os
-
-    return os.path.relpath(path, start)
+    return Path(os.path.relpath(path, page.parent)).as_posix()
 
 
 # ------------------------------------------------------------------------------------------------ statuses
@@ -163,10 +159,6 @@ def render_status_counts(block: Block) -> str:
 
 # ------------------------------------------------------------------------------------------------ OGBench
 
-def _mean_std(entry: dict) -> tuple[float, float]:
-    return float(entry["mean"]), float(entry["std"])
-
-
 def render_ogbench_success(block: Block) -> str:
     """OGBench's success table from the benchmark's records: one row per dataset (the first record's order), one
     column per method (the records' order, first record first; ``methods=a,b`` to choose and order them), the best
@@ -194,7 +186,7 @@ def render_ogbench_success(block: Block) -> str:
     for _, record in records:  # a later record's run of the same (dataset, method) replaces an earlier one's
         for d, by_method in record["results"].items():
             for m, entry in by_method.items():
-                cell[d, m] = _mean_std(entry)
+                cell[d, m] = float(entry["mean"]), float(entry["std"])
     straight = {d: r["straight_line"][d]["success"] for _, r in records for d in r.get("straight_line", {})}
     paper = {d: p for _, r in records for d, p in r.get("paper", {}).items()}
     show_paper = block.options.get("paper", "yes") != "no"
@@ -285,9 +277,10 @@ def differences(root: Path = ROOT) -> list[str]:
     """One line per page whose marked tables differ from what their records render (empty: the docs are current)."""
     out = []
     for page in pages(root):
-        rendered = render_page(page)
-        if rendered != page.read_text():
-            old, new = page.read_text().splitlines(), rendered.splitlines()
+        text = page.read_text()
+        rendered = render_page(page, text)
+        if rendered != text:
+            old, new = text.splitlines(), rendered.splitlines()
             first = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
             out.append(f"{page.relative_to(root)}:{first + 1}: differs from its records "
                        f"(page: {old[first] if first < len(old) else '<end>'!r}; "
@@ -313,8 +306,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1 if found else 0
     changed = 0
     for page in pages():
-        rendered = render_page(page)
-        if rendered != page.read_text():
+        text = page.read_text()
+        rendered = render_page(page, text)
+        if rendered != text:
             page.write_text(rendered)
             changed += 1
             print(f"rendered {page.relative_to(ROOT)}")
