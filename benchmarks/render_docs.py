@@ -24,6 +24,13 @@ The renderers:
   learned method in bold, the straight line and OGBench's published numbers beside them, from
   :mod:`~platonic_rl.benchmarks.ogbench`'s records; the records and their commits under the table.
 - ``ogbench_tasks``: the same records task by task (mean over seeds, their range where they differ).
+- ``maze2d_scores``: maze2d's D4RL-normalised scores per layout, the fraction of episodes at the goal at their end and
+  the time per action, one row per line of the marker (``LABEL | METHOD | FOLDER... [| GROUP]``: the row's label, the
+  method's ``evals/<layout>-<METHOD>.json`` looked up in the folders in order, ``paper:METHOD`` for the published
+  numbers; the best of each group in bold), from :mod:`~platonic_rl.benchmarks.maze2d`'s records.
+
+A marker's first line holds the renderer, records and options; a renderer that takes rows reads the marker's further
+lines, and the marker then ends with ``-->`` on a line of its own.
 """
 from __future__ import annotations
 
@@ -40,7 +47,7 @@ from platonic_rl.common.records import read_json
 ROOT = Path(__file__).resolve().parent.parent
 """The repository's root (the package's own directory: the suite is laid out flat)."""
 
-MARKER = re.compile(r"^<!-- rendered: (?P<spec>[^>]*?) -->\n(?P<body>.*?)^<!-- /rendered -->$", re.M | re.S)
+MARKER = re.compile(r"^<!-- rendered: (?P<spec>[^>]*?)\s+-->\n(?P<body>.*?)^<!-- /rendered -->$", re.M | re.S)
 
 
 class RenderError(ValueError):
@@ -55,6 +62,7 @@ class Block:
     records: tuple[Path, ...]
     options: dict
     body: str
+    rows: tuple[str, ...] = dataclasses.field(default=(), kw_only=True)  # the marker's lines after its first
     start: int
     end: int
     text: str = dataclasses.field(repr=False, default="")  # the whole page's text
@@ -70,13 +78,14 @@ def blocks(page: Path, text: str | None = None) -> list[Block]:
     text = page.read_text() if text is None else text
     found = []
     for match in MARKER.finditer(text):
-        words = match["spec"].split()
+        first, *rows = match["spec"].split("\n")
+        words = first.split()
         if not words:
             raise RenderError(f"{page}: a rendered marker names no renderer")
         records = tuple((page.parent / w).resolve() for w in words[1:] if "=" not in w)
         options = dict(w.split("=", 1) for w in words[1:] if "=" in w)
         found.append(Block(page, words[0], records, options, match["body"], match.start("body"), match.end("body"),
-                           text))
+                           text, rows=tuple(r.strip() for r in rows if r.strip())))
     return found
 
 
@@ -253,7 +262,99 @@ def render_ogbench_tasks(block: Block) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ------------------------------------------------------------------------------------------------ maze2d
+
+MAZE2D_LAYOUTS = ("large", "medium", "umaze")
+
+
+@dataclasses.dataclass(frozen=True)
+class Maze2dRow:
+    """One row of the maze2d table, as its marker line says: ``LABEL | METHOD | FOLDER... [| GROUP]``. A layout's
+    cells come from the first folder holding ``evals/<layout>-<METHOD>.json``; ``paper:METHOD`` reads the published
+    numbers kept in the first folder's ``results.json``; in each column the best of a ``GROUP`` is bold."""
+    label: str
+    method: str
+    folders: tuple[Path, ...]
+    group: str | None
+
+
+def _maze2d_rows(block: Block) -> list[Maze2dRow]:
+    rows = []
+    for line in block.rows:
+        parts = [p.strip() for p in line.split(" | ")]
+        if len(parts) not in (3, 4) or not parts[0] or not parts[1] or not parts[2]:
+            raise RenderError(f"{block.page}: a maze2d_scores row must read 'LABEL | METHOD | FOLDER... [| GROUP]', "
+                              f"got {line!r}")
+        folders = tuple((block.page.parent / f).resolve() for f in parts[2].split())
+        rows.append(Maze2dRow(parts[0], parts[1], folders, parts[3] if len(parts) == 4 else None))
+    if not rows:
+        raise RenderError(f"{block.page}: maze2d_scores needs rows (one per line after the marker's first)")
+    return rows
+
+
+def _maze2d_cells(block: Block, row: Maze2dRow) -> tuple[dict, set[Path]]:
+    """``{layout: dict(single, multi, at_end, seconds)}`` of one row and the folders read."""
+    if row.method.startswith("paper:"):
+        method = row.method.split(":", 1)[1]
+        paper = _read(row.folders[0] / "results.json").get("paper", {})
+        if method not in paper:
+            raise RenderError(f"{block.page}: {row.folders[0]}/results.json holds no published numbers for {method!r}")
+        return {layout: dict(single=paper[method]["single"][layout], multi=paper[method]["multi"][layout])
+                for layout in MAZE2D_LAYOUTS}, set()
+    cells, used = {}, set()
+    for layout in MAZE2D_LAYOUTS:
+        path = next((f / "evals" / f"{layout}-{row.method}.json" for f in row.folders
+                     if (f / "evals" / f"{layout}-{row.method}.json").is_file()), None)
+        if path is None:
+            raise RenderError(f"{block.page}: no evals/{layout}-{row.method}.json in "
+                              + ", ".join(str(f) for f in row.folders))
+        entry = read_json(path, "a maze2d evaluation record")
+        ends = [entry[g].get("at_goal_at_end_mean") for g in ("single", "multi")]
+        cells[layout] = dict(single=entry["single"]["mean"], multi=entry["multi"]["mean"],
+                             at_end=None if None in ends else sum(ends) / 2, seconds=entry.get("seconds_per_action"))
+        used.add(path.parent.parent)
+    return cells, used
+
+
+def render_maze2d_scores(block: Block) -> str:
+    """maze2d's table: per row (the marker's lines) and layout the D4RL-normalised score, single goal / random goals
+    (means over seeds), the average of the six, the fraction of episodes at the goal at their end (mean of both goal
+    settings, where the records hold it) and the milliseconds per action (the range over layouts); the best of each
+    group in bold; under it, the records read and their commits."""
+    rows = _maze2d_rows(block)
+    table, used = [], set()
+    for row in rows:
+        cells, folders = _maze2d_cells(block, row)
+        used |= folders
+        table.append((row, cells, sum(c["single"] + c["multi"] for c in cells.values()) / 6))
+    best: dict[tuple[str | None, str], float] = {}
+    for row, cells, average in table:
+        if row.group:
+            for layout, c in cells.items():
+                key = (row.group, layout)
+                best[key] = max(best.get(key, float("-inf")), c["single"] + c["multi"])
+            best[row.group, "average"] = max(best.get((row.group, "average"), float("-inf")), average)
+    bold = lambda text, row, key, value: f"**{text}**" if row.group and value == best[row.group, key] else text  # noqa: E731
+    lines = ["| method | large | medium | umaze | average of six | at the goal at the end (L / M / U) | ms per action |",
+             "|---|---|---|---|---|---|---|"]
+    for row, cells, average in table:
+        scores = [bold(f"{c['single']:.1f} / {c['multi']:.1f}", row, layout, c["single"] + c["multi"])
+                  for layout, c in cells.items()]
+        ends = [c.get("at_end") for c in cells.values()]
+        at_end = " / ".join("–" if e is None else f"{e:.2f}" for e in ends) if any(e is not None for e in ends) else ""
+        ms = sorted(1e3 * c["seconds"] for c in cells.values() if c.get("seconds") is not None)
+        speed = "" if not ms else f"{ms[0]:.1f}" if f"{ms[0]:.1f}" == f"{ms[-1]:.1f}" else f"{ms[0]:.1f}-{ms[-1]:.1f}"
+        lines.append(f"| {row.label} | " + " | ".join(scores)
+                     + f" | {bold(f'{average:.1f}', row, 'average', average)} | {at_end} | {speed} |")
+    records = sorted(used, key=lambda f: f.name)
+    lines += ["", "Records: " + ", ".join(
+        f"[{_link(block.page, f)}]({_link(block.page, f / 'results.json')}) "
+        f"(commit {short_commit(_read(f / 'results.json').get('commit'))})" for f in records)]
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS: dict[str, Callable[[Block], str]] = {
+    "maze2d_scores": render_maze2d_scores,
     "statuses": render_statuses,
     "status_counts": render_status_counts,
     "ogbench_success": render_ogbench_success,

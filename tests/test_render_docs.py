@@ -96,3 +96,54 @@ def test_bad_markers_are_refused_naming_the_page_and_the_problem(tmp_path):
     page.write_text("<!-- rendered: ogbench_success missing/results.json -->\n<!-- /rendered -->\n")
     with pytest.raises(RenderError, match=r"record .*missing/results.json does not exist"):
         render_page(page)
+
+
+def _maze2d_eval(folder, layout, method, single, multi, at_end=None, seconds=None):
+    entry = {g: dict(mean=v, **({} if at_end is None else dict(at_goal_at_end_mean=at_end[i])))
+             for i, (g, v) in enumerate((("single", single), ("multi", multi)))}
+    if seconds is not None:
+        entry["seconds_per_action"] = seconds
+    (folder / "evals").mkdir(parents=True, exist_ok=True)
+    (folder / "evals" / f"{layout}-{method}.json").write_text(json.dumps(entry))
+
+
+def test_maze2d_scores_reads_each_layout_from_the_first_folder_holding_it(tmp_path):
+    first, second = tmp_path / "results" / "a", tmp_path / "results" / "b"
+    for folder, commit in ((first, "aaaaaaa1"), (second, "bbbbbbb2")):
+        folder.mkdir(parents=True)
+        (folder / "results.json").write_text(json.dumps(dict(commit=commit, paper={"qrl": dict(
+            single=dict(large=1.0, medium=2.0, umaze=3.0), multi=dict(large=4.0, medium=5.0, umaze=6.04))})))
+    _maze2d_eval(first, "large", "p", 10.0, 20.0, seconds=0.002)
+    _maze2d_eval(first, "medium", "p", 30.0, 40.0, at_end=(1.0, 0.5), seconds=0.004)
+    _maze2d_eval(second, "medium", "p", -1.0, -1.0)  # shadowed by the first folder's
+    _maze2d_eval(second, "umaze", "p", 50.0, 60.0, seconds=0.00304)
+    for layout in ("large", "medium", "umaze"):
+        _maze2d_eval(second, layout, "q", 15.0, 20.0)
+    page = tmp_path / "page.md"
+    page.write_text("<!-- rendered: maze2d_scores\n"
+                    "policy p | p | results/a results/b | g\n"
+                    "policy q | q | results/b | g\n"
+                    "published | paper:qrl | results/a\n"
+                    "-->\n<!-- /rendered -->\n")
+    lines = render_page(page).split("\n")
+    # p: (10 + 20 + 30 + 40 + 50 + 60) / 6 = 35.0; q: 35 / 2 = 17.5; the paper's (1 + 2 + 3 + 4 + 5 + 6.04) / 6
+    assert lines[5:11] == [
+        "| method | large | medium | umaze | average of six | at the goal at the end (L / M / U) | ms per action |",
+        "|---|---|---|---|---|---|---|",
+        "| policy p | 10.0 / 20.0 | **30.0 / 40.0** | **50.0 / 60.0** | **35.0** | – / 0.75 / – | 2.0-4.0 |",
+        "| policy q | **15.0 / 20.0** | 15.0 / 20.0 | 15.0 / 20.0 | 17.5 |  |  |",
+        "| published | 1.0 / 4.0 | 2.0 / 5.0 | 3.0 / 6.0 | 3.5 |  |  |",
+        ""]
+    assert lines[11] == ("Records: [results/a](results/a/results.json) (commit aaaaaaa), "
+                         "[results/b](results/b/results.json) (commit bbbbbbb)")
+
+
+def test_maze2d_scores_refuses_a_bad_row_and_a_missing_layout(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("<!-- rendered: maze2d_scores\nonly a label\n-->\n<!-- /rendered -->\n")
+    with pytest.raises(RenderError, match=r"must read 'LABEL \| METHOD \| FOLDER"):
+        render_page(page)
+    _maze2d_eval(tmp_path / "r", "large", "p", 1.0, 2.0)
+    page.write_text("<!-- rendered: maze2d_scores\nrow | p | r\n-->\n<!-- /rendered -->\n")
+    with pytest.raises(RenderError, match=r"no evals/medium-p.json in"):
+        render_page(page)
