@@ -61,6 +61,7 @@ from platonic_rl.agents.qrl_policies import make_policy
 from platonic_rl.agents.seeds import SeedStack
 from platonic_rl.benchmarks import report
 from platonic_rl.benchmarks.presets import QRLPolicySettings
+from platonic_rl.benchmarks.timing import matmul_peak
 from platonic_rl.envs import ogbench_maze
 from platonic_rl.training.offline import TrainConfig, load_dataset, train_seeds
 
@@ -302,13 +303,15 @@ def train_one(dataset: str, method: str, data: dict, scale: Scale, args: Args, o
     training."""
     updates = updates_of(method, scale, args)
     agent_class, config, train, sampling = method_setup(method, scale, updates, args.goals)
+    peak = matmul_peak() / 1e9  # beside the training's seconds: machines differ up to four times
     t = time.time()
     stack, history = train_seeds(agent_class, config, args.seeds, data,
                                  dataclasses.replace(train, overwrite=args.overwrite), sampling,
                                  run_dir=out / "runs" / run_name(dataset, method, args.goals),
                                  desc=f"{dataset} {method} x{len(args.seeds)} seeds")
     return stack, dict(goals=args.goals, sampler=sampling, updates=updates, batch_size=train.batch_size,
-                       train_seconds=time.time() - t, signals=signals(history), config=dataclasses.asdict(config))
+                       train_seconds=time.time() - t, matmul_peak_gflops=peak, signals=signals(history),
+                       config=dataclasses.asdict(config))
 
 
 def evaluate_row(dataset: str, method: str, stack: SeedStack, training: dict, data: dict, extent, scale: Scale,
@@ -420,7 +423,8 @@ def run(args: Args) -> dict:
         data = load_dataset(path)
         extent = ogbench_maze.maze_extent(dataset)
         datasets[dataset] = dict(source=str(path), transitions=len(data["actions"]),
-                                 episodes=int(data["segment_end"].sum()))
+                                 episodes=int(data["segment_end"].sum()),
+                                 **ogbench_maze.generation_info(path, "generation_seconds"))
         print(f"{dataset}: {datasets[dataset]['transitions']:,} transitions in {datasets[dataset]['episodes']:,} "
               f"episodes ({path})", flush=True)
         data = normalised(data, *extent)

@@ -36,6 +36,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -221,7 +222,9 @@ def make_dataset(name: str, seed: int = 0, episodes: int | None = None, root: st
     path = folder / f"{name}.npz"
     if path.is_file():
         return path
+    start = time.perf_counter()
     train, val = generate(name, seed, episodes, progress)
+    seconds = time.perf_counter() - start
     folder.mkdir(parents=True, exist_ok=True)
     for target, arrays in ((path, train), (folder / f"{name}-val.npz", val)):
         partial = target.with_name(target.stem + ".partial.npz")
@@ -229,9 +232,20 @@ def make_dataset(name: str, seed: int = 0, episodes: int | None = None, root: st
         partial.replace(target)
     info = dict(dataset=name, env=spec.env_name, kind=spec.kind, seed=seed,
                 episodes=int(train["terminals"].sum()), steps_per_episode=spec.steps, action_noise=ACTION_NOISE,
-                generator="platonic_rl.envs.ogbench_maze.generate (OGBench's generate_locomaze.py procedure)")
+                generation_seconds=round(seconds, 2), generator="platonic_rl.envs.ogbench_maze.generate (OGBench's generate_locomaze.py procedure)")
     (folder / f"{name}.json").write_text(json.dumps(info, indent=1))
     return path
+
+
+def generation_info(path: str | os.PathLike, *keys: str) -> dict:
+    """What :func:`make_dataset` wrote beside the dataset at ``path`` about its generation (``<name>.json``), the
+    ``keys`` asked for that it holds (datasets generated before a key was recorded lack it); empty where there is no
+    such file (a dataset from elsewhere)."""
+    info_path = Path(path).with_suffix(".json")
+    if not info_path.is_file():
+        return {}
+    info = json.loads(info_path.read_text())
+    return {k: info[k] for k in keys if k in info}
 
 
 def is_ogbench_layout(arrays) -> bool:

@@ -160,6 +160,9 @@ def test_make_dataset_caches_ogbench_files_with_their_provenance(tmp_path, navig
         "pointmaze-medium-stitch-v0-val.npz").is_file()
     info = json.loads(path.with_suffix(".json").read_text())
     assert info["action_noise"] == 0.5 and info["episodes"] == 10 and info["steps_per_episode"] == 201
+    assert ogbench_maze.generation_info(path, "generation_seconds", "absent") == dict(
+        generation_seconds=info["generation_seconds"]) and info["generation_seconds"] > 0
+    assert ogbench_maze.generation_info(tmp_path / "elsewhere.npz", "generation_seconds") == {}
     stamp = path.stat().st_mtime_ns
     assert ogbench_maze.make_dataset("pointmaze-medium-stitch-v0", seed=1, episodes=10, root=tmp_path) == path
     assert path.stat().st_mtime_ns == stamp
