@@ -29,12 +29,16 @@ suite's maze2d benchmark does (C.3.2). Contrastive RL is the same under both.
 - ``gcbc``: goal-conditioned behaviour cloning.
 - ``gcivl``: goal-conditioned implicit V-learning (``agents.gcivl``, OGBench's settings at the scale's sizes: expectile
   0.9, AWR temperature 10, layer norm), its value goals OGBench's (20% the state itself, 50% a future state with
-  Delta t ~ Geometric(0.01), 30% random), its actor's goals a uniform future state.
+  Delta t ~ Geometric(0.01), 30% random), its actor's goals a uniform future state (on the stitch datasets half of
+  them a random state, as OGBench's commands set ``actor_p_randomgoal``).
 - ``gciql``: goal-conditioned implicit Q-learning (``agents.gciql``, OGBench's settings at the scale's sizes:
   expectile 0.9, two critics, DDPG+BC with alpha 0.003 as its point-maze commands), GCIVL's goals.
 - ``hiql``: hierarchical implicit Q-learning (``agents.hiql``, OGBench's settings at the scale's sizes: expectile 0.7,
   both AWR temperatures 3, subgoals 25 steps ahead, a 10-d subgoal representation), GCIVL's value goals, the high
   actor's goals a uniform future state.
+
+On the giant maze OGBench's commands set the discount to 0.995: GCIVL's, GCIQL's and HIQL's gamma and the
+geometric goals' (Delta t ~ Geometric(0.005)) follow it (``envs.ogbench_maze.DatasetSpec``).
 
 Beside them, without learning, the table gives each maze's **straight-line reference**: a policy that heads straight
 for the goal (the unit vector towards it). Sliding along the walls, it solves the tasks whose way does not turn back,
@@ -202,11 +206,23 @@ class Args:
             raise ValueError("--datasets and --methods need at least one entry each")
 
 
-def method_setup(method: str, scale: Scale, updates: int, goals: str = "ogbench"):
-    """(agent class, config, train config, sampler settings) of one method at one scale and goal sampling."""
+def method_setup(method: str, scale: Scale, updates: int, goals: str = "ogbench", discount: float = 0.99,
+                 actor_random_goals: float = 0.0):
+    """(agent class, config, train config, sampler settings) of one method at one scale and goal sampling;
+    ``discount``: OGBench's for the dataset (:attr:`~platonic_rl.envs.ogbench_maze.DatasetSpec.discount`), the value
+    methods' gamma and the truncated-geometric goals' (named in the sampler settings only where it is not the
+    default 0.99); ``actor_random_goals``: the share of GCIVL's, GCIQL's and HIQL's actor goals that are random states
+    (:attr:`~platonic_rl.envs.ogbench_maze.DatasetSpec.actor_random_goals`: OGBench's 0.5 on stitch datasets; QRL,
+    Contrastive RL and GCBC keep the goals the module docstring gives)."""
     if goals not in ("ogbench", "geometric"):
         raise ValueError(f"goals must be 'ogbench' or 'geometric', got {goals!r}")
+    if not 0.0 < discount < 1.0:
+        raise ValueError(f"discount must be in (0, 1), got {discount}")
+    if not 0.0 <= actor_random_goals <= 1.0:
+        raise ValueError(f"actor_random_goals must be in [0, 1], got {actor_random_goals}")
     actor_future = "uniform" if goals == "ogbench" else "geometric"
+    geometric = {} if discount == 0.99 else dict(discount=discount)  # for the samplers that draw geometric goals
+    actor_geometric = geometric if actor_future == "geometric" else {}
     hidden = (scale.width,) * 2
     if updates % scale.log_every:
         raise ValueError(f"{method}'s budget of {updates} updates must be a multiple of the scale's {scale.log_every} "
@@ -218,23 +234,26 @@ def method_setup(method: str, scale: Scale, updates: int, goals: str = "ogbench"
             "qrl_continuous", preset="offline", obs_dim=2, action_dim=2, encoder_hidden=hidden,
             latent_dim=max(scale.width // 4, 16), projector_hidden=(scale.width,), dynamics_hidden=hidden,
             actor_hidden=hidden)
-        return QRLContinuousAgent, config, train, dict(p_future=0.0, bc_goals=True, bc_future=actor_future)
+        return QRLContinuousAgent, config, train, dict(p_future=0.0, bc_goals=True, bc_future=actor_future,
+                                                       **actor_geometric)
     if method == "crl":
         config = CRLConfig(obs_dim=2, action_dim=2, hidden=hidden, repr_dim=16, actor_hidden=hidden, bc_weight=0.05)
-        return CRLAgent, config, train, dict(p_future=1.0)
+        return CRLAgent, config, train, dict(p_future=1.0, **geometric)
     if method == "gcbc":
-        return GCBCAgent, GCBCConfig(obs_dim=2, action_dim=2, hidden=hidden), train, dict(p_future=1.0,
-                                                                                          future=actor_future)
+        return GCBCAgent, GCBCConfig(obs_dim=2, action_dim=2, hidden=hidden), train, dict(
+            p_future=1.0, future=actor_future, **actor_geometric)
+    value_goals = dict(p_future=0.5, p_current=0.2, bc_goals=True, bc_future=actor_future, **geometric,
+                       **(dict(bc_p_random=actor_random_goals) if actor_random_goals else {}))
     if method == "gcivl":
-        config = GCIVLConfig(obs_dim=2, action_dim=2, value_hidden=hidden, actor_hidden=hidden)
-        return GCIVLAgent, config, train, dict(p_future=0.5, p_current=0.2, bc_goals=True, bc_future=actor_future)
+        config = GCIVLConfig(obs_dim=2, action_dim=2, value_hidden=hidden, actor_hidden=hidden, discount=discount)
+        return GCIVLAgent, config, train, value_goals
     if method == "gciql":  # OGBench's point-maze commands set DDPG+BC's alpha to 0.003
-        config = GCIQLConfig(obs_dim=2, action_dim=2, value_hidden=hidden, actor_hidden=hidden, bc_alpha=0.003)
-        return GCIQLAgent, config, train, dict(p_future=0.5, p_current=0.2, bc_goals=True, bc_future=actor_future)
+        config = GCIQLConfig(obs_dim=2, action_dim=2, value_hidden=hidden, actor_hidden=hidden, bc_alpha=0.003,
+                             discount=discount)
+        return GCIQLAgent, config, train, value_goals
     if method == "hiql":
-        config = HIQLConfig(obs_dim=2, action_dim=2, value_hidden=hidden, actor_hidden=hidden)
-        return HIQLAgent, config, train, dict(p_future=0.5, p_current=0.2, bc_goals=True, bc_future=actor_future,
-                                              subgoal_steps=config.subgoal_steps)
+        config = HIQLConfig(obs_dim=2, action_dim=2, value_hidden=hidden, actor_hidden=hidden, discount=discount)
+        return HIQLAgent, config, train, dict(value_goals, subgoal_steps=config.subgoal_steps)
     raise ValueError(f"method must be one of {TRAINED} (the trained ones), got {method!r}")
 
 
@@ -302,7 +321,9 @@ def train_one(dataset: str, method: str, data: dict, scale: Scale, args: Args, o
     """One trained method's seeds on one dataset (or its finished run read back) and what its record keeps of the
     training."""
     updates = updates_of(method, scale, args)
-    agent_class, config, train, sampling = method_setup(method, scale, updates, args.goals)
+    spec = ogbench_maze.get_spec(dataset)
+    agent_class, config, train, sampling = method_setup(method, scale, updates, args.goals, spec.discount,
+                                                        spec.actor_random_goals)
     peak = matmul_peak() / 1e9  # beside the training's seconds: machines differ up to four times
     t = time.time()
     stack, history = train_seeds(agent_class, config, args.seeds, data,

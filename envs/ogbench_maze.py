@@ -57,6 +57,13 @@ class DatasetSpec:
     kind: str               # "navigate" or "stitch"
     episodes: int           # training episodes (the validation set has a tenth more)
     steps: int              # steps per episode
+    discount: float = 0.99  # OGBench's agents' discount on this dataset (its commands: 0.995 on the giant maze)
+
+    @property
+    def actor_random_goals(self) -> float:
+        """The share of OGBench's actor goals that are random dataset states (its commands' ``actor_p_randomgoal``:
+        0.5 on the stitch datasets, whose episodes are too short to hold the tasks' goals, else 0)."""
+        return 0.5 if self.kind == "stitch" else 0.0
 
 
 DATASETS = {
@@ -64,8 +71,8 @@ DATASETS = {
     "pointmaze-large-navigate-v0": DatasetSpec("pointmaze-large-v0", "navigate", 1_000, 1_001),
     "pointmaze-medium-stitch-v0": DatasetSpec("pointmaze-medium-v0", "stitch", 5_000, 201),
     "pointmaze-large-stitch-v0": DatasetSpec("pointmaze-large-v0", "stitch", 5_000, 201),
-    "pointmaze-giant-navigate-v0": DatasetSpec("pointmaze-giant-v0", "navigate", 500, 2_001),
-    "pointmaze-giant-stitch-v0": DatasetSpec("pointmaze-giant-v0", "stitch", 5_000, 201),
+    "pointmaze-giant-navigate-v0": DatasetSpec("pointmaze-giant-v0", "navigate", 500, 2_001, 0.995),
+    "pointmaze-giant-stitch-v0": DatasetSpec("pointmaze-giant-v0", "stitch", 5_000, 201, 0.995),
     "pointmaze-teleport-navigate-v0": DatasetSpec("pointmaze-teleport-v0", "navigate", 1_000, 1_001),
     "pointmaze-teleport-stitch-v0": DatasetSpec("pointmaze-teleport-v0", "stitch", 5_000, 201),
 }

@@ -271,7 +271,9 @@ class SegmentGoalSampler(struct.PyTreeNode):
     * ``subgoals`` (if ``subgoal_steps`` k): the state k steps ahead, or the episode's last if that is nearer, and with
       ``bc_goals`` also ``bc_subgoals``: the state k steps ahead or the ``bc_goals`` state if that is nearer (HIQL's
       low-level goals and high-level targets);
-    * ``bc_goals`` (if ``bc_goals``): always a future state, for behaviour cloning towards where the data went.
+    * ``bc_goals`` (if ``bc_goals``): a future state, for behaviour cloning towards where the data went; with
+      probability ``bc_p_random`` instead the next state of a uniformly random transition (OGBench's
+      ``actor_p_randomgoal``, 0.5 on its stitch datasets), whose ``bc_subgoals`` is then the state k steps ahead.
 
     A future state is the next state of transition t + k, k in {0, ..., end - t}: with ``future="geometric"`` P(k)
     is proportional to ``discount``^k, Delta t = k + 1 >= 1 steps ahead, Geometric(1 - discount) truncated at the
@@ -289,11 +291,13 @@ class SegmentGoalSampler(struct.PyTreeNode):
     bc_future: str = struct.field(pytree_node=False, default="geometric")
     p_current: float = struct.field(pytree_node=False, default=0.0)
     subgoal_steps: int | None = struct.field(pytree_node=False, default=None)
+    bc_p_random: float = struct.field(pytree_node=False, default=0.0)
 
     @classmethod
     def create(cls, data: dict, batch_size: int, p_future: float = 1.0, discount: float = 0.99,
                bc_goals: bool = False, future: str = "geometric", bc_future: str = "geometric",
-               p_current: float = 0.0, subgoal_steps: int | None = None) -> "SegmentGoalSampler":
+               p_current: float = 0.0, subgoal_steps: int | None = None, bc_p_random: float = 0.0
+               ) -> "SegmentGoalSampler":
         import numpy as np
 
         missing = [k for k in ("observations", "actions", "next_observations", "segment_end") if k not in data]
@@ -307,6 +311,9 @@ class SegmentGoalSampler(struct.PyTreeNode):
                              f"rest of the goals are random states), got {p_current}")
         if subgoal_steps is not None and not (isinstance(subgoal_steps, int) and subgoal_steps >= 1):
             raise ValueError(f"SegmentGoalSampler: subgoal_steps must be an int >= 1 or None, got {subgoal_steps!r}")
+        if not 0.0 <= bc_p_random <= 1.0 or (bc_p_random > 0 and not bc_goals):
+            raise ValueError(f"SegmentGoalSampler: bc_p_random must be in [0, 1], and above 0 only with bc_goals=True; "
+                             f"got {bc_p_random} with bc_goals={bc_goals}")
         for name, value in (("future", future), ("bc_future", bc_future)):
             if value not in ("geometric", "uniform"):
                 raise ValueError(f"SegmentGoalSampler: {name} must be 'geometric' or 'uniform', got {value!r}")
@@ -318,7 +325,7 @@ class SegmentGoalSampler(struct.PyTreeNode):
         keys = ("observations", "actions", "next_observations")
         return cls(data={k: jnp.asarray(data[k], jnp.float32) for k in keys}, last_index=jnp.asarray(last_index, jnp.int32),
                    batch_size=batch_size, p_future=p_future, discount=discount, bc_goals=bc_goals, future=future,
-                   bc_future=bc_future, p_current=p_current, subgoal_steps=subgoal_steps)
+                   bc_future=bc_future, p_current=p_current, subgoal_steps=subgoal_steps, bc_p_random=bc_p_random)
 
     def _future(self, key, rows, how: str):
         max_k = self.last_index[rows] - rows
@@ -343,14 +350,19 @@ class SegmentGoalSampler(struct.PyTreeNode):
             mask = current.reshape(current.shape + (1,) * (batch["goals"].ndim - 1))
             batch.update(goals=jnp.where(mask, batch["observations"], batch["goals"]),
                          rewards=jnp.where(current, 0.0, -1.0), masks=jnp.where(current, 0.0, 1.0))
+        random_bc = jnp.zeros(self.batch_size, bool)
         if self.bc_goals:
             bc_rows = self._future(bc_key, rows, self.bc_future)
+            if self.bc_p_random > 0:  # a key of its own: the other draws stay as they are without random bc goals
+                pick_key, random_bc_key = jax.random.split(jax.random.fold_in(bc_key, 1))
+                random_bc = jax.random.uniform(pick_key, (self.batch_size,)) < self.bc_p_random
+                bc_rows = jnp.where(random_bc, jax.random.randint(random_bc_key, (self.batch_size,), 0, n), bc_rows)
             batch["bc_goals"] = next_obs[bc_rows]
         if self.subgoal_steps is not None:  # the state k steps ahead, at most the episode's last (or the bc goal)
-            ahead = rows + self.subgoal_steps - 1
-            batch["subgoals"] = next_obs[jnp.minimum(ahead, self.last_index[rows])]
+            ahead = jnp.minimum(rows + self.subgoal_steps - 1, self.last_index[rows])
+            batch["subgoals"] = next_obs[ahead]
             if self.bc_goals:
-                batch["bc_subgoals"] = next_obs[jnp.minimum(ahead, bc_rows)]
+                batch["bc_subgoals"] = next_obs[jnp.where(random_bc, ahead, jnp.minimum(ahead, bc_rows))]
         return batch
 
 

@@ -177,3 +177,38 @@ def test_gcivl_trains_on_ogbenchs_value_and_actor_goals():
     # GCIQL: the same goals; DDPG+BC's alpha as OGBench's point-maze commands set it
     agent_class, config, _, gciql_sampling = ogbench.method_setup("gciql", scale, 20_000, "ogbench")
     assert agent_class.__name__ == "GCIQLAgent" and config.bc_alpha == 0.003 and gciql_sampling == sampling
+
+
+def test_the_giant_maze_gets_ogbenchs_discount_where_a_method_uses_one():
+    """OGBench's commands set gamma 0.995 on the giant maze: the value methods' discount and their geometric goals';
+    QRL's and GCBC's OGBench goals are uniform (no discount), and the other mazes' settings are unchanged."""
+    from platonic_rl.envs import ogbench_maze
+
+    scale = ogbench.scales()["cpu"]
+    assert [ogbench_maze.get_spec(d).discount for d in ("pointmaze-giant-navigate-v0", "pointmaze-giant-stitch-v0",
+                                                        "pointmaze-large-stitch-v0")] == [0.995, 0.995, 0.99]
+    for method in ("gcivl", "gciql", "hiql"):
+        _, config, _, sampling = ogbench.method_setup(method, scale, 20_000, "ogbench", 0.995)
+        assert config.discount == 0.995 and sampling["discount"] == 0.995, method
+        assert ogbench.method_setup(method, scale, 20_000, "ogbench", 0.99)[1].discount == 0.99
+    assert ogbench.method_setup("crl", scale, 20_000, "ogbench", 0.995)[3] == dict(p_future=1.0, discount=0.995)
+    assert ogbench.method_setup("qrl", scale, 20_000, "ogbench", 0.995)[3] == ogbench.method_setup(
+        "qrl", scale, 20_000, "ogbench")[3]
+    assert ogbench.method_setup("gcbc", scale, 20_000, "geometric", 0.995)[3]["discount"] == 0.995
+    with pytest.raises(ValueError, match="discount must be in"):
+        ogbench.method_setup("gcivl", scale, 20_000, "ogbench", 1.0)
+
+
+def test_the_stitch_datasets_give_the_value_methods_random_actor_goals_half_the_time():
+    from platonic_rl.envs import ogbench_maze
+
+    scale = ogbench.scales()["cpu"]
+    assert [ogbench_maze.get_spec(d).actor_random_goals for d in ("pointmaze-giant-stitch-v0",
+                                                                  "pointmaze-medium-navigate-v0")] == [0.5, 0.0]
+    for method in ("gcivl", "gciql", "hiql"):
+        assert ogbench.method_setup(method, scale, 20_000, "ogbench", 0.99, 0.5)[3]["bc_p_random"] == 0.5
+        assert "bc_p_random" not in ogbench.method_setup(method, scale, 20_000, "ogbench", 0.99, 0.0)[3]
+    for method in ("qrl", "crl", "gcbc"):
+        assert "bc_p_random" not in ogbench.method_setup(method, scale, 20_000, "ogbench", 0.99, 0.5)[3]
+    with pytest.raises(ValueError, match="actor_random_goals must be in"):
+        ogbench.method_setup("hiql", scale, 20_000, "ogbench", 0.99, 1.5)

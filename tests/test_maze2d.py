@@ -297,6 +297,34 @@ def test_subgoals_are_k_steps_ahead_within_the_episode_and_before_the_goal():
     with pytest.raises(ValueError, match="subgoal_steps must be an int >= 1"):
         SegmentGoalSampler.create(data, 8, subgoal_steps=0)
 
+def test_random_bc_goals_take_their_share_and_aim_their_subgoals_k_steps_ahead():
+    """OGBench's actor_p_randomgoal: with bc_p_random 0.5 about half the bc goals are any dataset state (here often
+    behind the row or in the other episode, which a future goal never is), and those goals' bc_subgoals are the plain
+    k-steps-ahead subgoals; the other draws (rows, value goals) are those of the sampler without random bc goals."""
+    ends = np.zeros(40, bool)
+    ends[[9, 39]] = True  # episodes [0, 9] and [10, 39]
+    obs = np.arange(40, dtype=np.float32)[:, None]
+    data = dict(observations=obs, next_observations=obs + 1, actions=np.zeros((40, 2)), segment_end=ends)
+    settings = dict(bc_goals=True, bc_future="uniform", subgoal_steps=3)
+    key = jax.random.PRNGKey(0)
+    batch = SegmentGoalSampler.create(data, 8_000, bc_p_random=0.5, **settings).sample(key)
+    plain = SegmentGoalSampler.create(data, 8_000, **settings).sample(key)
+    for name in ("observations", "goals", "subgoals"):
+        np.testing.assert_array_equal(batch[name], plain[name])
+    rows = np.asarray(batch["observations"][:, 0]).astype(int)
+    bc = np.asarray(batch["bc_goals"][:, 0]).astype(int)
+    changed = bc != np.asarray(plain["bc_goals"][:, 0]).astype(int)
+    # a random goal equals the future one by chance about 1 time in 40: changed in about 0.5 * 39 / 40 of the rows
+    assert 0.45 < changed.mean() < 0.53
+    assert np.any(bc <= rows) and np.all(plain["bc_goals"][:, 0] > rows)  # random goals also lie behind
+    np.testing.assert_array_equal(batch["bc_subgoals"][changed, 0], batch["subgoals"][changed, 0])
+    kept = np.asarray(batch["bc_subgoals"][~changed, 0])  # future goals (or random ones equal to them by chance)
+    assert np.all((kept == plain["bc_subgoals"][~changed, 0]) | (kept == batch["subgoals"][~changed, 0]))
+    assert np.mean(kept == plain["bc_subgoals"][~changed, 0]) > 0.98
+    with pytest.raises(ValueError, match="bc_p_random must be in \\[0, 1\\], and above 0 only with bc_goals=True"):
+        SegmentGoalSampler.create(data, 8, bc_p_random=0.5)
+
+
 def test_uniform_future_goals_are_any_later_state_of_the_episode_alike():
     ends = np.zeros(40, bool)
     ends[[9, 39]] = True  # episodes [0, 9] and [10, 39]
