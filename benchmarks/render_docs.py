@@ -168,40 +168,58 @@ def render_status_counts(block: Block) -> str:
 
 # ------------------------------------------------------------------------------------------------ OGBench
 
+def _record_and_methods(block: Block, path: Path) -> tuple[Path, dict, set[str] | None]:
+    """A record path of the marker, ``results.json`` or ``results.json:m1,m2`` (only those methods taken from it)."""
+    name, _, wanted = path.name.partition(":")
+    return path.with_name(name), _read(path.with_name(name)), set(wanted.split(",")) if wanted else None
+
+
+def _thousands(updates: int) -> str:
+    return f"{updates // 1000}k" if updates % 1000 == 0 else f"{updates:,}"
+
+
 def render_ogbench_success(block: Block) -> str:
-    """OGBench's success table from the benchmark's records: one row per dataset (the first record's order), one
-    column per method (the records' order, first record first; ``methods=a,b`` to choose and order them), the best
-    learned mean of each row in bold, the straight line, OGBench's published numbers (``paper=no`` leaves them out);
-    under it, each record's link and commit."""
+    """OGBench's success table from the benchmark's records: one row per dataset (the records' order), one column
+    per method (the records' order, first record first; ``methods=a,b`` to choose and order them; a record given as
+    ``results.json:a,b`` gives only those methods), the best learned mean of each row in bold, the straight line,
+    OGBench's published numbers (``paper=no`` leaves them out). Each column's header names its usual budget (updates)
+    and a cell at another budget names its own. Under the table, each record's link and commit."""
     from platonic_rl.benchmarks.ogbench import ROWS
 
     if not block.records:
         raise RenderError(f"{block.page}: ogbench_success needs at least one record")
-    records = [(path, _read(path)) for path in block.records]
+    records = [_record_and_methods(block, path) for path in block.records]
     datasets: list[str] = []
-    for _, record in records:
+    for _, record, _ in records:
         datasets += [d for d in record["results"] if d not in datasets]
     methods: list[str] = []
-    for _, record in records:
-        for d in record["results"]:
-            methods += [m for m in record["results"][d] if m not in methods]
+    cell: dict[tuple[str, str], tuple[float, float, int | None]] = {}
+    for _, record, wanted in records:  # a later record's run of the same (dataset, method) replaces an earlier one's
+        for d, by_method in record["results"].items():
+            for m, entry in by_method.items():
+                if wanted is None or m in wanted:
+                    methods += [m] if m not in methods else []
+                    cell[d, m] = float(entry["mean"]), float(entry["std"]), entry.get("updates")
     if "methods" in block.options:
         wanted = block.options["methods"].split(",")
         unknown = [m for m in wanted if m not in methods]
         if unknown:
             raise RenderError(f"{block.page}: methods={','.join(unknown)} are in none of the records")
         methods = wanted
-    cell: dict[tuple[str, str], tuple[float, float]] = {}
-    for _, record in records:  # a later record's run of the same (dataset, method) replaces an earlier one's
-        for d, by_method in record["results"].items():
-            for m, entry in by_method.items():
-                cell[d, m] = float(entry["mean"]), float(entry["std"])
-    straight = {d: r["straight_line"][d]["success"] for _, r in records for d in r.get("straight_line", {})}
-    paper = {d: p for _, r in records for d, p in r.get("paper", {}).items()}
+    budget = {}  # each column's most common budget
+    for m in methods:
+        budgets = [cell[d, m][2] for d in datasets if (d, m) in cell and cell[d, m][2] is not None]
+        budget[m] = max(budgets, key=budgets.count) if budgets else None
+    straight = {}  # the first record's (the main table's episodes per task)
+    for _, r, _ in records:
+        for d, line in r.get("straight_line", {}).items():
+            straight.setdefault(d, line["success"])
+    paper = {d: p for _, r, _ in records for d, p in r.get("paper", {}).items()}
     show_paper = block.options.get("paper", "yes") != "no"
     published = [m for m in methods if any(m in paper.get(d, {}) for d in datasets)] if show_paper else []
 
-    header = ["dataset", *(ROWS[m].label for m in methods), "straight line"]
+    header = ["dataset", *(ROWS[m].label + (f", {_thousands(budget[m])}" if budget[m] else "") for m in methods),
+              "straight line"]
     if published:
         header.append("OGBench: " + " / ".join(ROWS[m].label.split(" (")[0] for m in published))
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -212,17 +230,24 @@ def render_ogbench_success(block: Block) -> str:
             if (d, m) not in cell:
                 row.append("–")
                 continue
-            mean, std = cell[d, m]
+            mean, std, updates = cell[d, m]
             text = f"{mean:.1f} ± {std:.1f}"
-            row.append(f"**{text}**" if mean == best else text)
+            text = f"**{text}**" if mean == best else text
+            row.append(text + (f" ({_thousands(updates)})" if updates is not None and updates != budget[m] else ""))
         row.append(f"{straight[d]:.1f}" if d in straight else "–")
         if published:
-            row.append(" / ".join("{} ± {}".format(*paper[d][m]) if m in paper.get(d, {}) else "–"
-                                  for m in published))
+            row.append(" / ".join(_published(paper[d][m]) if m in paper.get(d, {}) else "–" for m in published))
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "Records: " + ", ".join(f"[{_link(block.page, path.parent)}]({_link(block.page, path)}) "
-                                         f"(commit {short_commit(record.get('commit'))})" for path, record in records)]
+                                         f"(commit {short_commit(record.get('commit'))})"
+                                         for path, record, _ in records)]
     return "\n".join(lines) + "\n"
+
+
+def _published(value) -> str:
+    """A published (mean, std) as ``mean ± std``, or the mean alone where the std was not published with it."""
+    mean, std = value
+    return f"{mean}" if std is None else f"{mean} ± {std}"
 
 
 def short_commit(commit: str | None) -> str:

@@ -74,6 +74,27 @@ def test_ogbench_success_bolds_the_best_and_marks_what_no_record_holds(tmp_path)
     assert "| dataset | GCBC | QRL (+BC) | straight line |" in render_page(page)
 
 
+def test_ogbench_success_names_budgets_takes_chosen_methods_and_prints_a_mean_published_alone(tmp_path):
+    first, second = tmp_path / "a" / "results.json", tmp_path / "b" / "results.json"
+    _ogbench_record(first, {"d1": {"qrl": dict(mean=50.0, std=1.0, updates=20_000)},
+                            "d2": {"qrl": dict(mean=10.0, std=2.0, updates=20_000)},
+                            "d3": {"qrl": dict(mean=30.0, std=2.0, updates=40_000)}},
+                    {"d1": dict(success=40.0)}, {"d3": {"qrl": [68, None]}})
+    _ogbench_record(second, {"d1": {"qrl": dict(mean=99.0, std=0.0, updates=40_000),  # not taken: qrl not chosen
+                                    "qrl_graph_waypoints": dict(mean=90.0, std=3.0, updates=40_000)}},
+                    {"d1": dict(success=39.0)}, {})
+    page = tmp_path / "page.md"
+    page.write_text("<!-- rendered: ogbench_success a/results.json b/results.json:qrl_graph_waypoints -->\n"
+                    "<!-- /rendered -->\n")
+    assert render_page(page).split("\n")[1:7] == [
+        "| dataset | QRL (+BC), 20k | QRL, graph waypoints + actor, 40k | straight line | OGBench: QRL |",
+        "|---|---|---|---|---|",
+        "| d1 | 50.0 ± 1.0 | **90.0 ± 3.0** | 40.0 | – |",  # the first record's straight line
+        "| d2 | **10.0 ± 2.0** | – | – | – |",
+        "| d3 | **30.0 ± 2.0** (40k) | – | – | 68 |",
+        ""]
+
+
 def test_ogbench_tasks_averages_each_task_over_seeds_and_shows_their_range(tmp_path):
     seeds = [dict(seed=0, success=40.0, task_success=[100.0, 0.0, 0.0, 50.0, 50.0]),
              dict(seed=1, success=60.0, task_success=[100.0, 0.0, 20.0, 80.0, 100.0])]
