@@ -35,8 +35,9 @@ from platonic_rl.agents.seeds import SeedStack
 from platonic_rl.benchmarks import report
 from platonic_rl.benchmarks.presets import (DMC_PIXEL_MODEL, DMC_PRESETS, FETCH_QRL_PRESETS, device_loop_agent_config,
                                             device_loop_env, device_loop_scales, maze2d_scales)
-from platonic_rl.benchmarks.timing import (FixedBatch, discrete_batch, goal_batch, matmul_peak, sequence_batch,
-                                           time_call, time_loop_iterations, time_matmuls_alone, time_update)
+from platonic_rl.benchmarks.timing import (FixedBatch, compiled_groups, discrete_batch, goal_batch, matmul_peak,
+                                           profile_compiled, sequence_batch, time_call, time_loop_iterations,
+                                           time_matmuls_alone, time_update)
 from platonic_rl.common.train_state import TrainState
 from platonic_rl.denoised.model import FactoredRSSM, WorldModelConfig, all_features, observe
 from platonic_rl.envs.replay import PerSeed, SegmentGoalSampler
@@ -301,9 +302,12 @@ def profile_update(agent, batch: dict, repeats: int) -> dict:
         with iqe_kernel("no union"):
             parts["iqe_union"] = whole - time_call(jax.jit(type(agent).update), (agent, batch), repeats)
     parts["rest"] = whole - sum(parts.values())
+    compiled = profile_compiled(type(agent).update, (agent, batch), repeats)
     return dict(whole_ms=1e3 * whole, parts_ms={k: 1e3 * v for k, v in parts.items()},
                 xla_gflop=float(cost.get("flops", float("nan"))) / 1e9,
-                xla_mb_accessed=float(cost.get("bytes accessed", float("nan"))) / 1e6)
+                xla_mb_accessed=float(cost.get("bytes accessed", float("nan"))) / 1e6,
+                compiled=dict({k: v for k, v in compiled.items() if k != "instructions"},
+                              groups=compiled_groups(compiled), instructions=len(compiled["instructions"])))
 
 
 def _has_iqe(agent) -> bool:
@@ -435,6 +439,18 @@ def table(record: dict) -> str:
                                  if part in p["parts_ms"] else "-")
             lines.append(f"| {name} | {whole:.3g} | {cell('matmuls')} | {cell('iqe_union')} | {cell('optimiser')} | "
                          f"{cell('rest')} | {p['xla_gflop']:.3g} | {p['xla_mb_accessed']:.3g} |")
+    compiled = {name: p["compiled"] for name, p in profiles.items() if "compiled" in p}
+    if compiled:
+        lines += ["", "The compiled update instruction by instruction (JAX's profiler: XLA runs each fusion, product "
+                      "and copy as its own step and times it; per call; products: the instructions that run a matrix "
+                      "product, with what XLA fused into them; traced above wall where steps ran at once on both "
+                      "cores):", "",
+                  "| update | wall ms | traced ms | products ms (share) | other ms | largest other parts (ms) |",
+                  "|---|---|---|---|---|---|"]
+        for name, c in compiled.items():
+            groups = "; ".join(f"{group} {ms:.2g}" for group, ms in c["groups"][:4])
+            lines.append(f"| {name} | {c['wall_ms']:.3g} | {c['traced_ms']:.3g} | {c['products_ms']:.3g} "
+                         f"({100 * c['products_ms'] / c['traced_ms']:.0f}%) | {c['other_ms']:.3g} | {groups} |")
     for base, share in record.get("iqe_share", {}).items():
         lines += ["", f"IQE share of the {base} update (one call; the update with an l2 head on the same projector "
                       f"as the baseline): {share['iqe_ms']:.1f} of {share['update_ms']:.1f} ms = "

@@ -10,6 +10,7 @@ needs only JAX, Flax and NumPy.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import time
 from typing import Callable
@@ -90,6 +91,104 @@ def time_matmuls_alone(jaxpr, repeats: int) -> float:
                 for (eqn, count), xs in zip(eqns, inputs)]
 
     return time_call(jax.jit(products), (inputs,), repeats)
+
+
+HLO_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%(?P<name>[\w.\-]+) = .*? (?P<op>[\w\-]+)\(")
+HLO_COMPUTATION = re.compile(r"^(?:ENTRY )?%(?P<name>[\w.\-]+) .*\{$")
+HLO_PRODUCTS = ("dot", "convolution")
+
+
+def hlo_instructions(text: str) -> dict[str, dict]:
+    """The instructions of a compiled HLO module's text (``jit(f).lower(...).compile().as_text()``): ``{name:
+    dict(op, products, source)}``: its opcode, whether it runs a matrix product (a dot or convolution, itself or in
+    the computations it calls, e.g. a fusion's), and the JAX operation it came from (its metadata's ``op_name``)."""
+    computations: dict[str, list[tuple[str, str, str, list[str]]]] = {}
+    current = None
+    for line in text.splitlines():
+        header = HLO_COMPUTATION.match(line)
+        if header:
+            current = computations.setdefault(header["name"], [])
+            continue
+        found = HLO_INSTRUCTION.match(line)
+        if found and current is not None:
+            source = re.search(r'op_name="([^"]*)"', line)
+            called = re.findall(r"(?:calls|to_apply|body|condition)=%([\w.\-]+)", line)
+            current.append((found["name"], found["op"], source[1] if source else "", called))
+    memo: dict[str, bool] = {}
+
+    def runs_products(computation: str) -> bool:
+        if computation not in memo:
+            memo[computation] = False  # (a computation does not call itself)
+            memo[computation] = any(op in HLO_PRODUCTS or any(runs_products(c) for c in called)
+                                    for _, op, _, called in computations.get(computation, []))
+        return memo[computation]
+
+    return {name: dict(op=op, products=op in HLO_PRODUCTS or any(runs_products(c) for c in called), source=source)
+            for body in computations.values() for name, op, source, called in body}
+
+
+def profile_compiled(fn: Callable, args: tuple, repeats: int) -> dict:
+    """Where the compiled program of ``jit(fn)(*args)`` spends its time, instruction by instruction: JAX's profiler
+    traces ``repeats`` calls (after one that compiles) and each event named after an instruction of the compiled
+    HLO (on CPU, XLA runs each fusion, product and copy as its own thunk and traces it) is summed per call. Returns
+    ``wall_ms`` (per call, traced), ``traced_ms`` (all instructions' time per call; above ``wall_ms`` where
+    instructions ran at once on several threads), ``products_ms`` (the instructions that run matrix products,
+    with what XLA fused into them) and ``other_ms``, and ``instructions``: each traced instruction's ``ms``, ``op``,
+    ``products`` and ``source``, longest first."""
+    import glob
+    import tempfile
+
+    from jax.profiler import ProfileData
+
+    jitted = jax.jit(fn)
+    instructions = hlo_instructions(jitted.lower(*args).compile().as_text())
+    jax.block_until_ready(jitted(*args))
+    with tempfile.TemporaryDirectory() as folder:
+        jax.profiler.start_trace(folder)
+        try:
+            start = time.perf_counter()
+            for _ in range(repeats):
+                jax.block_until_ready(jitted(*args))
+            wall = (time.perf_counter() - start) / repeats
+        finally:
+            jax.profiler.stop_trace()
+        traces = glob.glob(f"{folder}/**/*.xplane.pb", recursive=True)
+        if not traces:
+            raise RuntimeError(f"profile_compiled: JAX's profiler wrote no trace under {folder}")
+        profile = ProfileData.from_file(traces[0])
+    seconds: dict[str, float] = {}
+    for plane in profile.planes:
+        for line in plane.lines:
+            for event in line.events:
+                if event.name in instructions:
+                    seconds[event.name] = seconds.get(event.name, 0.0) + event.duration_ns * 1e-9 / repeats
+    rows = sorted(({**instructions[name], "name": name, "ms": 1e3 * s} for name, s in seconds.items()),
+                  key=lambda row: -row["ms"])
+    products = sum(row["ms"] for row in rows if row["products"])
+    traced = sum(row["ms"] for row in rows)
+    return dict(wall_ms=1e3 * wall, traced_ms=traced, products_ms=products, other_ms=traced - products,
+                instructions=rows)
+
+
+def source_group(source: str) -> str:
+    """Where in the program an instruction came from, forward and backward alike: its ``op_name`` without the jit,
+    jvp, transpose and vmap wrappers and without the last (primitive) step, e.g. ``QuasimetricCritic.head_distance/
+    head`` for ``jit(update)/transpose(jvp(vmap(QuasimetricCritic.head_distance)))/head/and``; ``(top level)`` for an
+    operation outside any module."""
+    parts = [re.sub(r"^(?:(?:transpose|jvp|vmap|jit|pjit)\()+|\)+$", "", part) for part in source.split("/")]
+    parts = [p for p in parts[1:-1] if p]  # the first names the jitted function, the last the primitive
+    return "/".join(parts) or "(top level)"
+
+
+def compiled_groups(profile: dict, top: int = 6) -> list[tuple[str, float]]:
+    """The ``top`` largest :func:`source_group` sums of a :func:`profile_compiled` result's instructions that run no
+    matrix product, in ms per call, largest first."""
+    groups: dict[str, float] = {}
+    for row in profile["instructions"]:
+        if not row["products"]:
+            key = source_group(row["source"])
+            groups[key] = groups.get(key, 0.0) + row["ms"]
+    return sorted(groups.items(), key=lambda kv: -kv[1])[:top]
 
 
 def time_call(fn: Callable, args: tuple, repeats: int) -> float:

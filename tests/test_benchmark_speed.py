@@ -138,3 +138,38 @@ def test_profile_parts_add_up_to_the_whole_and_only_iqe_heads_have_a_union_part(
     assert qrl["parts_ms"]["matmuls"] > 0 and qrl["parts_ms"]["optimiser"] > 0 and qrl["xla_gflop"] > 0
     l2 = speed.profile_update(*cases["qrl_continuous_l2"], repeats=1)
     assert "iqe_union" not in l2["parts_ms"] and l2["xla_mb_accessed"] > 0
+
+
+def test_the_compiled_profile_times_each_instruction_and_finds_the_products():
+    """A product and an elementwise tail XLA cannot fuse into it (a reduction over the product's other axis): the
+    profiler's events are named after the compiled program's instructions, the one running the dot is marked as a
+    product, the sums add up, and the sources name where in the program each instruction came from."""
+    from platonic_rl.benchmarks.timing import compiled_groups, hlo_instructions, profile_compiled
+
+    def f(a, b):
+        return jnp.cumsum(jnp.tanh(a @ b), axis=0).sum()
+
+    a, b = jnp.ones((128, 256)), jnp.ones((256, 128))
+    text = jax.jit(f).lower(a, b).compile().as_text()
+    instructions = hlo_instructions(text)
+    assert any(i["products"] for i in instructions.values()) and not all(i["products"] for i in instructions.values())
+    assert all(i["op"] != "dot" or i["products"] for i in instructions.values())
+    profile = profile_compiled(f, (a, b), repeats=3)
+    rows = profile["instructions"]
+    assert rows and all(r["name"] in instructions and r["ms"] > 0 for r in rows)
+    assert [r["ms"] for r in rows] == sorted((r["ms"] for r in rows), reverse=True)
+    assert profile["products_ms"] > 0 and profile["other_ms"] > 0
+    assert profile["products_ms"] + profile["other_ms"] == pytest.approx(profile["traced_ms"])
+    assert profile["wall_ms"] > 0
+    assert any("dot_general" in r["source"] for r in rows if r["products"])
+    groups = compiled_groups(profile)
+    assert groups and sum(ms for _, ms in groups) <= profile["other_ms"] + 1e-9
+
+
+def test_source_groups_join_forward_and_backward_under_their_module():
+    from platonic_rl.benchmarks.timing import source_group
+
+    assert source_group("jit(update)/transpose(jvp(vmap(QuasimetricCritic.head_distance)))/head/and") == \
+        source_group("jit(update)/jvp(vmap(QuasimetricCritic.head_distance))/head/max") == \
+        "QuasimetricCritic.head_distance/head"
+    assert source_group("jit(update)/jvp(vmap())/concatenate") == source_group("") == "(top level)"
