@@ -24,6 +24,8 @@ The renderers:
   learned method in bold, the straight line and OGBench's published numbers beside them, from
   :mod:`~platonic_rl.benchmarks.ogbench`'s records; the records and their commits under the table.
 - ``ogbench_tasks``: the same records task by task (mean over seeds, their range where they differ).
+- ``ogbench_time``: minutes from raw data to a row's score (generation, training, evaluation) and the machine's
+  matmul peak, from the same records.
 - ``maze2d_scores``: maze2d's D4RL-normalised scores per layout, the fraction of episodes at the goal at their end and
   the time per action, one row per line of the marker (``LABEL | METHOD | FOLDER... [| GROUP]``: the row's label, the
   method's ``evals/<layout>-<METHOD>.json`` looked up in the folders in order, ``paper:METHOD`` for the published
@@ -287,6 +289,36 @@ def render_ogbench_tasks(block: Block) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_ogbench_time(block: Block) -> str:
+    """The time a row takes on the machine that ran it, from raw data to the table's score: per dataset its generation
+    (where the record kept it) and per (dataset, method) the training of its seeds (the trained method's, shared by
+    the rows that act with it), its evaluation and the float32 matmul peak measured before the training (where the
+    record kept it); ``methods=a,b`` to choose them. Minutes, one decimal."""
+    from platonic_rl.benchmarks.ogbench import ROWS
+
+    if not block.records:
+        raise RenderError(f"{block.page}: ogbench_time needs at least one record")
+    wanted = block.options["methods"].split(",") if "methods" in block.options else None
+    minutes = lambda seconds: "–" if seconds is None else f"{seconds / 60:.1f}"  # noqa: E731
+    lines = ["| dataset | method | updates x seeds | dataset generated (min) | training (min) | evaluation (min) | "
+             "total (min) | float32 matmul GFLOP/s |", "|---|---|---|---|---|---|---|---|"]
+    for path, record, chosen in (_record_and_methods(block, p) for p in block.records):
+        for dataset, by_method in record["results"].items():
+            generated = record.get("datasets", {}).get(dataset, {}).get("generation_seconds")
+            for method, entry in by_method.items():
+                if (wanted is not None and method not in wanted) or (chosen is not None and method not in chosen):
+                    continue
+                train, evaluate = entry.get("signals", {}).get("wall_time", entry["train_seconds"]), entry["eval_seconds"]
+                total = None if generated is None else generated + train + evaluate
+                peak = entry.get("matmul_peak_gflops")
+                lines.append(f"| {dataset} | {ROWS[method].label} | {_thousands(entry['updates'])} x "
+                             f"{len(entry['per_seed'])} | {minutes(generated)} | {minutes(train)} | "
+                             f"{minutes(evaluate)} | {minutes(total)} | {'–' if peak is None else f'{peak:.0f}'} |")
+    lines += ["", "Records: " + ", ".join(f"[{_link(block.page, p.parent)}]({_link(block.page, p)})"
+                                       for p in (_record_and_methods(block, q)[0] for q in block.records))]
+    return "\n".join(lines) + "\n"
+
+
 # ------------------------------------------------------------------------------------------------ maze2d
 
 MAZE2D_LAYOUTS = ("large", "medium", "umaze")
@@ -380,6 +412,7 @@ def render_maze2d_scores(block: Block) -> str:
 
 RENDERERS: dict[str, Callable[[Block], str]] = {
     "maze2d_scores": render_maze2d_scores,
+    "ogbench_time": render_ogbench_time,
     "statuses": render_statuses,
     "status_counts": render_status_counts,
     "ogbench_success": render_ogbench_success,

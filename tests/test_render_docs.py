@@ -168,3 +168,23 @@ def test_maze2d_scores_refuses_a_bad_row_and_a_missing_layout(tmp_path):
     page.write_text("<!-- rendered: maze2d_scores\nrow | p | r\n-->\n<!-- /rendered -->\n")
     with pytest.raises(RenderError, match=r"no evals/medium-p.json in"):
         render_page(page)
+
+
+def test_ogbench_time_adds_generation_training_and_evaluation_in_minutes(tmp_path):
+    seeds = [dict(seed=s, success=1.0, task_success=[1.0] * 5) for s in range(3)]
+    path = tmp_path / "r" / "results.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(dict(
+        datasets={"d1": dict(generation_seconds=120.0), "d2": {}},
+        results={"d1": {"qrl": dict(updates=40_000, train_seconds=5.0, signals=dict(wall_time=1800.0),
+                                    eval_seconds=60.0, matmul_peak_gflops=301.6, per_seed=seeds),
+                        "hiql": dict(updates=20_000, train_seconds=600.0, eval_seconds=30.0, per_seed=seeds)},
+                 "d2": {"qrl": dict(updates=40_000, train_seconds=6.0, eval_seconds=6.0, per_seed=seeds[:1])}})))
+    page = tmp_path / "page.md"
+    page.write_text("<!-- rendered: ogbench_time r/results.json methods=qrl,hiql -->\n<!-- /rendered -->\n")
+    # d1 QRL: the run's own wall time (1800 s) rather than the call's 5 s (a finished run read back); (120 + 1800 +
+    # 60) / 60 = 33.0 minutes; HIQL (120 + 600 + 30) / 60 = 12.5, no peak recorded; d2: no generation time, no total
+    assert render_page(page).split("\n")[3:6] == [
+        "| d1 | QRL (+BC) | 40k x 3 | 2.0 | 30.0 | 1.0 | 33.0 | 302 |",
+        "| d1 | HIQL | 20k x 3 | 2.0 | 10.0 | 0.5 | 12.5 | – |",
+        "| d2 | QRL (+BC) | 40k x 1 | – | 0.1 | 0.1 | – | – |"]
