@@ -49,18 +49,12 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Literal
 
 import numpy as np
 
 from platonic_rl import agents
 from platonic_rl.agents.contract import host_policy
-from platonic_rl.agents.crl import CRLAgent, CRLConfig
-from platonic_rl.agents.gcbc import GCBCAgent, GCBCConfig
-from platonic_rl.agents.gciql import GCIQLAgent, GCIQLConfig
-from platonic_rl.agents.gcivl import GCIVLAgent, GCIVLConfig
-from platonic_rl.agents.hiql import HIQLAgent, HIQLConfig
-from platonic_rl.agents.qrl_continuous import QRLContinuousAgent
 from platonic_rl.agents.qrl_policies import make_policy
 from platonic_rl.agents.seeds import SeedStack
 from platonic_rl.benchmarks import report
@@ -212,55 +206,82 @@ class Args:
             raise ValueError("--datasets and --methods need at least one entry each")
 
 
+@dataclasses.dataclass(frozen=True)
+class Trained:
+    """How one trained method is built: its agent in :data:`platonic_rl.agents.REGISTRY` (and preset), its config's
+    sizes and settings at a scale's width (besides the 2-d observations and actions) and the goals it learns from:
+    ``qrl`` (critic goals random states, behaviour-cloning goals future states), ``future`` (future states drawn as
+    value goals), ``actor`` (future states drawn as actor goals), ``value`` (OGBench's value goals and actor goals:
+    GCIVL's). ``gamma``: the config's discount is the dataset's."""
+    agent: str
+    fields: Callable[[tuple[int, int], int], dict]  # (hidden widths, width) -> config fields
+    goals: Literal["qrl", "future", "actor", "value"]
+    preset: str | None = None
+    gamma: bool = False
+
+
+TRAINED_METHODS: dict[str, Trained] = {
+    "qrl": Trained("qrl_continuous", lambda hidden, width: dict(  # the registry's offline preset at the scale's sizes
+        encoder_hidden=hidden, latent_dim=max(width // 4, 16), projector_hidden=(width,), dynamics_hidden=hidden,
+        actor_hidden=hidden), "qrl", preset="offline"),
+    "crl": Trained("crl", lambda hidden, _: dict(hidden=hidden, repr_dim=16, actor_hidden=hidden, bc_weight=0.05),
+                   "future"),
+    "gcbc": Trained("gcbc", lambda hidden, _: dict(hidden=hidden), "actor"),
+    "gcivl": Trained("gcivl", lambda hidden, _: dict(value_hidden=hidden, actor_hidden=hidden), "value", gamma=True),
+    # OGBench's point-maze commands set GCIQL's DDPG+BC alpha to 0.003
+    "gciql": Trained("gciql", lambda hidden, _: dict(value_hidden=hidden, actor_hidden=hidden, bc_alpha=0.003),
+                     "value", gamma=True),
+    "hiql": Trained("hiql", lambda hidden, _: dict(value_hidden=hidden, actor_hidden=hidden), "value", gamma=True),
+}
+assert tuple(TRAINED_METHODS) == TRAINED
+
+
+def goal_settings(kind: str, goals: str, discount: float, actor_random_goals: float) -> dict:
+    """The offline sampler's settings (:class:`~platonic_rl.envs.replay.SegmentGoalSampler`) for goals of ``kind``
+    (:class:`Trained`), with ``--goals`` and the dataset's discount and random actor goals; the discount is named only
+    where it is not the sampler's default 0.99 and only for the draws that use it (geometric ones)."""
+    actor_future = "uniform" if goals == "ogbench" else "geometric"
+    geometric = {} if discount == 0.99 else dict(discount=discount)
+    actor_geometric = geometric if actor_future == "geometric" else {}
+    if kind == "qrl":
+        return dict(p_future=0.0, bc_goals=True, bc_future=actor_future, **actor_geometric)
+    if kind == "future":
+        return dict(p_future=1.0, **geometric)
+    if kind == "actor":
+        return dict(p_future=1.0, future=actor_future, **actor_geometric)
+    return dict(p_future=0.5, p_current=0.2, bc_goals=True, bc_future=actor_future, **geometric,
+                **(dict(bc_p_random=actor_random_goals) if actor_random_goals else {}))
+
+
 def method_setup(method: str, scale: Scale, updates: int, goals: str = "ogbench", discount: float = 0.99,
                  actor_random_goals: float = 0.0):
-    """(agent class, config, train config, sampler settings) of one method at one scale and goal sampling;
-    ``discount``: OGBench's for the dataset (:attr:`~platonic_rl.envs.ogbench_maze.DatasetSpec.discount`), the value
-    methods' gamma and the truncated-geometric goals' (named in the sampler settings only where it is not the
-    default 0.99); ``actor_random_goals``: the share of GCIVL's, GCIQL's and HIQL's actor goals that are random states
-    (:attr:`~platonic_rl.envs.ogbench_maze.DatasetSpec.actor_random_goals`: OGBench's 0.5 on stitch datasets; QRL,
-    Contrastive RL and GCBC keep the goals the module docstring gives)."""
+    """(agent class, config, train config, sampler settings) of one trained method (:data:`TRAINED_METHODS`) at one
+    scale and goal sampling; ``discount``: OGBench's for the dataset
+    (:attr:`~platonic_rl.envs.ogbench_maze.DatasetSpec.discount`), the value methods' gamma and the
+    truncated-geometric goals'; ``actor_random_goals``: the share of GCIVL's, GCIQL's and HIQL's actor goals that are
+    random states (:attr:`~platonic_rl.envs.ogbench_maze.DatasetSpec.actor_random_goals`: OGBench's 0.5 on stitch
+    datasets; QRL, Contrastive RL and GCBC keep the goals the module docstring gives)."""
+    if method not in TRAINED_METHODS:
+        raise ValueError(f"method must be one of {TRAINED} (the trained ones), got {method!r}")
     if goals not in ("ogbench", "geometric"):
         raise ValueError(f"goals must be 'ogbench' or 'geometric', got {goals!r}")
     if not 0.0 < discount < 1.0:
         raise ValueError(f"discount must be in (0, 1), got {discount}")
     if not 0.0 <= actor_random_goals <= 1.0:
         raise ValueError(f"actor_random_goals must be in [0, 1], got {actor_random_goals}")
-    actor_future = "uniform" if goals == "ogbench" else "geometric"
-    geometric = {} if discount == 0.99 else dict(discount=discount)  # for the samplers that draw geometric goals
-    actor_geometric = geometric if actor_future == "geometric" else {}
-    hidden = (scale.width,) * 2
     if updates % scale.log_every:
         raise ValueError(f"{method}'s budget of {updates} updates must be a multiple of the scale's {scale.log_every} "
                          "updates between logged rows (--qrl-updates, --qrl-ladder, --other-updates)")
     train = TrainConfig(steps=updates, batch_size=scale.batch_size, log_every=scale.log_every,
                         checkpoint_every=scale.log_every * max(updates // (4 * scale.log_every), 1), progress=True)
-    if method == "qrl":  # the registry's offline preset at the scale's sizes
-        config = agents.make_config(
-            "qrl_continuous", preset="offline", obs_dim=2, action_dim=2, encoder_hidden=hidden,
-            latent_dim=max(scale.width // 4, 16), projector_hidden=(scale.width,), dynamics_hidden=hidden,
-            actor_hidden=hidden)
-        return QRLContinuousAgent, config, train, dict(p_future=0.0, bc_goals=True, bc_future=actor_future,
-                                                       **actor_geometric)
-    if method == "crl":
-        config = CRLConfig(obs_dim=2, action_dim=2, hidden=hidden, repr_dim=16, actor_hidden=hidden, bc_weight=0.05)
-        return CRLAgent, config, train, dict(p_future=1.0, **geometric)
-    if method == "gcbc":
-        return GCBCAgent, GCBCConfig(obs_dim=2, action_dim=2, hidden=hidden), train, dict(
-            p_future=1.0, future=actor_future, **actor_geometric)
-    value_goals = dict(p_future=0.5, p_current=0.2, bc_goals=True, bc_future=actor_future, **geometric,
-                       **(dict(bc_p_random=actor_random_goals) if actor_random_goals else {}))
-    if method == "gcivl":
-        config = GCIVLConfig(obs_dim=2, action_dim=2, value_hidden=hidden, actor_hidden=hidden, discount=discount)
-        return GCIVLAgent, config, train, value_goals
-    if method == "gciql":  # OGBench's point-maze commands set DDPG+BC's alpha to 0.003
-        config = GCIQLConfig(obs_dim=2, action_dim=2, value_hidden=hidden, actor_hidden=hidden, bc_alpha=0.003,
-                             discount=discount)
-        return GCIQLAgent, config, train, value_goals
-    if method == "hiql":
-        config = HIQLConfig(obs_dim=2, action_dim=2, value_hidden=hidden, actor_hidden=hidden, discount=discount)
-        return HIQLAgent, config, train, dict(value_goals, subgoal_steps=config.subgoal_steps)
-    raise ValueError(f"method must be one of {TRAINED} (the trained ones), got {method!r}")
+    entry = TRAINED_METHODS[method]
+    config = agents.make_config(entry.agent, preset=entry.preset, obs_dim=2, action_dim=2,
+                                **entry.fields((scale.width,) * 2, scale.width),
+                                **(dict(discount=discount) if entry.gamma else {}))
+    sampling = goal_settings(entry.goals, goals, discount, actor_random_goals)
+    if hasattr(config, "subgoal_steps"):  # HIQL: its low actor's goals k steps ahead
+        sampling["subgoal_steps"] = config.subgoal_steps
+    return agents.REGISTRY[entry.agent].agent, config, train, sampling
 
 
 def normalised(data: dict, center: np.ndarray, half: np.ndarray) -> dict:
