@@ -26,6 +26,7 @@ The renderers:
 - ``ogbench_tasks``: the same records task by task (mean over seeds, their range where they differ).
 - ``ogbench_time``: minutes from raw data to a row's score (generation, training, evaluation) and the machine's
   matmul peak, from the same records.
+- ``speed_compiled``: the speed report's updates, XLA step by step: products against the rest.
 - ``maze2d_scores``: maze2d's D4RL-normalised scores per layout, the fraction of episodes at the goal at their end and
   the time per action, one row per line of the marker (``LABEL | METHOD | FOLDER... [| GROUP]``: the row's label, the
   method's ``evals/<layout>-<METHOD>.json`` looked up in the folders in order, ``paper:METHOD`` for the published
@@ -319,6 +320,38 @@ def render_ogbench_time(block: Block) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ------------------------------------------------------------------------------------------------ speed
+
+def render_speed_compiled(block: Block) -> str:
+    """The speed report's compiled-update profile (:func:`~platonic_rl.benchmarks.timing.profile_compiled`) of each
+    profiled update in the records: the whole update's time (one call, its own measurement), the XLA steps' traced
+    time split into those that run matrix products (with what XLA fused into them) and the rest, the rest's largest
+    parts by where in the program they came from, and the update over its products; the machine's matmul peak under
+    the table."""
+    if not block.records:
+        raise RenderError(f"{block.page}: speed_compiled needs at least one record")
+    lines = ["| update | sizes | one call ms | XLA steps traced ms | products ms (share) | rest ms | update / products "
+             "| largest parts of the rest (ms) |", "|---|---|---|---|---|---|---|---|"]
+    peaks = []
+    for path in block.records:
+        record = _read(path)
+        peaks.append(f"{record['matmul_peak_gflops']:.0f}")
+        for name, update in record["updates"].items():
+            compiled = update.get("profile", {}).get("compiled")
+            if compiled is None:
+                continue
+            groups = "; ".join(f"{group} {ms:.2g}" for group, ms in compiled["groups"][:3])
+            share = 100 * compiled["products_ms"] / compiled["traced_ms"]
+            lines.append(f"| {name} | {update['size']} | {update['ms_one_call']:.3g} | {compiled['traced_ms']:.3g} | "
+                         f"{compiled['products_ms']:.3g} ({share:.0f}%) | {compiled['other_ms']:.3g} | "
+                         f"{compiled['traced_ms'] / compiled['products_ms']:.2f} | {groups} |")
+    if len(lines) == 2:
+        raise RenderError(f"{block.page}: no profiled update in the records (speed's cases with profile=True)")
+    lines += ["", "float32 matmul peak measured in the same run: " + " / ".join(peaks) + " GFLOP/s. Records: "
+              + ", ".join(f"[{_link(block.page, p.parent)}]({_link(block.page, p)})" for p in block.records)]
+    return "\n".join(lines) + "\n"
+
+
 # ------------------------------------------------------------------------------------------------ maze2d
 
 MAZE2D_LAYOUTS = ("large", "medium", "umaze")
@@ -413,6 +446,7 @@ def render_maze2d_scores(block: Block) -> str:
 RENDERERS: dict[str, Callable[[Block], str]] = {
     "maze2d_scores": render_maze2d_scores,
     "ogbench_time": render_ogbench_time,
+    "speed_compiled": render_speed_compiled,
     "statuses": render_statuses,
     "status_counts": render_status_counts,
     "ogbench_success": render_ogbench_success,

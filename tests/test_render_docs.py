@@ -188,3 +188,20 @@ def test_ogbench_time_adds_generation_training_and_evaluation_in_minutes(tmp_pat
         "| d1 | QRL (+BC) | 40k x 3 | 2.0 | 30.0 | 1.0 | 33.0 | 302 |",
         "| d1 | HIQL | 20k x 3 | 2.0 | 10.0 | 0.5 | 12.5 | – |",
         "| d2 | QRL (+BC) | 40k x 1 | – | 0.1 | 0.1 | – | – |"]
+
+
+def test_speed_compiled_splits_each_profiled_update_into_products_and_the_rest(tmp_path):
+    path = tmp_path / "s" / "results.json"
+    path.parent.mkdir()
+    compiled = dict(wall_ms=9.0, traced_ms=10.0, products_ms=4.0, other_ms=6.0,
+                    groups=[["QRL.head", 3.0], ["(top level)", 1.25], ["x", 0.5], ["y", 0.25]], instructions=40)
+    path.write_text(json.dumps(dict(matmul_peak_gflops=301.6, updates={
+        "qrl": dict(size="small", ms_one_call=8.0, profile=dict(compiled=compiled)),
+        "gcbc": dict(size="tiny", ms_one_call=1.0)})))  # not profiled: no row
+    page = tmp_path / "page.md"
+    page.write_text("<!-- rendered: speed_compiled s/results.json -->\n<!-- /rendered -->\n")
+    lines = render_page(page).split("\n")
+    # update / products: the traced steps over the products' (10 / 4); the three largest parts of the rest
+    assert lines[3] == "| qrl | small | 8 | 10 | 4 (40%) | 6 | 2.50 | QRL.head 3; (top level) 1.2; x 0.5 |"
+    assert lines[4] == ""
+    assert lines[5].startswith("float32 matmul peak measured in the same run: 302 GFLOP/s.")
