@@ -117,6 +117,13 @@ PAPER = {
 }
 
 
+def published(value: tuple) -> str:
+    """A published ``(mean, std)`` of :data:`PAPER` as ``mean ± std``, or the mean alone where no std was published
+    with it (``None``)."""
+    mean, std = value
+    return f"{mean}" if std is None else f"{mean} ± {std}"
+
+
 @dataclasses.dataclass(frozen=True)
 class Scale:
     """Everything a scale sets."""
@@ -391,8 +398,7 @@ def format_table(results: dict, args: Args, scale: Scale, references: dict | Non
             r = results.get(dataset, {}).get(method)
             paper = PAPER.get(dataset, {}).get(method)
             ours = f"{r['mean']:.1f} ± {r['std']:.1f}" if r else "--"
-            published = paper and (f"{paper[0]}" if paper[1] is None else f"{paper[0]} ± {paper[1]}")
-            cells.append(f"{ours} ({published})" if paper else ours)
+            cells.append(f"{ours} ({published(paper)})" if paper else ours)
         reference = references.get(dataset)
         lines.append(f"{dataset:<30}" + "".join(f"{c:>30}" for c in cells)
                      + (f"{reference['success']:>15.1f}" if reference else f"{'--':>15}"))

@@ -171,10 +171,17 @@ def render_status_counts(block: Block) -> str:
 
 # ------------------------------------------------------------------------------------------------ OGBench
 
-def _record_and_methods(block: Block, path: Path) -> tuple[Path, dict, set[str] | None]:
+def _record_and_methods(path: Path) -> tuple[Path, dict, set[str] | None]:
     """A record path of the marker, ``results.json`` or ``results.json:m1,m2`` (only those methods taken from it)."""
     name, _, wanted = path.name.partition(":")
     return path.with_name(name), _read(path.with_name(name)), set(wanted.split(",")) if wanted else None
+
+
+def _records_line(page: Path, records: Sequence[tuple[Path, dict]], commits: bool = True) -> str:
+    """The line under a table naming its records: each one's folder linked to its ``results.json``, and its commit."""
+    return "Records: " + ", ".join(
+        f"[{_link(page, path.parent)}]({_link(page, path)})"
+        + (f" (commit {short_commit(record.get('commit'))})" if commits else "") for path, record in records)
 
 
 def _thousands(updates: int) -> str:
@@ -188,10 +195,11 @@ def render_ogbench_success(block: Block) -> str:
     OGBench's published numbers (``paper=no`` leaves them out). Each column's header names its usual budget (updates)
     and a cell at another budget names its own. Under the table, each record's link and commit."""
     from platonic_rl.benchmarks.ogbench import ROWS
+    from platonic_rl.benchmarks.ogbench import published as published_text
 
     if not block.records:
         raise RenderError(f"{block.page}: ogbench_success needs at least one record")
-    records = [_record_and_methods(block, path) for path in block.records]
+    records = [_record_and_methods(path) for path in block.records]
     datasets: list[str] = []
     for _, record, _ in records:
         datasets += [d for d in record["results"] if d not in datasets]
@@ -239,18 +247,11 @@ def render_ogbench_success(block: Block) -> str:
             row.append(text + (f" ({_thousands(updates)})" if updates is not None and updates != budget[m] else ""))
         row.append(f"{straight[d]:.1f}" if d in straight else "–")
         if published:
-            row.append(" / ".join(_published(paper[d][m]) if m in paper.get(d, {}) else "–" for m in published))
+            row.append(" / ".join(published_text(paper[d][m]) if m in paper.get(d, {}) else "–"
+                                  for m in published))
         lines.append("| " + " | ".join(row) + " |")
-    lines += ["", "Records: " + ", ".join(f"[{_link(block.page, path.parent)}]({_link(block.page, path)}) "
-                                         f"(commit {short_commit(record.get('commit'))})"
-                                         for path, record, _ in records)]
+    lines += ["", _records_line(block.page, [(path, record) for path, record, _ in records])]
     return "\n".join(lines) + "\n"
-
-
-def _published(value) -> str:
-    """A published (mean, std) as ``mean ± std``, or the mean alone where the std was not published with it."""
-    mean, std = value
-    return f"{mean}" if std is None else f"{mean} ± {std}"
 
 
 def short_commit(commit: str | None) -> str:
@@ -270,8 +271,8 @@ def render_ogbench_tasks(block: Block) -> str:
     wanted = block.options["methods"].split(",") if "methods" in block.options else None
     lines = ["| dataset | method | task 1 | task 2 | task 3 | task 4 | task 5 | overall |",
              "|---|---|---|---|---|---|---|---|"]
-    for path in block.records:
-        record = _read(path)
+    records = [(path, _read(path)) for path in block.records]
+    for _, record in records:
         for dataset, by_method in record["results"].items():
             for method, entry in by_method.items():
                 if wanted is not None and method not in wanted:
@@ -285,8 +286,7 @@ def render_ogbench_tasks(block: Block) -> str:
             if straight is not None and (wanted is None or "straight_line" in wanted):
                 lines.append(f"| {dataset} | straight line | "
                              + " | ".join(f"{t:.0f}" for t in straight["task_success"]) + f" | {straight['success']:.1f} |")
-    lines += ["", "Records: " + ", ".join(f"[{_link(block.page, p.parent)}]({_link(block.page, p)})"
-                                       for p in block.records)]
+    lines += ["", _records_line(block.page, records, commits=False)]
     return "\n".join(lines) + "\n"
 
 
@@ -303,7 +303,8 @@ def render_ogbench_time(block: Block) -> str:
     minutes = lambda seconds: "–" if seconds is None else f"{seconds / 60:.1f}"  # noqa: E731
     lines = ["| dataset | method | updates x seeds | dataset generated (min) | training (min) | evaluation (min) | "
              "total (min) | float32 matmul GFLOP/s |", "|---|---|---|---|---|---|---|---|"]
-    for path, record, chosen in (_record_and_methods(block, p) for p in block.records):
+    records = [_record_and_methods(path) for path in block.records]
+    for _, record, chosen in records:
         for dataset, by_method in record["results"].items():
             generated = record.get("datasets", {}).get(dataset, {}).get("generation_seconds")
             for method, entry in by_method.items():
@@ -315,8 +316,7 @@ def render_ogbench_time(block: Block) -> str:
                 lines.append(f"| {dataset} | {ROWS[method].label} | {_thousands(entry['updates'])} x "
                              f"{len(entry['per_seed'])} | {minutes(generated)} | {minutes(train)} | "
                              f"{minutes(evaluate)} | {minutes(total)} | {'–' if peak is None else f'{peak:.0f}'} |")
-    lines += ["", "Records: " + ", ".join(f"[{_link(block.page, p.parent)}]({_link(block.page, p)})"
-                                       for p in (_record_and_methods(block, q)[0] for q in block.records))]
+    lines += ["", _records_line(block.page, [(path, record) for path, record, _ in records], commits=False)]
     return "\n".join(lines) + "\n"
 
 
@@ -332,9 +332,8 @@ def render_speed_compiled(block: Block) -> str:
         raise RenderError(f"{block.page}: speed_compiled needs at least one record")
     lines = ["| update | sizes | one call ms | XLA steps traced ms | products ms (share) | rest ms | update / products "
              "| largest parts of the rest (ms) |", "|---|---|---|---|---|---|---|---|"]
-    peaks = []
-    for path in block.records:
-        record = _read(path)
+    peaks, records = [], [(path, _read(path)) for path in block.records]
+    for _, record in records:
         peaks.append(f"{record['matmul_peak_gflops']:.0f}")
         for name, update in record["updates"].items():
             compiled = update.get("profile", {}).get("compiled")
@@ -347,8 +346,8 @@ def render_speed_compiled(block: Block) -> str:
                          f"{compiled['traced_ms'] / compiled['products_ms']:.2f} | {groups} |")
     if len(lines) == 2:
         raise RenderError(f"{block.page}: no profiled update in the records (speed's cases with profile=True)")
-    lines += ["", "float32 matmul peak measured in the same run: " + " / ".join(peaks) + " GFLOP/s. Records: "
-              + ", ".join(f"[{_link(block.page, p.parent)}]({_link(block.page, p)})" for p in block.records)]
+    lines += ["", "float32 matmul peak measured in the same run: " + " / ".join(peaks) + " GFLOP/s. "
+              + _records_line(block.page, records, commits=False)]
     return "\n".join(lines) + "\n"
 
 
@@ -436,10 +435,8 @@ def render_maze2d_scores(block: Block) -> str:
         speed = "" if not ms else f"{ms[0]:.1f}" if f"{ms[0]:.1f}" == f"{ms[-1]:.1f}" else f"{ms[0]:.1f}-{ms[-1]:.1f}"
         lines.append(f"| {row.label} | " + " | ".join(scores)
                      + f" | {bold(f'{average:.1f}', row, 'average', average)} | {at_end} | {speed} |")
-    records = sorted(used, key=lambda f: f.name)
-    lines += ["", "Records: " + ", ".join(
-        f"[{_link(block.page, f)}]({_link(block.page, f / 'results.json')}) "
-        f"(commit {short_commit(_read(f / 'results.json').get('commit'))})" for f in records)]
+    lines += ["", _records_line(block.page, [(f / "results.json", _read(f / "results.json"))
+                                             for f in sorted(used, key=lambda f: f.name)])]
     return "\n".join(lines) + "\n"
 
 

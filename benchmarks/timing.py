@@ -129,7 +129,7 @@ def hlo_instructions(text: str) -> dict[str, dict]:
 
 def profile_compiled(fn: Callable, args: tuple, repeats: int) -> dict:
     """Where the compiled program of ``jit(fn)(*args)`` spends its time, instruction by instruction: JAX's profiler
-    traces ``repeats`` calls (after one that compiles) and each event named after an instruction of the compiled
+    traces ``repeats`` calls (after a first, untraced one) and each event named after an instruction of the compiled
     HLO (on CPU, XLA runs each fusion, product and copy as its own thunk and traces it) is summed per call. Returns
     ``wall_ms`` (per call, traced), ``traced_ms`` (all instructions' time per call; above ``wall_ms`` where
     instructions ran at once on several threads), ``products_ms`` (the instructions that run matrix products,
@@ -140,15 +140,15 @@ def profile_compiled(fn: Callable, args: tuple, repeats: int) -> dict:
 
     from jax.profiler import ProfileData
 
-    jitted = jax.jit(fn)
-    instructions = hlo_instructions(jitted.lower(*args).compile().as_text())
-    jax.block_until_ready(jitted(*args))
+    compiled = jax.jit(fn).lower(*args).compile()  # the program whose text is read is the one timed
+    instructions = hlo_instructions(compiled.as_text())
+    jax.block_until_ready(compiled(*args))
     with tempfile.TemporaryDirectory() as folder:
         jax.profiler.start_trace(folder)
         try:
             start = time.perf_counter()
             for _ in range(repeats):
-                jax.block_until_ready(jitted(*args))
+                jax.block_until_ready(compiled(*args))
             wall = (time.perf_counter() - start) / repeats
         finally:
             jax.profiler.stop_trace()
