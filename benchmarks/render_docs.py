@@ -320,6 +320,96 @@ def render_ogbench_time(block: Block) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_ogbench_teleport(block: Block) -> str:
+    """The teleport maze's diagnosis (``benchmarks.ogbench_teleport``): per policy and task the success, the episodes
+    that passed through a teleporter and those that ended in the walled-in cell (%, mean over seeds), then the
+    learned cost from each inbound teleporter to each exit (mean over seeds, their range)."""
+    from platonic_rl.benchmarks.ogbench import ROWS
+
+    if len(block.records) != 1:
+        raise RenderError(f"{block.page}: ogbench_teleport needs one record (ogbench_teleport's results.json)")
+    record = _read(block.records[0])
+    seeds = record["per_seed"]
+    share = lambda rows, key: 100.0 * sum(r[key] for r in rows) / len(rows)  # noqa: E731
+    lines = ["| policy | | task 1 | task 2 | task 3 | task 4 | task 5 | all tasks |", "|---|---|---|---|---|---|---|---|"]
+    for method in seeds[0]["episodes"]:
+        for key, what in (("success", "success"), ("teleported", "through a teleporter"),
+                          ("trapped", "ended walled in")):
+            per_task = [share([s["episodes"][method][t] for s in seeds], key) for t in range(5)]
+            lines.append(f"| {ROWS[method].label if what == 'success' else ''} | {what} | "
+                         + " | ".join(f"{v:.0f}" for v in per_task) + f" | {sum(per_task) / 5:.1f} |")
+    walled = record["teleporters"]["walled_in"]
+    exits = [f"exit {i + 1} {tuple(cell)}" + (" (walled in)" if walled[i] else "")
+             for i, cell in enumerate(record["teleporters"]["outbound_cells"])]
+    lines += ["", "| learned cost d(in, exit), mean [seeds' range] | " + " | ".join(exits) + " |",
+              "|---|" + "---|" * len(exits)]
+    for i in range(len(record["teleporters"]["inbound"])):
+        cells = []
+        for k in range(len(exits)):
+            values = [s["learned"]["in_to_out"][i][k] for s in seeds]
+            cells.append(f"{sum(values) / len(values):.1f} [{min(values):.1f}-{max(values):.1f}]")
+        lines.append(f"| inbound teleporter {i + 1} | " + " | ".join(cells) + " |")
+    if "walk_cells" in record:
+        learned = [[s["learned"]["start_to_goal"][t] for s in seeds] for t in range(5)]
+        lines += ["", "| from start to goal | task 1 | task 2 | task 3 | task 4 | task 5 |", "|---|---|---|---|---|---|",
+                  "| the maze's walk, no teleporter entered (cells) | "
+                  + " | ".join(str(c) for c in record["walk_cells"]) + " |",
+                  "| learned d(start, goal), mean [seeds' range] | "
+                  + " | ".join(f"{sum(v) / len(v):.1f} [{min(v):.1f}-{max(v):.1f}]" for v in learned) + " |"]
+    lines += ["", _records_line(block.page, [(block.records[0], record)])]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------ device loop
+
+def _final(success) -> list[float]:
+    """Per seed: the mean success of the last evaluations (``benchmarks.device_loop.final_success``)."""
+    from platonic_rl.benchmarks.device_loop import final_success
+
+    return [float(v) for v in final_success(dict(success=success))]
+
+
+def _mean_std(values: Sequence[float]) -> str:
+    mean = sum(values) / len(values)
+    return f"{mean:.2f} ± {(sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5:.2f}"
+
+
+def render_device_loop_learning(block: Block) -> str:
+    """The device loop's learning table: per env (the marker's lines, ``LABEL | ENV``) the success of QRL, Contrastive
+    RL and GCBC (per seed the mean of its last evaluations, mean ± std over seeds) from the first record, QRL's graph
+    waypoints over its replay buffer from the second (``graph_waypoints``) and, at rest after a stall, from the third
+    (``graph_waypoints_rest``, with that run's own agent), and QRL's critic check (the actor / the critic alone) from
+    the first."""
+    if len(block.records) != 3:
+        raise RenderError(f"{block.page}: device_loop_learning needs three records: the learning run, the graph "
+                          f"waypoints' run and the runs with targets at rest")
+    rows = [[p.strip() for p in line.split(" | ")] for line in block.rows]
+    if not rows or any(len(r) != 2 or not all(r) for r in rows):
+        raise RenderError(f"{block.page}: device_loop_learning needs rows 'LABEL | ENV', one per line")
+    records = [(path, _read(path)) for path in block.records]
+    (_, learning), (_, waypoints), (_, rest) = records
+    lines = ["| env | QRL | QRL's graph waypoints over its replay buffer | Contrastive RL | GCBC | QRL check: actor / "
+             "critic alone |", "|---|---|---|---|---|---|"]
+    for label, env in rows:
+        runs = learning["learning"]
+        cell = lambda method: _mean_std(_final(runs[f"{env}/{method}"]["success"])) if f"{env}/{method}" in runs \
+            else ""  # noqa: E731
+        graph = waypoints["learning"].get(f"{env}/qrl")
+        at_rest = rest["learning"].get(f"{env}/qrl")
+        policy = ""
+        if graph is not None and at_rest is not None:
+            seeds = len(at_rest["success"][0])
+            policy = (f"{_mean_std(_final(graph['policy_success']['graph_waypoints']))}; at rest "
+                      f"{_mean_std(_final(at_rest['policy_success']['graph_waypoints_rest']))} (its agent: "
+                      f"{_mean_std(_final(at_rest['success']))}, {seeds} seeds)")
+        check = runs.get(f"{env}/qrl", {}).get("critic_check")
+        checked = "" if check is None else (f"{sum(check['actor']) / len(check['actor']):.2f} / "
+                                            f"{sum(check['critic_alone']) / len(check['critic_alone']):.2f}")
+        lines.append(f"| {label} | {cell('qrl')} | {policy} | {cell('crl')} | {cell('gcbc')} | {checked} |")
+    lines += ["", _records_line(block.page, records)]
+    return "\n".join(lines) + "\n"
+
+
 # ------------------------------------------------------------------------------------------------ speed
 
 def render_speed_compiled(block: Block) -> str:
@@ -448,6 +538,8 @@ RENDERERS: dict[str, Callable[[Block], str]] = {
     "status_counts": render_status_counts,
     "ogbench_success": render_ogbench_success,
     "ogbench_tasks": render_ogbench_tasks,
+    "device_loop_learning": render_device_loop_learning,
+    "ogbench_teleport": render_ogbench_teleport,
 }
 
 

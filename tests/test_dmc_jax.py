@@ -132,6 +132,9 @@ def test_observation_sizes_are_the_host_envs(task):
         assert DMCJaxEnv(task, variant).action_dim == host.action_space.shape[0]
 
 
+# ~19 s, compile-bound (two MJX envs): with -m slow; the noisy sensor's test below keeps an MJX distractor (its
+# reward, what no action moves) in the default suite.
+@pytest.mark.slow
 def test_twin_is_uncontrollable_and_leaves_the_agent_and_its_reward_alone():
     noiseless, twin = DMCJaxEnv("reacher-easy"), DMCJaxEnv("reacher-easy", "distractors", num_twins=2)
     actions = jax.random.uniform(jax.random.PRNGKey(1), (30, 2), minval=-1, maxval=1)
@@ -176,9 +179,10 @@ def test_noisy_sensor_rewards_the_perturbed_sensor_which_no_action_moves(task):
     np.testing.assert_array_equal(n, other)
 
 
+@pytest.mark.slow  # ~13 s, compile-bound; see the twin's test
 def test_jitter_rewards_as_noiseless_and_only_the_extra_body_follows_the_action():
     plain, jitter = DMCJaxEnv("reacher-easy"), DMCJaxEnv("reacher-easy", "jitter")
-    # 30 steps, as the twin's test: the noiseless rollout is then the compiled program that test made.
+    # 30 steps, as the twin's test: the noiseless rollout is then the compiled program that test made (-m slow).
     actions = jax.random.uniform(jax.random.PRNGKey(0), (30, 2), minval=-1, maxval=1)
     a, b = rollout(plain, jax.random.PRNGKey(2), actions), rollout(jitter, jax.random.PRNGKey(2), actions)
     np.testing.assert_array_equal(a[1], b[1])

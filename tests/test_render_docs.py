@@ -205,3 +205,63 @@ def test_speed_compiled_splits_each_profiled_update_into_products_and_the_rest(t
     assert lines[3] == "| qrl | small | 8 | 10 | 4 (40%) | 6 | 2.50 | QRL.head 3; (top level) 1.2; x 0.5 |"
     assert lines[4] == ""
     assert lines[5].startswith("float32 matmul peak measured in the same run: 302 GFLOP/s.")
+
+
+def test_ogbench_teleport_averages_each_task_over_seeds_and_lists_the_learned_costs(tmp_path):
+    def task(success, teleported, trapped):
+        return dict(success=success, teleported=teleported, trapped=trapped)
+
+    def seed(n, rows, costs):
+        return dict(seed=n, learned=dict(in_to_out=costs), episodes=dict(qrl=rows))
+
+    rows0 = [task(1.0, 0.0, 0.0), task(0.5, 1.0, 0.5), task(0.0, 0.0, 0.0), task(0.0, 0.0, 0.0), task(0.0, 0.0, 0.0)]
+    rows1 = [task(0.0, 0.0, 0.0), task(0.0, 1.0, 1.0), task(0.0, 0.0, 0.0), task(0.0, 0.0, 0.0), task(0.5, 0.5, 0.0)]
+    record = dict(teleporters=dict(inbound=[[0, 0]], outbound_cells=[[1, 7], [6, 1]], walled_in=[True, False]),
+                  per_seed=[seed(0, rows0, [[1.0, 4.0]]), seed(1, rows1, [[3.0, 2.0]])])
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "results.json").write_text(json.dumps(record))
+    page = tmp_path / "page.md"
+    page.write_text("<!-- rendered: ogbench_teleport r/results.json -->\n<!-- /rendered -->\n")
+    lines = render_page(page).split("\n")
+    assert lines[3:6] == ["| QRL (+BC) | success | 50 | 25 | 0 | 0 | 25 | 20.0 |",
+                          "|  | through a teleporter | 0 | 100 | 0 | 0 | 25 | 25.0 |",
+                          "|  | ended walled in | 0 | 75 | 0 | 0 | 0 | 15.0 |"]
+    assert lines[7] == "| learned cost d(in, exit), mean [seeds' range] | exit 1 (1, 7) (walled in) | exit 2 (6, 1) |"
+    assert lines[9] == "| inbound teleporter 1 | 2.0 [1.0-3.0] | 3.0 [2.0-4.0] |"
+    record["walk_cells"] = [10, 11, 12, 13, 14]
+    for n, s in enumerate(record["per_seed"]):
+        s["learned"]["start_to_goal"] = [n * 10.0, 20.0, 30.0, 40.0, 50.0]
+    (tmp_path / "r" / "results.json").write_text(json.dumps(record))
+    lines = render_page(page).split("\n")
+    assert lines[13:15] == ["| the maze's walk, no teleporter entered (cells) | 10 | 11 | 12 | 13 | 14 |",
+                            "| learned d(start, goal), mean [seeds' range] | 5.0 [0.0-10.0] | 20.0 [20.0-20.0] | "
+                            "30.0 [30.0-30.0] | 40.0 [40.0-40.0] | 50.0 [50.0-50.0] |"]
+    page.write_text("<!-- rendered: ogbench_teleport r/results.json r/results.json -->\n<!-- /rendered -->\n")
+    with pytest.raises(RenderError, match="ogbench_teleport needs one record"):
+        render_page(page)
+
+
+def test_device_loop_learning_averages_the_last_evaluations_per_seed_then_over_seeds(tmp_path):
+    from platonic_rl.benchmarks.device_loop import FINAL_EVALUATIONS
+
+    early = [[0.0, 0.0]] * 3
+    last = lambda a, b: early + [[a, b]] * FINAL_EVALUATIONS  # noqa: E731  (per seed: a and b at the end)
+    learning = {"umaze/qrl": dict(success=last(0.8, 0.6), critic_check=dict(actor=[0.5, 0.7], critic_alone=[0.1, 0.3])),
+                "umaze/crl": dict(success=last(1.0, 1.0))}
+    records = {"a": dict(learning=learning),
+               "b": dict(learning={"umaze/qrl": dict(success=last(0, 0), policy_success=dict(
+                   graph_waypoints=last(0.9, 0.7)))}),
+               "c": dict(learning={"umaze/qrl": dict(success=last(0.5, 0.5), policy_success=dict(
+                   graph_waypoints_rest=last(1.0, 0.8)))})}
+    for name, record in records.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(record))
+    page = tmp_path / "page.md"
+    page.write_text("<!-- rendered: device_loop_learning a/results.json b/results.json c/results.json\n"
+                    "the umaze | umaze\n-->\n<!-- /rendered -->\n")
+    lines = render_page(page).split("\n")
+    assert lines[5] == ("| the umaze | 0.70 ± 0.10 | 0.80 ± 0.10; at rest 0.90 ± 0.10 (its agent: 0.50 ± 0.00, 2 seeds) "
+                        "| 1.00 ± 0.00 |  | 0.60 / 0.20 |")
+    page.write_text("<!-- rendered: device_loop_learning a/results.json -->\n<!-- /rendered -->\n")
+    with pytest.raises(RenderError, match="device_loop_learning needs three records"):
+        render_page(page)
