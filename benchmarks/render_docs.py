@@ -320,6 +320,11 @@ def render_ogbench_time(block: Block) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _mean_and_range(values: Sequence[float]) -> str:
+    """``mean [min-max]``, one decimal."""
+    return f"{sum(values) / len(values):.1f} [{min(values):.1f}-{max(values):.1f}]"
+
+
 def render_ogbench_teleport(block: Block) -> str:
     """The teleport maze's diagnosis (``benchmarks.ogbench_teleport``): per policy and task the success, the episodes
     that passed through a teleporter and those that ended in the walled-in cell (%, mean over seeds), then the
@@ -344,18 +349,15 @@ def render_ogbench_teleport(block: Block) -> str:
     lines += ["", "| learned cost d(in, exit), mean [seeds' range] | " + " | ".join(exits) + " |",
               "|---|" + "---|" * len(exits)]
     for i in range(len(record["teleporters"]["inbound"])):
-        cells = []
-        for k in range(len(exits)):
-            values = [s["learned"]["in_to_out"][i][k] for s in seeds]
-            cells.append(f"{sum(values) / len(values):.1f} [{min(values):.1f}-{max(values):.1f}]")
-        lines.append(f"| inbound teleporter {i + 1} | " + " | ".join(cells) + " |")
+        lines.append(f"| inbound teleporter {i + 1} | " + " | ".join(
+            _mean_and_range([s["learned"]["in_to_out"][i][k] for s in seeds]) for k in range(len(exits))) + " |")
     if "walk_cells" in record:
         learned = [[s["learned"]["start_to_goal"][t] for s in seeds] for t in range(5)]
         lines += ["", "| from start to goal | task 1 | task 2 | task 3 | task 4 | task 5 |", "|---|---|---|---|---|---|",
                   "| the maze's walk, no teleporter entered (cells) | "
                   + " | ".join(str(c) for c in record["walk_cells"]) + " |",
                   "| learned d(start, goal), mean [seeds' range] | "
-                  + " | ".join(f"{sum(v) / len(v):.1f} [{min(v):.1f}-{max(v):.1f}]" for v in learned) + " |"]
+                  + " | ".join(_mean_and_range(v) for v in learned) + " |"]
     lines += ["", _records_line(block.page, [(block.records[0], record)])]
     return "\n".join(lines) + "\n"
 
@@ -390,8 +392,8 @@ def render_device_loop_learning(block: Block) -> str:
     (_, learning), (_, waypoints), (_, rest) = records
     lines = ["| env | QRL | QRL's graph waypoints over its replay buffer | Contrastive RL | GCBC | QRL check: actor / "
              "critic alone |", "|---|---|---|---|---|---|"]
+    runs = learning["learning"]
     for label, env in rows:
-        runs = learning["learning"]
         cell = lambda method: _mean_std(_final(runs[f"{env}/{method}"]["success"])) if f"{env}/{method}" in runs \
             else ""  # noqa: E731
         graph = waypoints["learning"].get(f"{env}/qrl")
