@@ -244,6 +244,13 @@ class WaypointPolicy(flax.struct.PyTreeNode):
     still before it (maze2d large's single goal). At rest, every target can be reached and stayed at; the waypoints
     keep their velocities until then, which carry the point faster along the path.
 
+    ``direct_first`` (False: off; needs ``patience``): the target is the goal itself until the episode first stalls
+    (d(s, g) has not come down by 1 in more than ``patience`` steps), the waypoints from then on (nothing is dropped at
+    that first stall). An inner policy that reaches the goal alone is not slowed by waypoints it does not need (on
+    maze2d umaze GCBC alone arrives sooner than between QRL's waypoints), and one that cannot (a wall between it and
+    the goal) gets them ``patience`` steps later. With ``stall_goal_dims`` the waypoints' targets are at rest from
+    the switch on.
+
     ``arrival`` (None: off): a policy with ``step`` (e.g. a :class:`LatentLookahead`) that acts instead of ``inner``
     where the target is the goal itself (it is within reach): an inner policy that navigates between waypoints may not
     stop at the goal (on maze2d medium the actor reaches the goal in 86-100% of the episodes and leaves it again). A
@@ -260,12 +267,13 @@ class WaypointPolicy(flax.struct.PyTreeNode):
     arrival: Any = None
     goal_dims: tuple[int, ...] | None = flax.struct.field(pytree_node=False, default=None)
     stall_goal_dims: tuple[int, ...] | None = flax.struct.field(pytree_node=False, default=None)
+    direct_first: bool = flax.struct.field(pytree_node=False, default=False)
 
     @classmethod
     def create(cls, agent: QRLContinuousAgent, waypoints: jax.Array, reach: float, inner: Any = None,
                replan_every: int = 1, plan: str = "greedy", patience: int | None = None,
                arrival: Any = None, goal_dims: tuple[int, ...] | None = None,
-               stall_goal_dims: tuple[int, ...] | None = None) -> "WaypointPolicy":
+               stall_goal_dims: tuple[int, ...] | None = None, direct_first: bool = False) -> "WaypointPolicy":
         waypoints = jnp.asarray(waypoints, jnp.float32)
         if waypoints.ndim != 2 or waypoints.shape[0] < 1 or waypoints.shape[1:] != agent.config.obs_shape:
             raise ValueError(f"waypoints must be dataset states [M >= 1, {agent.config.obs_shape}], got "
@@ -274,6 +282,10 @@ class WaypointPolicy(flax.struct.PyTreeNode):
         stall_goal_dims = _check_goal_dims("stall_goal_dims", stall_goal_dims, waypoints.shape[1])
         if stall_goal_dims is not None and patience is None:
             raise ValueError("stall_goal_dims needs patience (an int >= 1): it acts once an episode has stalled")
+        if not isinstance(direct_first, bool) or (direct_first and patience is None):
+            raise ValueError(f"direct_first must be a bool, and True needs patience (an int >= 1: the waypoints take "
+                             f"over once an episode has stalled), got direct_first={direct_first!r}, "
+                             f"patience={patience!r}")
         if not reach > 0:
             raise ValueError(f"reach must be > 0 (steps of learned distance), got {reach}")
         if not isinstance(replan_every, int) or replan_every < 1:
@@ -290,7 +302,7 @@ class WaypointPolicy(flax.struct.PyTreeNode):
         return cls(agent=agent, inner=agent if inner is None else inner, waypoints=waypoints,
                    waypoint_projections=projections, reach=jnp.float32(reach), paths=paths,
                    replan_every=replan_every, plan=plan, patience=patience, arrival=arrival, goal_dims=goal_dims,
-                   stall_goal_dims=stall_goal_dims)
+                   stall_goal_dims=stall_goal_dims, direct_first=direct_first)
 
     def as_goal(self, waypoints: jax.Array, goals: jax.Array, goal_dims: tuple[int, ...] | None = None) -> jax.Array:
         """Targets of the kind the goals are: each goal with its ``goal_dims`` entries (default: the policy's) taken
@@ -356,7 +368,7 @@ class WaypointPolicy(flax.struct.PyTreeNode):
         per_waypoint = jnp.zeros((batch_size, self.waypoints.shape[0]))
         patience = dict(best=jnp.full(batch_size, jnp.inf), since_best=jnp.zeros(batch_size, jnp.int32),
                         dropped=jnp.zeros(per_waypoint.shape, bool),
-                        **(dict(stalled=jnp.zeros(batch_size, bool)) if self.stall_goal_dims is not None else {}))
+                        **(dict(stalled=jnp.zeros(batch_size, bool)) if self._keeps_stalled else {}))
         arrival = {} if self.arrival is None else dict(arrival=self.arrival.initial_policy_state(batch_size))
         return dict(inner=self.inner.initial_policy_state(batch_size), goals=jnp.full(shape, jnp.nan), **arrival,
                     goal_distances=per_waypoint, targets=jnp.zeros(shape), since_replan=jnp.int32(0),
@@ -396,21 +408,34 @@ class WaypointPolicy(flax.struct.PyTreeNode):
         since = jnp.where(due, 1, policy_state["since_replan"] + 1).astype(jnp.int32)
         return actions, dict(carried, inner=inner, targets=targets, since_replan=since)
 
+    @property
+    def _keeps_stalled(self) -> bool:
+        """Whether the policy state keeps, per episode, that it has stalled once (targets at rest, the waypoints'
+        turn)."""
+        return self.stall_goal_dims is not None or self.direct_first
+
     def _patient_targets(self, policy_state, observations, goals, d_wg, costs, due):
         """The targets (chosen when ``due``, as :meth:`targets` does, without the waypoints dropped in the episode)
         and the state ``patience`` keeps. Progress is the chosen target's cost to the goal (a waypoint's ranking, the
         goal's d(s, g)); where it has not improved by at least 1 for more than ``patience`` steps, every waypoint
         within reach that ranks within H of its cost at the last improvement is dropped for the episode (the options
         that promised that progress from here and did not give it: a wall the learned distance does not see), and
-        progress is counted afresh."""
+        progress is counted afresh. With ``direct_first``, the target is the goal until the first stall, whose
+        progress is d(s, g), and that stall drops nothing."""
         new_goal = jnp.any(goals != policy_state["goals"], axis=-1)   # [N]: a new episode (NaN goals: the first)
         dropped = policy_state["dropped"] & ~new_goal[:, None]
         best = jnp.where(new_goal, jnp.inf, policy_state["best"])
         since = jnp.where(new_goal, 0, policy_state["since_best"])
+        # whether each episode has stalled before this step (direct_first: the waypoints' turn has come)
+        had_stalled = policy_state["stalled"] & ~new_goal if self._keeps_stalled else None
 
         def choose():
             targets, info = self.targets(observations, goals, d_wg, costs, dropped)
-            return targets, jnp.where(info["use_waypoint"], info["target_goal_distance"], info["goal_distance"])
+            progress = jnp.where(info["use_waypoint"], info["target_goal_distance"], info["goal_distance"])
+            if self.direct_first:
+                targets = jnp.where(had_stalled[:, None], targets, goals)
+                progress = jnp.where(had_stalled, progress, info["goal_distance"])
+            return targets, progress
 
         targets, progress = jax.lax.cond(due, choose, lambda: (policy_state["targets"], best))
         improved = progress < best - 1.0  # by at least one step's cost since the last improvement
@@ -419,13 +444,15 @@ class WaypointPolicy(flax.struct.PyTreeNode):
 
         def promised():  # [N, M]: within reach of the stalled states, ranked within H of their last progress
             info = self.targets(observations, goals, d_wg, costs, dropped)[1]
-            return info["in_reach"] & (info["ranking"] <= best[:, None] + self.reach) & stalled[:, None]
+            drops = stalled & had_stalled if self.direct_first else stalled  # direct_first: not at the first stall
+            return info["in_reach"] & (info["ranking"] <= best[:, None] + self.reach) & drops[:, None]
 
         dropped = dropped | jax.lax.cond(stalled.any(), promised, lambda: jnp.zeros_like(dropped))
         kept = dict(best=jnp.where(stalled, jnp.inf, best), since_best=jnp.where(stalled, 0, since).astype(jnp.int32),
                     dropped=dropped)
+        if self._keeps_stalled:
+            kept["stalled"] = had_stalled | stalled
         if self.stall_goal_dims is not None:  # stalled once in the episode: targets at rest from here on
-            kept["stalled"] = (policy_state["stalled"] & ~new_goal) | stalled
             targets = jnp.where(kept["stalled"][:, None], self.as_goal(targets, goals, self.stall_goal_dims), targets)
         return targets, kept
 
@@ -500,14 +527,15 @@ class QRLPolicySettings:
 
     def policy_kwargs(self, policy: str, inner: str | None = None, arrival: str | None = None,
                       score: str = "final", candidates: str = "grid", goal_dims: tuple[int, ...] | None = None,
-                      stall_goal_dims: tuple[int, ...] | None = None) -> dict:
+                      stall_goal_dims: tuple[int, ...] | None = None, direct_first: bool = False) -> dict:
         """``make_policy``'s settings for the ``lookahead`` or the ``waypoints`` / ``graph_waypoints`` (with
         ``inner``, and ``arrival``: the policy that acts once the goal is within reach, None, ``"lookahead"`` or
         ``"dwell"``) policy; ``score``: what the lookahead ranks held actions by (``"final"`` or ``"dwell"``;
         recorded only where it is not the default); ``candidates``: the actions it ranks, ``"grid"`` (a 9 x 9 grid
         and the actor's mode) or ``"actor"`` (the actor's mode and ``actor_samples`` draws); ``goal_dims``: the
         waypoints' targets take the goals' form (:meth:`WaypointPolicy.as_goal`; the env's, not a tuned setting);
-        ``stall_goal_dims``: the same, once an episode has stalled (the graph waypoints'; ``WaypointPolicy``)."""
+        ``stall_goal_dims``: the same, once an episode has stalled (the graph waypoints'; ``WaypointPolicy``);
+        ``direct_first``: the goal itself is the target until the episode first stalls (the graph waypoints')."""
         if candidates not in ("grid", "actor"):
             raise ValueError(f"candidates must be 'grid' or 'actor', got {candidates!r}")
         lookahead = dict(hold_steps=self.hold_steps, cap_to_goal_distance=self.cap_to_goal_distance,
@@ -521,7 +549,8 @@ class QRLPolicySettings:
                     | (dict(goal_dims=tuple(goal_dims)) if goal_dims is not None else {})
                     | (dict(arrival=arrival) if arrival is not None else {})
                     | (dict(patience=self.patience) if policy == "graph_waypoints" else {})
-                    | (dict(stall_goal_dims=tuple(stall_goal_dims)) if stall_goal_dims is not None else {}))
+                    | (dict(stall_goal_dims=tuple(stall_goal_dims)) if stall_goal_dims is not None else {})
+                    | (dict(direct_first=True) if direct_first else {}))
         raise ValueError(f"policy must be 'lookahead', 'waypoints' or 'graph_waypoints' (the ones these settings "
                          f"describe), got {policy!r}")
 
@@ -545,7 +574,7 @@ DEFAULT_SETTINGS = QRLPolicySettings()
 def _waypoints(agent, dataset_states, reach: float, num_waypoints: int, replan_every: int, hold_steps: int,
                inner: Any = "actor", seed: int = 0, plan: str = "greedy", patience: int | None = None,
                arrival: str | None = None, goal_dims: tuple[int, ...] | None = None,
-               stall_goal_dims: tuple[int, ...] | None = None, **inner_settings):
+               stall_goal_dims: tuple[int, ...] | None = None, direct_first: bool = False, **inner_settings):
     """The waypoint policies of :data:`POLICIES`; the settings without a default come from :data:`DEFAULT_SETTINGS`
     through :func:`make_policy`."""
     if dataset_states is None:
@@ -565,7 +594,7 @@ def _waypoints(agent, dataset_states, reach: float, num_waypoints: int, replan_e
                       lookahead.replace(score="dwell") if arrival == "dwell" else lookahead)
     inner_policy = agent if inner == "actor" else lookahead if inner == "lookahead" else inner
     return WaypointPolicy.create(agent, states, reach, inner_policy, replan_every, plan, patience, arrival_policy,
-                                 goal_dims, stall_goal_dims)
+                                 goal_dims, stall_goal_dims, direct_first)
 
 
 def _check_goal_dims(name: str, goal_dims, state_dim: int) -> tuple[int, ...] | None:

@@ -69,7 +69,7 @@ METHODS = ("qrl", "qrl_lookahead", "qrl_lookahead_dwell", "qrl_lookahead_actor",
            "qrl_waypoints_lookahead", "qrl_graph_waypoints", "qrl_graph_waypoints_lookahead",
            "qrl_graph_waypoints_arrival", "qrl_graph_waypoints_dwell", "qrl_graph_waypoints_goal",
            "qrl_graph_waypoints_rest", "qrl_graph_waypoints_gcbc", "qrl_graph_waypoints_gcbc_goal",
-           "qrl_graph_waypoints_gcbc_rest", "qrl_grid",
+           "qrl_graph_waypoints_gcbc_rest", "qrl_graph_waypoints_direct", "qrl_graph_waypoints_gcbc_direct", "qrl_grid",
            "qrl_true", "qrl_true_hold", "crl", "gcbc", "mppi", "mppi_paper_samples", "mppi_true")  # TABLE's rows
 MethodName = Literal[METHODS]
 LAYOUTS = ("large", "medium", "umaze")
@@ -253,13 +253,14 @@ def _agent_policy(agent, layout, scale, seed, data):
 
 def _qrl_policy(name: str, inner: str | None = None, arrival: str | None = None, score: str = "final",
                 candidates: str = "grid", goal_dims: tuple[int, ...] | None = None,
-                stall_goal_dims: tuple[int, ...] | None = None):
+                stall_goal_dims: tuple[int, ...] | None = None, direct_first: bool = False):
     """A row acting with :func:`~platonic_rl.agents.qrl_policies.make_policy`'s policy ``name`` at the scale's
     settings (:meth:`~platonic_rl.benchmarks.presets.QRLPolicySettings.policy_kwargs`); ``inner="helper"``: the
     row's helper agent (e.g. GCBC's seed) acts between the waypoints."""
     def build(agent, *rest):
         helper, (layout, scale, seed, data) = (rest[0], rest[1:]) if inner == "helper" else (None, rest)
-        kwargs = scale.policies.policy_kwargs(name, inner, arrival, score, candidates, goal_dims, stall_goal_dims)
+        kwargs = scale.policies.policy_kwargs(name, inner, arrival, score, candidates, goal_dims, stall_goal_dims,
+                                              direct_first)
         if inner == "helper":
             kwargs["inner"] = helper
         return host_policy(make_policy(name, agent, data["observations"], **kwargs), normaliser(layout))
@@ -269,10 +270,11 @@ def _qrl_policy(name: str, inner: str | None = None, arrival: str | None = None,
 
 def _recorded(name: str, inner: str | None = None, arrival: str | None = None, score: str = "final",
               candidates: str = "grid", goal_dims: tuple[int, ...] | None = None,
-              stall_goal_dims: tuple[int, ...] | None = None) -> Callable[[Maze2dScale], dict]:
+              stall_goal_dims: tuple[int, ...] | None = None, direct_first: bool = False
+              ) -> Callable[[Maze2dScale], dict]:
     """The settings a policy row keeps in its record: its policy's, less the inner policy's name."""
     return lambda scale: {k: list(v) if isinstance(v, tuple) else v for k, v in scale.policies.policy_kwargs(
-        name, inner, arrival, score, candidates, goal_dims, stall_goal_dims).items() if k != "inner"}
+        name, inner, arrival, score, candidates, goal_dims, stall_goal_dims, direct_first).items() if k != "inner"}
 
 
 def _true_greedy_policy(hold: Callable[[Maze2dScale], int]):
@@ -332,6 +334,15 @@ TABLE: dict[str, Method] = {
         "QRL's graph waypoints + GCBC between them, targets at rest after a stall", "qrl",
         _qrl_policy("graph_waypoints", "helper", stall_goal_dims=GOAL_DIMS), "addition",
         settings=_recorded("graph_waypoints", "helper", stall_goal_dims=GOAL_DIMS), helper="gcbc"),
+    "qrl_graph_waypoints_direct": Method(
+        "QRL, the lookahead towards the goal until a stall, then graph waypoints + actor", "qrl",
+        _qrl_policy("graph_waypoints", "actor", "lookahead", direct_first=True), "addition",
+        settings=_recorded("graph_waypoints", "actor", "lookahead", direct_first=True)),
+    "qrl_graph_waypoints_gcbc_direct": Method(
+        "GCBC towards the goal until a stall, then QRL's graph waypoints at rest + GCBC", "qrl",
+        _qrl_policy("graph_waypoints", "helper", stall_goal_dims=GOAL_DIMS, direct_first=True), "addition",
+        settings=_recorded("graph_waypoints", "helper", stall_goal_dims=GOAL_DIMS, direct_first=True),
+        helper="gcbc"),
     "qrl_grid": Method("QRL critic, grid argmin", "qrl", lambda agent, layout, *_: grid_policy(agent, layout), "check"),
     "qrl_true": Method("QRL critic, true dynamics", "qrl", _true_greedy_policy(lambda s: 1), "check"),
     "qrl_true_hold": Method("QRL critic, true dyn., held", "qrl", _true_greedy_policy(lambda s: s.critic_hold_steps),

@@ -412,6 +412,110 @@ def render_device_loop_learning(block: Block) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ------------------------------------------------------------------------------------------------ fetch
+
+FETCH_AGENTS = (("qrl", "QRL"), ("crl", "Contrastive RL"), ("ddpg_her", "DDPG+HER"))
+
+
+def render_fetch_success(block: Block) -> str:
+    """Fetch's table: one row per record (the marker's lines name them, ``LABEL``, in the records' order) with its
+    seeds and env steps, each agent's final success (smoothed over the last evaluations, as the record's summary
+    holds it) and the zero-action reference's; bold: the best agent where two or more ran and one leads."""
+    if not block.records or len(block.rows) != len(block.records):
+        raise RenderError(f"{block.page}: fetch_success needs one row label per record (one per line), got "
+                          f"{len(block.rows)} label(s) for {len(block.records)} record(s)")
+    records = [(path, _read(path)) for path in block.records]
+    lines = ["| task | seeds, env steps | " + " | ".join(name for _, name in FETCH_AGENTS) + " | zero action |",
+             "|---" * (len(FETCH_AGENTS) + 3) + "|"]
+    for label, (_, record) in zip(block.rows, records):
+        summary, args = record["summary"], record["args"]
+        final = {agent: summary[agent]["final_success"] for agent, _ in FETCH_AGENTS if agent in summary}
+        best = max(final.values()) if len(final) > 1 and list(final.values()).count(max(final.values())) == 1 \
+            else None
+        cells = ["" if agent not in final else f"**{final[agent]:.3f}**" if final[agent] == best
+                 else f"{final[agent]:.3f}" for agent, _ in FETCH_AGENTS]
+        zero = summary.get("zero_action", {}).get("final_success")
+        lines.append(f"| {label} | {len(args['seeds'])}, {_thousands(args['env_steps'])} | " + " | ".join(cells)
+                     + f" | {'' if zero is None else f'{zero:.3f}'} |")
+    lines += ["", _records_line(block.page, records)]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------ dmc
+
+def _seeds_and_mean(values: Sequence[float]) -> str:
+    """``a / b / c (mean ± std)``, one decimal, the std over the seeds (not a sample's)."""
+    mean = sum(values) / len(values)
+    std = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
+    return " / ".join(f"{v:.1f}" for v in values) + f" ({mean:.1f} ± {std:.1f})"
+
+
+def render_dmc_device(block: Block) -> str:
+    """The device loop against the host loop on DMC: the first record is ``benchmarks.dmc_device``'s, the others the
+    host loop's (``benchmarks.dmc``). Per marker line ``LABEL | VARIANT | METHOD`` the final returns of each seed in
+    both loops (the host's from the first host record holding the pair); then the whole training's env steps/s of
+    both loops (noiseless, the twin) and the agent's env steps/s alone per task (the host's one env, MJX's env
+    counts), as the device record measured them."""
+    rows = [[p.strip() for p in line.split(" | ")] for line in block.rows]
+    if len(block.records) < 2 or not rows or any(len(r) != 3 or not all(r) for r in rows):
+        raise RenderError(f"{block.page}: dmc_device needs the device record then the host records, and rows "
+                          f"'LABEL | VARIANT | METHOD', one per line")
+    records = [(path, _read(path)) for path in block.records]
+    device, hosts = records[0][1], [record for _, record in records[1:]]
+    lines = ["| | host loop (dm_control), seeds " + " / ".join(map(str, device["args"]["seeds"]))
+             + " | device loop (MJX), seeds " + " / ".join(map(str, device["args"]["seeds"])) + " |", "|---|---|---|"]
+    for label, variant, method in rows:
+        host = next((h["summary"][variant][method]["returns"] for h in hosts
+                     if method in h.get("summary", {}).get(variant, {})), None)
+        if host is None or f"{variant} {method}" not in device["learning"]:
+            raise RenderError(f"{block.page}: no record holds {method} on {variant} for both loops")
+        finals = device["learning"][f"{variant} {method}"]["final"]
+        lines.append(f"| {label} | {_seeds_and_mean(host)} | "
+                     f"{_seeds_and_mean([finals[str(s)] for s in device['args']['seeds']])} |")
+    rate = device["throughput"]
+    for label, variant in (("whole training, env steps/s, Dreamer / Denoised MDP, noiseless", "noiseless"),
+                           ("the same with the twin", "twin")):
+        runs = [rate[f"{name}, {variant}"] for name in ("Dreamer", "Denoised MDP")]
+        lines.append(f"| {label} | " + " / ".join(f"{r['host_env_steps_per_second']:.0f}" for r in runs) + " | "
+                     + " / ".join(f"{r['device_env_steps_per_second']:.0f}" for r in runs) + " ("
+                     + " / ".join(f"{r['device_over_host']:.2f}x" for r in runs) + ") |")
+    tasks = [(key.split()[0], speeds) for key, speeds in device["envs"].items() if key.endswith(" noiseless")]
+    for i, (task, speeds) in enumerate(tasks):
+        counts = [k for k in speeds if k.startswith("mjx x")]
+        label = (f"agent steps/s alone, noiseless, 1 env (host) / {' / '.join(k[5:] for k in counts)} envs (MJX): "
+                 f"{task.split('-')[0]}" if i == 0 else task.split("-")[0])
+        lines.append(f"| {label} | {speeds['host']:,.0f} | " + " / ".join(f"{speeds[k]:,.0f}" for k in counts) + " |")
+    lines += ["", _records_line(block.page, records)]
+    return "\n".join(lines) + "\n"
+
+
+def render_dmc_curves(block: Block) -> str:
+    """Evaluation returns along training (``benchmarks.dmc``'s runs): per marker line ``LABEL | VARIANT | METHOD`` the
+    first run of the records with that variant and method, its mean ± std return at each evaluation (columns: the
+    first such run's env steps), the last in bold."""
+    rows = [[p.strip() for p in line.split(" | ")] for line in block.rows]
+    if not block.records or not rows or any(len(r) != 3 or not all(r) for r in rows):
+        raise RenderError(f"{block.page}: dmc_curves needs records and rows 'LABEL | VARIANT | METHOD', one per line")
+    records = [(path, _read(path)) for path in block.records]
+    runs = [run for _, record in records for run in record["runs"]]
+    chosen = []
+    for label, variant, method in rows:
+        run = next((r for r in runs if (r["variant"], r["method"]) == (variant, method)), None)
+        if run is None:
+            raise RenderError(f"{block.page}: no run of {method} on {variant} in the dmc_curves records")
+        chosen.append((label, run))
+    steps = chosen[0][1]["eval_steps"]
+    lines = ["| run | " + " | ".join(_thousands(int(t)) for t in steps) + " |", "|---" * (len(steps) + 1) + "|"]
+    for label, run in chosen:
+        if run["eval_steps"] != steps:
+            raise RenderError(f"{block.page}: dmc_curves' runs must share their evaluation steps ({label} differs)")
+        cells = [f"{m:.1f} ± {sd:.1f}" for m, sd in zip(run["eval_return"], run["eval_return_std"])]
+        cells[-1] = f"**{cells[-1]}**"
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", _records_line(block.page, records)]
+    return "\n".join(lines) + "\n"
+
+
 # ------------------------------------------------------------------------------------------------ speed
 
 def render_speed_compiled(block: Block) -> str:
@@ -542,6 +646,9 @@ RENDERERS: dict[str, Callable[[Block], str]] = {
     "ogbench_tasks": render_ogbench_tasks,
     "device_loop_learning": render_device_loop_learning,
     "ogbench_teleport": render_ogbench_teleport,
+    "fetch_success": render_fetch_success,
+    "dmc_device": render_dmc_device,
+    "dmc_curves": render_dmc_curves,
 }
 
 

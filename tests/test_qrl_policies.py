@@ -402,6 +402,34 @@ def test_after_a_stall_the_episodes_targets_take_the_goals_form_until_its_goal_c
         P.WaypointPolicy.create(agent, waypoints, reach, patience=3, stall_goal_dims=(0, 4))
 
 
+def test_direct_first_targets_the_goal_until_the_first_stall_then_the_waypoints_dropping_nothing_then(agent):
+    """direct_first with patience 3: the target is the goal itself while d(s, g) has not stalled (the point does not
+    move: stalled after 4 steps without progress), then the waypoints the plain policy chooses, none dropped at that
+    first stall; a later stall drops as usual; a new goal starts with the goal as target again."""
+    obs, goals, waypoints = states(3, 21), states(3, 22), states(40, 23)
+    d_sg = P.WaypointPolicy.create(agent, waypoints, 1.0).targets(obs, goals)[1]["goal_distance"]
+    reach = 0.9 * float(np.min(d_sg))  # every episode would target a waypoint
+    plain = P.WaypointPolicy.create(agent, waypoints, reach, replan_every=1, patience=3)
+    policy = P.WaypointPolicy.create(agent, waypoints, reach, replan_every=1, patience=3, direct_first=True)
+    step = jax.jit(type(policy).step)
+    state = policy.initial_policy_state(3)
+    for t in range(5):  # steps 0-3: the goal; the stall is counted at step 4 (4 > patience), after that step's choice
+        _, state = step(policy, state, obs, goals)
+        np.testing.assert_allclose(state["targets"], goals, err_msg=str(t))
+    assert np.asarray(state["stalled"]).all() and not np.asarray(state["dropped"]).any()
+    _, state = step(policy, state, obs, goals)  # the waypoints' turn: the plain policy's first choice
+    np.testing.assert_allclose(state["targets"], plain.targets(obs, goals)[0], rtol=1e-6)
+    assert not np.allclose(state["targets"], goals)
+    for _ in range(4):  # the second stall drops what promised progress, as the plain policy's first does
+        _, state = step(policy, state, obs, goals)
+    assert np.asarray(state["dropped"]).any(1).all()
+    _, fresh = step(policy, state, obs, goals + 0.1)  # a new episode: the goal first again
+    np.testing.assert_allclose(fresh["targets"], goals + 0.1)
+    assert not np.asarray(fresh["stalled"]).any() and not np.asarray(fresh["dropped"]).any()
+    with pytest.raises(ValueError, match="direct_first must be a bool, and True needs patience"):
+        P.WaypointPolicy.create(agent, waypoints, reach, direct_first=True)
+
+
 def test_the_arrival_policy_acts_where_the_target_is_the_goal_and_the_inner_elsewhere(agent):
     """``arrival``: states whose target is their goal (within reach) take the arrival policy's action towards the
     goal; the others the inner policy's towards their waypoint."""

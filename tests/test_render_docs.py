@@ -265,3 +265,74 @@ def test_device_loop_learning_averages_the_last_evaluations_per_seed_then_over_s
     page.write_text("<!-- rendered: device_loop_learning a/results.json -->\n<!-- /rendered -->\n")
     with pytest.raises(RenderError, match="device_loop_learning needs three records"):
         render_page(page)
+
+
+def test_fetch_success_prints_each_records_finals_and_bolds_a_single_leader(tmp_path):
+    def record(name, seeds, steps, **finals):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(dict(
+            args=dict(seeds=list(range(seeds)), env_steps=steps),
+            summary={agent: dict(final_success=v) for agent, v in finals.items()})))
+
+    record("a", 3, 20000, qrl=0.9516, crl=0.5, ddpg_her=0.25, zero_action=0.024)
+    record("b", 1, 40500, qrl=0.044, crl=0.044)   # a tie: nothing bold
+    record("c", 1, 56000, qrl=0.132)              # one agent: nothing to lead
+    page = tmp_path / "page.md"
+    page.write_text("<!-- rendered: fetch_success a/results.json b/results.json c/results.json\nReach\nPush\nImages\n"
+                    "-->\n<!-- /rendered -->\n")
+    lines = render_page(page).split("\n")
+    assert lines[5:10] == ["| task | seeds, env steps | QRL | Contrastive RL | DDPG+HER | zero action |",
+                           "|---|---|---|---|---|---|",
+                           "| Reach | 3, 20k | **0.952** | 0.500 | 0.250 | 0.024 |",
+                           "| Push | 1, 40,500 | 0.044 | 0.044 |  |  |",
+                           "| Images | 1, 56k | 0.132 |  |  |  |"]
+    page.write_text("<!-- rendered: fetch_success a/results.json b/results.json\nReach\n-->\n<!-- /rendered -->\n")
+    with pytest.raises(RenderError, match="fetch_success needs one row label per record"):
+        render_page(page)
+
+
+def test_dmc_device_sets_each_loops_seeds_beside_their_mean_and_the_measured_rates(tmp_path):
+    rate = lambda host, device: dict(host_env_steps_per_second=host, device_env_steps_per_second=device,  # noqa: E731
+                                     device_over_host=device / host)
+    device = dict(args=dict(seeds=[0, 1]),
+                  learning={"noiseless dreamer": dict(final={"0": 100.0, "1": 300.0})},
+                  throughput={"Dreamer, noiseless": rate(200.0, 250.0), "Denoised MDP, noiseless": rate(100.0, 90.0),
+                              "Dreamer, twin": rate(10.0, 10.0), "Denoised MDP, twin": rate(20.0, 10.0)},
+                  envs={"cheetah-run noiseless": {"host": 6608.6, "mjx x1": 2268.4, "mjx x8": 1000.0},
+                        "cheetah-run twin": {"host": 1.0, "mjx x1": 1.0, "mjx x8": 1.0}})
+    host = dict(summary=dict(noiseless=dict(dreamer=dict(returns=[10.0, 20.0]))))
+    for name, record in (("device", device), ("host", host)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(record))
+    page = tmp_path / "page.md"
+    page.write_text("<!-- rendered: dmc_device device/results.json host/results.json\nD | noiseless | dreamer\n-->\n"
+                    "<!-- /rendered -->\n")
+    assert render_page(page).split("\n")[3:9] == [
+        "| | host loop (dm_control), seeds 0 / 1 | device loop (MJX), seeds 0 / 1 |", "|---|---|---|",
+        "| D | 10.0 / 20.0 (15.0 ± 5.0) | 100.0 / 300.0 (200.0 ± 100.0) |",
+        "| whole training, env steps/s, Dreamer / Denoised MDP, noiseless | 200 / 100 | 250 / 90 (1.25x / 0.90x) |",
+        "| the same with the twin | 10 / 20 | 10 / 10 (1.00x / 0.50x) |",
+        "| agent steps/s alone, noiseless, 1 env (host) / 1 / 8 envs (MJX): cheetah | 6,609 | 2,268 / 1,000 |"]
+    page.write_text("<!-- rendered: dmc_device device/results.json host/results.json\nD | twin | dreamer\n-->\n"
+                    "<!-- /rendered -->\n")
+    with pytest.raises(RenderError, match="no record holds dreamer on twin for both loops"):
+        render_page(page)
+
+
+def test_dmc_curves_lists_each_runs_evaluations_and_bolds_the_last(tmp_path):
+    run = lambda variant, method, means, steps=(10000, 20000): dict(  # noqa: E731
+        variant=variant, method=method, eval_steps=list(steps), eval_return=means, eval_return_std=[0.5, 1.25])
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "results.json").write_text(json.dumps(dict(runs=[run("noiseless", "dreamer", [1.0, 200.04]),
+                                                                       run("twin", "dreamer", [3.0, 4.0], (1, 2))])))
+    page = tmp_path / "page.md"
+    page.write_text("<!-- rendered: dmc_curves a/results.json\nD | noiseless | dreamer\n-->\n<!-- /rendered -->\n")
+    assert render_page(page).split("\n")[3:6] == ["| run | 10k | 20k |", "|---|---|---|",
+                                                  "| D | 1.0 ± 0.5 | **200.0 ± 1.2** |"]
+    page.write_text("<!-- rendered: dmc_curves a/results.json\nD | noiseless | dreamer\nT | twin | dreamer\n-->\n"
+                    "<!-- /rendered -->\n")
+    with pytest.raises(RenderError, match="must share their evaluation steps"):
+        render_page(page)
+    page.write_text("<!-- rendered: dmc_curves a/results.json\nD | noiseless | denoised\n-->\n<!-- /rendered -->\n")
+    with pytest.raises(RenderError, match="no run of denoised on noiseless"):
+        render_page(page)
