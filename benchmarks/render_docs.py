@@ -412,6 +412,136 @@ def render_device_loop_learning(block: Block) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ------------------------------------------------------------------------------------------------ quasimetric learning
+
+def _three_figures(value: float | None) -> str:
+    """A positive error or prediction to about three figures: 1.08, 24.2, 547, 2.7e4; inf; "-" for none."""
+    if value is None:
+        return "-"
+    if value == float("inf"):
+        return "inf"
+    if value >= 1e4:
+        mantissa, exponent = f"{value:.1e}".split("e")
+        return f"{mantissa}e{int(exponent)}"
+    return f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+
+
+def render_quasimetric_large(block: Block) -> str:
+    """Table 3.2's columns on the larger graph: test MSE x 1e-3 / l1 error on finite distances / mean prediction on
+    unreachable pairs, one column per record (its steps), then the paper's. Per marker line ``LABEL | METHODS |
+    FAMILY``: the method of ``METHODS`` (space-separated) with the lowest test MSE in each record ("–" where none
+    ran), and the paper's row ``FAMILY``; bold: each column's lowest MSE."""
+    from platonic_rl.benchmarks.quasimetric_learning import PAPER_TABLE_3_2
+
+    rows = [[p.strip() for p in line.split(" | ")] for line in block.rows]
+    if not block.records or not rows or any(len(r) != 3 or not all(r) for r in rows):
+        raise RenderError(f"{block.page}: quasimetric_large needs records and rows 'LABEL | METHODS | FAMILY', one "
+                          f"per line")
+    records = [(path, _read(path)) for path in block.records]
+    cells = lambda r: " / ".join(_three_figures(v) for v in (1e3 * r["test_mse"], r["l1_finite"],  # noqa: E731
+                                                               r["pred_infinite"]))
+    chosen = []  # per row, per record: the chosen result or None
+    for label, methods, family in rows:
+        if family not in PAPER_TABLE_3_2:
+            raise RenderError(f"{block.page}: quasimetric_large: no paper row {family!r}; known: "
+                              f"{sorted(PAPER_TABLE_3_2)}")
+        results = []
+        for _, record in records:
+            ran = [record["large"]["results"][m] for m in methods.split() if m in record["large"]["results"]]
+            results.append(min(ran, key=lambda r: r["test_mse"]) if ran else None)
+        chosen.append(results)
+    best = [min((row[i]["test_mse"] for row in chosen if row[i] is not None), default=None)
+            for i in range(len(records))]
+    lines = ["| head | " + " | ".join(f"{record['scale']['large_steps']} steps" for _, record in records)
+             + " | paper |", "|---" * (len(records) + 2) + "|"]
+    for (label, _, family), results in zip(rows, chosen):
+        row = ["–" if r is None else f"**{cells(r)}**" if r["test_mse"] == best[i] else cells(r)
+               for i, r in enumerate(results)]
+        paper = " / ".join(_three_figures(v) for v in PAPER_TABLE_3_2[family])
+        lines.append(f"| {label} | " + " | ".join(row) + f" | {paper} |")
+    lines += ["", _records_line(block.page, records)]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------ mountaincar
+
+def render_mountaincar_scores(block: Block) -> str:
+    """Table 4.1 from the MountainCar record: per method (the record's order) the score on the top of the hill and on
+    the 9 states beside the paper's, and the Spearman correlations of the learned distance with the true cost."""
+    from platonic_rl.benchmarks.mountaincar import LABELS
+
+    if len(block.records) != 1:
+        raise RenderError(f"{block.page}: mountaincar_scores needs the one MountainCar record")
+    record = _read(block.records[0])
+    number = lambda v, digits=2: "–" if v is None else "" if v != v else f"{v:.{digits}f}"  # noqa: E731  (NaN: "")
+    lines = ["| method | top of hill | (paper) | 9 states | (paper) | Spearman top | Spearman 9 (mean) |",
+             "|---|---|---|---|---|---|---|"]
+    for name, result in record["results"].items():
+        summary, paper = result["summary"], record["paper_table_4_1"].get(name, [None, None])
+        nine_rho = summary.get("spearman_nine_states_mean", float("nan"))
+        lines.append(f"| {LABELS.get(name, name)} | {number(summary['top_of_hill'])} | {number(paper[0])} | "
+                     f"{number(summary['nine_states'])} | {number(paper[1])} | "
+                     f"{number(summary.get('spearman_top_of_hill', float('nan')), 3)} | "
+                     f"{'–' if summary['nine_states'] is None else number(nine_rho, 3)} |")
+    lines += ["", _records_line(block.page, [(block.records[0], record)])]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------ own dataset
+
+def _small(value: float) -> str:
+    return f"{value:.1f}" if abs(value) >= 1 else f"{value:.2f}"
+
+
+def render_own_dataset(block: Block) -> str:
+    """The own-dataset table: the first record's methods (marker lines ``LABEL | METHOD``: success at each budget,
+    mean ± std over seeds, bold where one method leads; seed 0's seconds at the last budget; the BC NLL and the
+    constraint's violation at the last budget, means over seeds and critics) and the second record's policies (lines
+    ``LABEL | NAME / NAME``: a method's own acting or a ``make_policy`` policy at the last budget, success and, in
+    brackets, the fraction at the goal at the episode's end)."""
+    rows = [[p.strip() for p in line.split(" | ")] for line in block.rows]
+    if len(block.records) != 2 or not rows or any(len(r) != 2 or not all(r) for r in rows):
+        raise RenderError(f"{block.page}: own_dataset needs two records (methods, policies) and rows 'LABEL | METHOD'"
+                          f" or 'LABEL | NAME / NAME', one per line")
+    records = [(path, _read(path)) for path in block.records]
+    (_, methods), (_, policies) = records
+    budgets = methods["args"]["updates"]
+    last = budgets[-1]
+    runs = lambda record, method, u: [r for r in record["rows"] if r["method"] == method and r["updates"] == u]  # noqa: E731
+    mean = lambda values: sum(values) / len(values)  # noqa: E731
+    leaders = {}
+    for u in budgets:
+        means = {m: mean([r["success"] for r in runs(methods, m, u)]) for _, m in rows if runs(methods, m, u)}
+        top = max(means.values(), default=None)
+        leaders[u] = next(iter(m for m, v in means.items() if v == top)) if list(means.values()).count(top) == 1 \
+            else None
+    lines = ["| method | " + " | ".join(f"{u:,} updates" for u in budgets) + f" | seconds | BC NLL at {_thousands(last)} "
+             f"| violation at {_thousands(last)} |", "|---" * (len(budgets) + 4) + "|"]
+    for label, spec in rows:
+        if runs(methods, spec, last):
+            cells = []
+            for u in budgets:
+                cell = _mean_std([r["success"] for r in runs(methods, spec, u)])
+                cells.append(f"**{cell}**" if leaders[u] == spec else cell)
+            final = runs(methods, spec, last)
+            seconds = next(r["train_seconds"] for r in final if r["seed"] == 0)
+            nll = [r["bc_nll"] for r in final if "bc_nll" in r]
+            violation = [v for r in final for k, v in r.items() if k.endswith("violation")]
+            lines.append(f"| {label} | " + " | ".join(cells) + f" | {seconds:.0f} | "
+                         f"{f'{mean(nll):.2f}' if nll else '--'} | {_small(mean(violation)) if violation else '--'} |")
+            continue
+        acted = []
+        for name in (n.strip() for n in spec.split("/")):
+            found = ([r for r in policies["rows"] if r["method"] == name and r["updates"] == last]
+                     or [r for r in policies.get("policy_rows", []) if r["policy"] == name])
+            if not found:
+                raise RenderError(f"{block.page}: own_dataset: no method or policy {name!r} in the records")
+            acted.append(f"{mean([r['success'] for r in found]):.2f} ({mean([r['at_goal_at_end'] for r in found]):.2f})")
+        lines.append(f"| {label} | " + " | " * (len(budgets) - 1) + " / ".join(acted) + " | | | |")
+    lines += ["", _records_line(block.page, records)]
+    return "\n".join(lines) + "\n"
+
+
 # ------------------------------------------------------------------------------------------------ fetch
 
 FETCH_AGENTS = (("qrl", "QRL"), ("crl", "Contrastive RL"), ("ddpg_her", "DDPG+HER"))
@@ -649,6 +779,9 @@ RENDERERS: dict[str, Callable[[Block], str]] = {
     "fetch_success": render_fetch_success,
     "dmc_device": render_dmc_device,
     "dmc_curves": render_dmc_curves,
+    "mountaincar_scores": render_mountaincar_scores,
+    "own_dataset": render_own_dataset,
+    "quasimetric_large": render_quasimetric_large,
 }
 
 

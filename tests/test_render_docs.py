@@ -336,3 +336,70 @@ def test_dmc_curves_lists_each_runs_evaluations_and_bolds_the_last(tmp_path):
     page.write_text("<!-- rendered: dmc_curves a/results.json\nD | noiseless | denoised\n-->\n<!-- /rendered -->\n")
     with pytest.raises(RenderError, match="no run of denoised on noiseless"):
         render_page(page)
+
+
+def test_mountaincar_scores_sets_each_score_beside_the_papers_and_dashes_what_a_method_has_not(tmp_path):
+    nan = float("nan")
+    record = dict(paper_table_4_1=dict(qrl_single=[97.69, None], qrl_multi=[95.89, 85.55]), results=dict(
+        qrl_single=dict(summary=dict(top_of_hill=96.664, nine_states=None, spearman_top_of_hill=0.85204,
+                                     spearman_nine_states_mean=nan)),
+        qrl_multi=dict(summary=dict(top_of_hill=95.0, nine_states=89.925, spearman_top_of_hill=0.5,
+                                    spearman_nine_states_mean=0.2125)),
+        oracle_full=dict(summary=dict(top_of_hill=100.0, nine_states=99.9999))))
+    (tmp_path / "mc").mkdir()
+    (tmp_path / "mc" / "results.json").write_text(json.dumps(record))
+    page = tmp_path / "page.md"
+    page.write_text("<!-- rendered: mountaincar_scores mc/results.json -->\n<!-- /rendered -->\n")
+    assert render_page(page).split("\n")[3:6] == [
+        "| QRL single-goal | 96.66 | 97.69 | – | – | 0.852 | – |",
+        "| QRL multi-goal | 95.00 | 95.89 | 89.92 | 85.55 | 0.500 | 0.212 |",
+        "| Oracle (full dynamics) | 100.00 | – | 100.00 | – |  |  |"]
+
+
+def test_own_dataset_averages_seeds_and_critics_and_sets_the_policies_at_the_last_budget(tmp_path):
+    row = lambda method, seed, u, success, **signals: dict(method=method, seed=seed, updates=u, success=success,  # noqa: E731
+                                                            train_seconds=10.0 * (seed + 1) * u, **signals)
+    methods = dict(args=dict(updates=[1, 3]), rows=[
+        row("gcbc", 0, 1, 0.5), row("gcbc", 1, 1, 0.7), row("gcbc", 0, 3, 1.0, bc_nll=0.5),
+        row("gcbc", 1, 3, 0.8, bc_nll=0.7),
+        row("qrl", 0, 1, 0.2), row("qrl", 1, 1, 0.2), row("qrl", 0, 3, 0.9, **{"critic0/violation": 0.05,
+                                                                               "critic1/violation": 0.07}),
+        row("qrl", 1, 3, 0.9, **{"critic0/violation": 7.0, "critic1/violation": 8.0})])
+    policies = dict(rows=[dict(method="qrl", updates=3, success=1.0, at_goal_at_end=0.5)],
+                    policy_rows=[dict(policy="lookahead", success=0.25, at_goal_at_end=0.125)])
+    for name, record in (("m", methods), ("p", policies)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(record))
+    page = tmp_path / "page.md"
+    page.write_text("<!-- rendered: own_dataset m/results.json p/results.json\nG | gcbc\nQ | qrl\nacting | qrl / "
+                    "lookahead\n-->\n<!-- /rendered -->\n")
+    assert render_page(page).split("\n")[5:10] == [
+        "| method | 1 updates | 3 updates | seconds | BC NLL at 3 | violation at 3 |", "|---|---|---|---|---|---|",
+        "| G | **0.60 ± 0.10** | 0.90 ± 0.10 | 30 | 0.60 | -- |",
+        "| Q | 0.20 ± 0.00 | 0.90 ± 0.00 | 30 | -- | 3.8 |",
+        "| acting |  | 1.00 (0.50) / 0.25 (0.12) | | | |"]
+    page.write_text("<!-- rendered: own_dataset m/results.json p/results.json\nacting | hiql\n-->\n<!-- /rendered -->\n")
+    with pytest.raises(RenderError, match="no method or policy 'hiql'"):
+        render_page(page)
+
+
+def test_quasimetric_large_takes_the_best_of_each_rows_methods_per_record_and_bolds_the_lowest_mse(tmp_path):
+    result = lambda mse, l1, inf: dict(test_mse=mse, l1_finite=l1, pred_infinite=inf)  # noqa: E731
+    short = dict(scale=dict(large_steps=1500), large=dict(results={
+        "iqe-sum": result(0.0242, 3.941, 50.8), "deepnorm": result(0.0300, 4.0, 60.0),
+        "deepnorm-maxmean": result(0.0210, 4.07, 66.49), "asymdot": result(0.0854, 26716.4, 26589.7)}))
+    long = dict(scale=dict(large_steps=6000), large=dict(results={"iqe-sum": result(0.0157, 3.36, 101.84)}))
+    for name, record in (("a", short), ("b", long)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(record))
+    page = tmp_path / "page.md"
+    page.write_text("<!-- rendered: quasimetric_large a/results.json b/results.json\nIQE | iqe-sum | IQE-sum\n"
+                    "DN | deepnorm deepnorm-maxmean | DeepNorm\ndot | asymdot | Asym. dot product\n-->\n<!-- /rendered -->\n")
+    assert render_page(page).split("\n")[5:10] == [
+        "| head | 1500 steps | 6000 steps | paper |", "|---|---|---|---|",
+        "| IQE | 24.2 / 3.94 / 50.8 | **15.7 / 3.36 / 102** | 1.08 / 1.30 / 118 |",
+        "| DN | **21.0 / 4.07 / 66.5** | – | 5.07 / 2.08 / 120 |",
+        "| dot | 85.4 / 2.7e4 / 2.7e4 | – | 48.1 / 2.5e11 / 2.7e11 |"]
+    page.write_text("<!-- rendered: quasimetric_large a/results.json\nX | iqe-sum | IQE\n-->\n<!-- /rendered -->\n")
+    with pytest.raises(RenderError, match="no paper row 'IQE'"):
+        render_page(page)
