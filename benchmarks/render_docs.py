@@ -463,6 +463,67 @@ def render_quasimetric_large(block: Block) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ------------------------------------------------------------------------------------------------ representations
+
+ENCODER_FAMILIES = {"align_uniform": "align+uniform, w={:g}", "infonce": "InfoNCE, tau={:g}", "untrained": "untrained",
+                    "pixels": "raw pixels"}
+
+
+def render_representations(block: Block) -> str:
+    """The digits encoders' table: per (family, setting), in the record's order, the linear probe's accuracy (mean ±
+    std over seeds; one value where one encoder ran) and the mean L_align and L_uniform; bold: the best setting of
+    each self-supervised family (the record's summary); "(collapsed)" where L_uniform is above -0.01 (every
+    embedding on one point)."""
+    if len(block.records) != 1:
+        raise RenderError(f"{block.page}: representations needs the one representations record")
+    record = _read(block.records[0])
+    groups: dict[tuple, list[dict]] = {}
+    for encoder in record["encoders"]:
+        groups.setdefault((encoder["family"], encoder["param"]), []).append(encoder)
+    best = {(family, record["summary"][f"best_{family}"]["param"]) for family in ("align_uniform", "infonce")
+            if f"best_{family}" in record["summary"]}
+    mean = lambda values: sum(values) / len(values)  # noqa: E731
+    lines = ["| encoder | probe accuracy | L_align | L_uniform |", "|---|---|---|---|"]
+    for (family, param), encoders in groups.items():
+        label = ENCODER_FAMILIES.get(family, family).format(param)
+        accuracy = [e["accuracy"] for e in encoders]
+        spread = (sum((a - mean(accuracy)) ** 2 for a in accuracy) / len(accuracy)) ** 0.5
+        cell = f"{mean(accuracy):.3f}" + (f" ± {spread:.3f}" if len(encoders) > 1 else "")
+        if (family, param) in best:
+            label, cell = f"**{label}**", f"**{cell}**"
+        uniform = mean([e["uniform"] for e in encoders])
+        lines.append(f"| {label} | {cell} | {mean([e['align'] for e in encoders]):.3f} | {uniform:.3f}"
+                     + (" (collapsed)" if uniform > -0.01 else "") + " |")
+    lines += ["", _records_line(block.page, [(block.records[0], record)])]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------ convergence
+
+def render_convergence(block: Block) -> str:
+    """The convergence table: per maze, view and method the final snapshot's readings (success; mutual k-NN within
+    the method across seeds, with the other methods, with the maze's geodesic; linear CKA with the geodesic and the
+    position), means over seeds, in brackets the same networks untrained (``benchmarks.convergence``)."""
+    from platonic_rl.benchmarks.convergence import NAMES, _readings
+
+    if len(block.records) != 1:
+        raise RenderError(f"{block.page}: convergence needs the one convergence record")
+    record = _read(block.records[0])
+    last = record["scale"]["snapshots"][-1]
+    columns = ("success", "within", "across", "knn/geodesic", "cka/geodesic", "cka/position")
+    lines = ["| maze | view | method | success | within | across | kNN geodesic | CKA geodesic | CKA position |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for maze, views in record["envs"].items():
+        for view_name, view in views.items():
+            for method in view["summary"]["methods"]:
+                final, untrained = (_readings(view, method, snapshot) for snapshot in (last, 0))
+                digits = lambda name: 2 if name == "success" else 3  # noqa: E731
+                cells = [f"{final[c]:.{digits(c)}f} ({untrained[c]:.{digits(c)}f})" for c in columns]
+                lines.append(f"| {maze} | {view_name} | {NAMES[method]} | " + " | ".join(cells) + " |")
+    lines += ["", _records_line(block.page, [(block.records[0], record)])]
+    return "\n".join(lines) + "\n"
+
+
 # ------------------------------------------------------------------------------------------------ mountaincar
 
 def render_mountaincar_scores(block: Block) -> str:
@@ -782,6 +843,8 @@ RENDERERS: dict[str, Callable[[Block], str]] = {
     "mountaincar_scores": render_mountaincar_scores,
     "own_dataset": render_own_dataset,
     "quasimetric_large": render_quasimetric_large,
+    "representations": render_representations,
+    "convergence": render_convergence,
 }
 
 

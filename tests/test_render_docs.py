@@ -403,3 +403,43 @@ def test_quasimetric_large_takes_the_best_of_each_rows_methods_per_record_and_bo
     page.write_text("<!-- rendered: quasimetric_large a/results.json\nX | iqe-sum | IQE\n-->\n<!-- /rendered -->\n")
     with pytest.raises(RenderError, match="no paper row 'IQE'"):
         render_page(page)
+
+
+def test_representations_groups_seeds_bolds_each_familys_best_and_marks_a_collapse(tmp_path):
+    encoder = lambda family, param, accuracy, align, uniform: dict(  # noqa: E731
+        family=family, param=param, accuracy=accuracy, align=align, uniform=uniform)
+    record = dict(encoders=[encoder("align_uniform", 0.1, 0.2, 0.0, -1e-5), encoder("align_uniform", 0.1, 0.1, 0.0, 0.0),
+                            encoder("align_uniform", 3.0, 0.9, 1.0, -3.0), encoder("align_uniform", 3.0, 1.0, 2.0, -3.5),
+                            encoder("pixels", None, 0.978, 1.1, -1.2)],
+                  summary=dict(best_align_uniform=dict(param=3.0)))
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "results.json").write_text(json.dumps(record))
+    page = tmp_path / "page.md"
+    page.write_text("<!-- rendered: representations r/results.json -->\n<!-- /rendered -->\n")
+    assert render_page(page).split("\n")[3:6] == [
+        "| align+uniform, w=0.1 | 0.150 ± 0.050 | 0.000 | -0.000 (collapsed) |",
+        "| **align+uniform, w=3** | **0.950 ± 0.050** | 1.500 | -3.250 |",
+        "| raw pixels | 0.978 | 1.100 | -1.200 |"]
+
+
+def test_convergence_reads_the_final_and_untrained_snapshots_of_each_method(tmp_path):
+    # entries: qrl seeds 0, 1 and crl seed 0, untrained (iteration 0) then trained (iteration 5)
+    entries = [dict(method=m, seed=s, iteration=t, success=v) for t, values in ((0, (0.1, 0.3, 0.2)), (5, (0.7, 0.9, 0.4)))
+               for (m, s), v in zip((("qrl", 0), ("qrl", 1), ("crl", 0)), values)]
+    knn = [[1.0] * 6 for _ in range(6)]
+    knn[3][4] = knn[4][3] = 0.8      # the trained qrl seeds with each other
+    knn[3][5] = knn[5][3] = 0.5      # ... and with crl
+    knn[4][5] = knn[5][4] = 0.7
+    world = dict(geodesic=dict(mutual_knn=[0.2] * 3 + [0.4, 0.6, 0.1], cka=[0.5] * 6),
+                 position=dict(mutual_knn=[0.0] * 6, cka=[0.9] * 3 + [0.8, 0.7, 0.3]))
+    record = dict(scale=dict(snapshots=[0, 5]), envs=dict(umaze=dict(state=dict(
+        entries=entries, mutual_knn=knn, world=world, summary=dict(methods=["qrl", "crl"])))))
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "results.json").write_text(json.dumps(record))
+    page = tmp_path / "page.md"
+    page.write_text("<!-- rendered: convergence c/results.json -->\n<!-- /rendered -->\n")
+    assert render_page(page).split("\n")[3:5] == [
+        "| umaze | state | QRL | 0.80 (0.20) | 0.800 (1.000) | 0.600 (1.000) | 0.500 (0.200) | 0.500 (0.500) "
+        "| 0.750 (0.900) |",
+        "| umaze | state | Contrastive RL | 0.40 (0.20) | nan (nan) | 0.600 (1.000) | 0.100 (0.200) | 0.500 (0.500) "
+        "| 0.300 (0.900) |"]
