@@ -738,6 +738,43 @@ def render_speed_compiled(block: Block) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_speed_summary(block: Block) -> str:
+    """The results page's speed table from three records: the speed report (``--cases``: the matmul peak, the
+    updates' times and shares of the peak, IQE's share of the Fetch update), its compiled-update profile (the
+    products' share of the traced steps) and the loops' run (each loop's rate over its updates' rate alone)."""
+    if len(block.records) != 3:
+        raise RenderError(f"{block.page}: speed_summary needs three records: the speed report, its compiled profile "
+                          f"and the loops' run")
+    records = [(path, _read(path)) for path in block.records]
+    (_, speed), (_, compiled), (loops_path, loops) = records
+    updates, profiled = speed["updates"], compiled["updates"]
+    peak = lambda u: f"{u['peak_fraction_one_call']:.0%} / {u['peak_fraction_in_scan']:.0%} of the peak"  # noqa: E731
+
+    def products(name: str) -> str:
+        run = profiled[name]["profile"]["compiled"]
+        return (f"in the compiled update its products take {run['products_ms'] / run['traced_ms']:.0%} of the "
+                f"steps' time ({compiled['matmul_peak_gflops']:.0f} GFLOP/s)")
+
+    fetch, maze2d = updates["qrl_continuous"], updates["maze2d_qrl_w128_b256"]
+    world = [updates[n]["peak_fraction_one_call"] for n in ("dreamer_cpu", "denoised_mdp_cpu") if n in updates]
+    lines = ["| measurement | result |", "|---|---|",
+             f"| float32 matmul peak, measured in the run | {speed['matmul_peak_gflops']:.0f} GFLOP/s |",
+             f"| Fetch QRL update at C.3.3's size | {fetch['ms_one_call']:.0f} ms; {fetch['peak_fraction_one_call']:.0%} "
+             f"of the peak as one call, {fetch['peak_fraction_in_scan']:.0%} in a scan; {products('qrl_continuous')} |",
+             f"| discrete QRL update at C.3.1's size | {peak(updates['qrl'])} |",
+             f"| maze2d `cpu` QRL update | {maze2d['ms_one_call']:.1f} ms; {peak(maze2d)}; "
+             f"{products('maze2d_qrl_w128_b256')} |",
+             f"| IQE's share of the Fetch QRL update | {speed['iqe_share']['qrl_continuous']['fraction']:.0%} (the update "
+             f"minus the same update with an l2 head) |",
+             f"| world-model updates at the `cpu` preset | {min(world):.0%}-{max(world):.0%} of the peak; "
+             f"{products('denoised_mdp_cpu')} (Denoised MDP) |",
+             f"| the offline loop and the device loop's QRL iteration ([separate run]({_link(block.page, loops_path)}), "
+             f"{loops['matmul_peak_gflops']:.0f} GFLOP/s) | {loops['loops']['offline']['share_of_updates']:.2f} and "
+             f"{loops['loops']['device']['share_of_updates']:.2f} of their updates' rate alone |"]
+    lines += ["", _records_line(block.page, records)]
+    return "\n".join(lines) + "\n"
+
+
 # ------------------------------------------------------------------------------------------------ maze2d
 
 MAZE2D_LAYOUTS = ("large", "medium", "umaze")
@@ -845,6 +882,7 @@ RENDERERS: dict[str, Callable[[Block], str]] = {
     "quasimetric_large": render_quasimetric_large,
     "representations": render_representations,
     "convergence": render_convergence,
+    "speed_summary": render_speed_summary,
 }
 
 

@@ -443,3 +443,30 @@ def test_convergence_reads_the_final_and_untrained_snapshots_of_each_method(tmp_
         "| 0.750 (0.900) |",
         "| umaze | state | Contrastive RL | 0.40 (0.20) | nan (nan) | 0.600 (1.000) | 0.100 (0.200) | 0.500 (0.500) "
         "| 0.300 (0.900) |"]
+
+
+def test_speed_summary_reads_the_report_its_compiled_profile_and_the_loops(tmp_path):
+    update = lambda ms, one, scan: dict(ms_one_call=ms, peak_fraction_one_call=one, peak_fraction_in_scan=scan)  # noqa: E731
+    profiled = lambda products, traced: dict(profile=dict(compiled=dict(products_ms=products, traced_ms=traced)))  # noqa: E731
+    speed = dict(matmul_peak_gflops=212.4, iqe_share=dict(qrl_continuous=dict(fraction=0.128)), updates=dict(
+        qrl_continuous=update(168.8, 0.649, 0.699), qrl=update(773.0, 0.794, 0.836),
+        maze2d_qrl_w128_b256=update(11.84, 0.44, 0.46), dreamer_cpu=update(41.9, 0.314, 0.32),
+        denoised_mdp_cpu=update(36.2, 0.289, 0.306)))
+    compiled = dict(matmul_peak_gflops=183.2, updates=dict(qrl_continuous=profiled(104, 160), maze2d_qrl_w128_b256=
+                                                           profiled(9.0, 18.0), denoised_mdp_cpu=profiled(38.5, 82.3)))
+    loops = dict(matmul_peak_gflops=201.3, loops=dict(offline=dict(share_of_updates=0.9917),
+                                                      device=dict(share_of_updates=0.9335)))
+    for name, record in (("s", speed), ("c", compiled), ("l", loops)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(record))
+    page = tmp_path / "page.md"
+    page.write_text("<!-- rendered: speed_summary s/results.json c/results.json l/results.json -->\n<!-- /rendered -->\n")
+    lines = render_page(page).split("\n")
+    assert lines[3:6] == ["| float32 matmul peak, measured in the run | 212 GFLOP/s |",
+                          "| Fetch QRL update at C.3.3's size | 169 ms; 65% of the peak as one call, 70% in a scan; in "
+                          "the compiled update its products take 65% of the steps' time (183 GFLOP/s) |",
+                          "| discrete QRL update at C.3.1's size | 79% / 84% of the peak |"]
+    assert lines[6].startswith("| maze2d `cpu` QRL update | 11.8 ms; 44% / 46% of the peak; in the compiled update its "
+                               "products take 50% ")
+    assert lines[8].startswith("| world-model updates at the `cpu` preset | 29%-31% of the peak;")
+    assert lines[9].endswith("| 0.99 and 0.93 of their updates' rate alone |")
