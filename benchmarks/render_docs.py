@@ -680,6 +680,76 @@ def render_dmc_device(block: Block) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _probe_range(values: Sequence[float]) -> str:
+    """The seeds' probe R² as a range at two decimals (one value where they agree; "to" where it goes below 0)."""
+    low, high = f"{min(values):.2f}", f"{max(values):.2f}"
+    return low if low == high else f"{low} to {high}" if min(values) < 0 else f"{low}-{high}"
+
+
+def render_dmc_returns(block: Block) -> str:
+    """Table 5.1 as this suite runs it from states: the marker names its records (``NAME=PATH``: a benchmarks.dmc
+    record), and each line is a row ``TASK | LABEL | DREAMER | DENOISED`` (each ``NAME[+NAME...]:VARIANT``, the seeds
+    of those records on that variant, or ``-``) or a mean row ``TASK | LABEL | mean ROW ROW... [seed=N]`` (the mean of
+    the listed rows' means, 1-based among the lines, or of their seed ``N``; the higher in bold). Cells: each method's
+    return, mean ± std over seeds (one value for one seed), then x -> distractor, the probe's held-out R² of the
+    distractor's state from x, over the seeds ("-" noiseless). The task is printed on its first row."""
+    named = {name: (block.page.parent / path).resolve() for name, path in block.options.items()}
+    rows = [[p.strip() for p in line.split(" | ")] for line in block.rows]
+    if not named or not rows or any(len(r) not in (3, 4) or not all(r) for r in rows):
+        raise RenderError(f"{block.page}: dmc_returns needs NAME=PATH records and rows 'TASK | LABEL | DREAMER | "
+                          f"DENOISED' or 'TASK | LABEL | mean ROW ROW... [seed=N]', one per line")
+    records = {name: _read(path) for name, path in named.items()}
+
+    def seeds(ref: str, method: str) -> tuple[list[float], list[float]] | None:
+        if ref == "-":
+            return None
+        names, _, variant = ref.partition(":")
+        returns, probes = [], []
+        for name in names.split("+"):
+            if name not in records:
+                raise RenderError(f"{block.page}: dmc_returns: no record named {name!r}; named: {sorted(records)}")
+            run = records[name]["summary"].get(variant, {}).get(method)
+            if run is None:
+                raise RenderError(f"{block.page}: dmc_returns: record {name!r} holds no {method} on {variant!r}")
+            returns += run["returns"]
+            probes += run.get("probe", {}).get("x->distractor_state", [float("nan")] * len(run["returns"]))
+        return returns, probes
+
+    mean = lambda values: sum(values) / len(values)  # noqa: E731
+    lines = ["| task | variant | Dreamer | Denoised MDP | x -> distractor, Dreamer | x -> distractor, Denoised MDP |",
+             "|---|---|---|---|---|---|"]
+    runs: list[tuple | None] = []
+    previous_task = None
+    for task, label, *refs in rows:
+        shown = "" if task == previous_task else task
+        previous_task = task
+        if len(refs) == 1:
+            words = refs[0].split()
+            if words[0] != "mean" or len(words) < 2:
+                raise RenderError(f"{block.page}: dmc_returns: a three-part row must be 'mean ROW ROW... [seed=N]', "
+                                  f"got {refs[0]!r}")
+            seed = next((int(w[5:]) for w in words if w.startswith("seed=")), None)
+            picked = [runs[int(w) - 1] for w in words[1:] if not w.startswith("seed=")]
+            if any(r is None for r in picked):
+                raise RenderError(f"{block.page}: dmc_returns: a mean row may only average rows of runs, got {refs[0]!r}")
+            means = [mean(values) if values else None for values in (
+                [r[i][0][seed] if seed is not None else mean(r[i][0]) for r in picked if r[i] is not None]
+                for i in (0, 1))]
+            top = max((m for m in means if m is not None), default=None)
+            cells = ["-" if m is None else f"**{m:.1f}**" if m == top else f"{m:.1f}" for m in means]
+            lines.append(f"| {shown} | {label} | {cells[0]} | {cells[1]} | | |")
+            runs.append(None)
+            continue
+        pair = (seeds(refs[0], "dreamer"), seeds(refs[1], "denoised"))
+        runs.append(pair)
+        cells = ["-" if r is None else f"{r[0][0]:.1f}" if len(r[0]) == 1 else
+                 f"{mean(r[0]):.1f} ± {(sum((v - mean(r[0])) ** 2 for v in r[0]) / len(r[0])) ** 0.5:.1f}" for r in pair]
+        probes = ["-" if r is None or any(v != v for v in r[1]) else _probe_range(r[1]) for r in pair]
+        lines.append(f"| {shown} | {label} | {cells[0]} | {cells[1]} | {probes[0]} | {probes[1]} |")
+    lines += ["", _records_line(block.page, [(path, records[name]) for name, path in named.items()])]
+    return "\n".join(lines) + "\n"
+
+
 def render_dmc_curves(block: Block) -> str:
     """Evaluation returns along training (``benchmarks.dmc``'s runs): per marker line ``LABEL | VARIANT | METHOD`` the
     first run of the records with that variant and method, its mean ± std return at each evaluation (columns: the
@@ -883,6 +953,7 @@ RENDERERS: dict[str, Callable[[Block], str]] = {
     "representations": render_representations,
     "convergence": render_convergence,
     "speed_summary": render_speed_summary,
+    "dmc_returns": render_dmc_returns,
 }
 
 

@@ -470,3 +470,26 @@ def test_speed_summary_reads_the_report_its_compiled_profile_and_the_loops(tmp_p
                                "products take 50% ")
     assert lines[8].startswith("| world-model updates at the `cpu` preset | 29%-31% of the peak;")
     assert lines[9].endswith("| 0.99 and 0.93 of their updates' rate alone |")
+
+
+def test_dmc_returns_pools_named_records_seeds_ranges_probes_and_means_rows(tmp_path):
+    run = lambda returns, probe=None: dict(returns=returns, probe={"x->distractor_state": probe or [float("nan")] * len(returns)})  # noqa: E731
+    records = dict(d=dict(summary=dict(noiseless=dict(dreamer=run([100.0, 300.0])),
+                                       twin=dict(dreamer=run([50.0], [0.7])))),
+                   n=dict(summary=dict(twin=dict(denoised=run([80.0], [-0.2])))),
+                   n1=dict(summary=dict(twin=dict(denoised=run([40.0], [0.1])))))
+    for name, record in records.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(record))
+    page = tmp_path / "page.md"
+    page.write_text("<!-- rendered: dmc_returns d=d/results.json n=n/results.json n1=n1/results.json\n"
+                    "cheetah | noiseless | d:noiseless | -\ncheetah | twin | d:twin | n+n1:twin\n"
+                    "cheetah | mean | mean 1 2\ncheetah | seed 0 | mean 1 2 seed=0\n-->\n<!-- /rendered -->\n")
+    assert render_page(page).split("\n")[8:12] == [
+        "| cheetah | noiseless | 200.0 ± 100.0 | - | - | - |",
+        "|  | twin | 50.0 | 60.0 ± 20.0 | 0.70 | -0.20 to 0.10 |",
+        "|  | mean | **125.0** | 60.0 | | |",
+        "|  | seed 0 | 75.0 | **80.0** | | |"]
+    page.write_text("<!-- rendered: dmc_returns d=d/results.json\ncheetah | twin | d:twin | d:twin\n-->\n<!-- /rendered -->\n")
+    with pytest.raises(RenderError, match="record 'd' holds no denoised on 'twin'"):
+        render_page(page)
