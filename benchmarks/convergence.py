@@ -339,7 +339,7 @@ def _spearman(x, y) -> float:
 # ------------------------------------------------------------------------------------------- report
 
 
-def _readings(view: dict, method: str, snapshot: int) -> dict[str, float]:
+def method_readings(view: dict, method: str, snapshot: int) -> dict[str, float]:
     """``method``'s mean readings at ``snapshot`` in one view: success, mutual k-NN within (across seeds) and across
     methods (same snapshot), and mutual k-NN and CKA with each world structure."""
     entries, mknn = view["entries"], np.asarray(view["mutual_knn"])
@@ -368,7 +368,7 @@ def format_table(record: dict, args: Args, scale: Scale) -> str:
     for env_name, views in record["envs"].items():
         for view_name, view in views.items():
             for method in view["summary"]["methods"]:
-                final, untrained = (_readings(view, method, snapshot) for snapshot in (last, 0))
+                final, untrained = (method_readings(view, method, snapshot) for snapshot in (last, 0))
                 cells = [f"{final[name]:.{2 if name == 'success' else 3}f} ({untrained[name]:.{2 if name == 'success' else 3}f})"
                          for name in ("success", "within", "across", "knn/geodesic", "knn/position", "cka/geodesic",
                                       "cka/position")]

@@ -72,7 +72,7 @@ from platonic_rl.agents.qrl_diagnostics import grid_argmin_actions
 from platonic_rl.agents.qrl_policies import LatentLookahead, PolicySpec
 from platonic_rl.benchmarks import report
 from platonic_rl.benchmarks.presets import (DeviceLoopScale, device_loop_agent_config, device_loop_env,
-                                           device_loop_scales)
+                                           device_loop_scales, fill_unset)
 from platonic_rl.benchmarks.timing import time_device_loop
 from platonic_rl.envs import jax_env, maze2d
 from platonic_rl.envs.point_maze import PointMaze
@@ -126,11 +126,8 @@ class Args:
     overwrite: bool = False           # measure this call's parts again and retrain its learning runs
 
     def __post_init__(self):
-        quick = self.scale == "quick"  # a smoke run of about two minutes on 2 cores
-        for name, default, smoke in (("envs", ("umaze", "medium", "reacher"), ("umaze",)),
-                                     ("methods", ("qrl", "crl", "gcbc"), ("qrl",)), ("seeds", 5, 2)):
-            if getattr(self, name) is None:
-                object.__setattr__(self, name, smoke if quick else default)
+        fill_unset(self, self.scale == "quick", envs=(("umaze", "medium", "reacher"), ("umaze",)),
+                   methods=(("qrl", "crl", "gcbc"), ("qrl",)), seeds=(5, 2))
         if self.seeds < 1:
             raise ValueError(f"--seeds must be >= 1, got {self.seeds}")
         if any(not isinstance(k, int) or k < 1 for k in self.check_hold_steps):

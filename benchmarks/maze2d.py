@@ -57,7 +57,7 @@ from platonic_rl.agents.qrl_policies import MPPIPolicy, make_policy
 from platonic_rl.agents.seeds import SeedStack
 from platonic_rl.benchmarks import report, timing
 from platonic_rl.benchmarks.qrl_slice import true_dynamics_greedy_actions
-from platonic_rl.benchmarks.presets import Maze2dScale, QRLPolicySettings, maze2d_scales
+from platonic_rl.benchmarks.presets import Maze2dScale, QRLPolicySettings, fill_unset, maze2d_scales
 from platonic_rl.common.planning import mppi_step
 from platonic_rl.envs import maze2d, maze_geometry
 from platonic_rl.envs.maze2d import normalised_data, normaliser
@@ -143,11 +143,7 @@ class Args:
     def __post_init__(self):
         if self.dataset is not None and (self.layouts is None or len(self.layouts) != 1):
             raise ValueError(f"--dataset needs exactly one --layouts (the dataset's maze), got {self.layouts}")
-        quick = self.scale == "quick"
-        if self.layouts is None:
-            object.__setattr__(self, "layouts", ("umaze",) if quick else LAYOUTS)
-        if self.seeds is None:
-            object.__setattr__(self, "seeds", (0,) if quick else (0, 1, 2))
+        fill_unset(self, self.scale == "quick", layouts=(LAYOUTS, ("umaze",)), seeds=((0, 1, 2), (0,)))
         for name in ("hold_steps", "num_waypoints", "mppi_paper_samples"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")

@@ -29,6 +29,14 @@ from platonic_rl.training.offline import TrainConfig
 # ------------------------------------------------------------------------------ MountainCar (Table 4.1)
 
 
+def fill_unset(args, quick: bool, **defaults: tuple) -> None:
+    """Each field of the frozen dataclass ``args`` named in ``defaults`` and still None set to its ``(default,
+    smoke)`` value: the smoke value where ``quick`` (the benchmark's ``--scale quick``, a run of about two minutes)."""
+    for name, (default, smoke) in defaults.items():
+        if getattr(args, name) is None:
+            object.__setattr__(args, name, smoke if quick else default)
+
+
 def mountaincar_qrl_config(width: int, depth: int, latent: int, components: int, dim_per_component: int,
                            steps: int, lr: float) -> QRLConfig:
     """A scale-down of C.3.1 (same objective), observations normalised to about [-1, 1] in the encoder."""

@@ -131,9 +131,22 @@ def section_statuses(text: str) -> dict[str, str]:
     return statuses
 
 
+def results_page(page: Path) -> Path:
+    """The results page of the suite ``page`` belongs to: ``page`` itself, or ``docs/results.md`` beside it or in a
+    folder above it (the README's: the root's), so that a copy of the suite renders from its own results."""
+    page = page.resolve()
+    if page.name == "results.md" and page.parent.name == "docs":
+        return page
+    for folder in (page.parent, *page.parents):
+        if (folder / "docs" / "results.md").is_file():
+            return folder / "docs" / "results.md"
+    raise RenderError(f"{page}: no docs/results.md beside it or above it to read the statuses from")
+
+
 def _statuses_for(block: Block) -> dict[str, str]:
     """The results page's statuses, read from the block's own text when the block is on that page."""
-    return section_statuses(block.text if block.page.resolve() == RESULTS else RESULTS.read_text())
+    results = results_page(block.page)
+    return section_statuses(block.text if block.page.resolve() == results else results.read_text())
 
 
 def render_statuses(block: Block) -> str:
@@ -149,7 +162,7 @@ def render_statuses(block: Block) -> str:
             continue
         if anchors[0] not in statuses:
             raise RenderError(f"{block.page}: the row linking to #{anchors[0]} has no section with a status in "
-                              f"{RESULTS}")
+                              f"{results_page(block.page)}")
         out.append(" | ".join(cells[:-1]) + f" | {statuses[anchors[0]]} |")
     return "\n".join(out) + "\n"
 
@@ -504,7 +517,7 @@ def render_convergence(block: Block) -> str:
     """The convergence table: per maze, view and method the final snapshot's readings (success; mutual k-NN within
     the method across seeds, with the other methods, with the maze's geodesic; linear CKA with the geodesic and the
     position), means over seeds, in brackets the same networks untrained (``benchmarks.convergence``)."""
-    from platonic_rl.benchmarks.convergence import NAMES, _readings
+    from platonic_rl.benchmarks.convergence import NAMES, method_readings
 
     if len(block.records) != 1:
         raise RenderError(f"{block.page}: convergence needs the one convergence record")
@@ -516,7 +529,7 @@ def render_convergence(block: Block) -> str:
     for maze, views in record["envs"].items():
         for view_name, view in views.items():
             for method in view["summary"]["methods"]:
-                final, untrained = (_readings(view, method, snapshot) for snapshot in (last, 0))
+                final, untrained = (method_readings(view, method, snapshot) for snapshot in (last, 0))
                 digits = lambda name: 2 if name == "success" else 3  # noqa: E731
                 cells = [f"{final[c]:.{digits(c)}f} ({untrained[c]:.{digits(c)}f})" for c in columns]
                 lines.append(f"| {maze} | {view_name} | {NAMES[method]} | " + " | ".join(cells) + " |")

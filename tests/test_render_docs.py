@@ -493,3 +493,14 @@ def test_dmc_returns_pools_named_records_seeds_ranges_probes_and_means_rows(tmp_
     page.write_text("<!-- rendered: dmc_returns d=d/results.json\ncheetah | twin | d:twin | d:twin\n-->\n<!-- /rendered -->\n")
     with pytest.raises(RenderError, match="record 'd' holds no denoised on 'twin'"):
         render_page(page)
+
+
+def test_a_copy_of_the_suite_renders_the_readmes_statuses_from_its_own_results_page(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "results.md").write_text("# Results\n\n## Alpha\n\n**Status: missed**\n")
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- rendered: statuses -->\n| benchmark | status |\n|---|---|\n"
+                      "| [Alpha](docs/results.md#alpha) | met |\n<!-- /rendered -->\n")
+    assert render_page(readme).split("\n")[3] == "| [Alpha](docs/results.md#alpha) | missed |"
+    assert differences(tmp_path) == ["README.md:4: differs from its records (page: '| [Alpha](docs/results.md#alpha) "
+                                     "| met |'; rendered: '| [Alpha](docs/results.md#alpha) | missed |')"]
