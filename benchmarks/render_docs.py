@@ -889,7 +889,8 @@ def _maze2d_rows(block: Block) -> list[Maze2dRow]:
 
 
 def _maze2d_cells(block: Block, row: Maze2dRow) -> tuple[dict, set[Path]]:
-    """``{layout: dict(single, multi, at_end, seconds)}`` of one row and the folders read."""
+    """``{layout: dict(single, multi, at_end, seconds)}`` of one row (None for a layout no folder holds; a row no
+    folder holds at all is refused) and the folders read."""
     if row.method.startswith("paper:"):
         method = row.method.split(":", 1)[1]
         paper = _read(row.folders[0] / "results.json").get("paper", {})
@@ -902,13 +903,16 @@ def _maze2d_cells(block: Block, row: Maze2dRow) -> tuple[dict, set[Path]]:
         path = next((f / "evals" / f"{layout}-{row.method}.json" for f in row.folders
                      if (f / "evals" / f"{layout}-{row.method}.json").is_file()), None)
         if path is None:
-            raise RenderError(f"{block.page}: no evals/{layout}-{row.method}.json in "
-                              + ", ".join(str(f) for f in row.folders))
+            cells[layout] = None
+            continue
         entry = read_json(path, "a maze2d evaluation record")
         ends = [entry[g].get("at_goal_at_end_mean") for g in ("single", "multi")]
         cells[layout] = dict(single=entry["single"]["mean"], multi=entry["multi"]["mean"],
                              at_end=None if None in ends else sum(ends) / 2, seconds=entry.get("seconds_per_action"))
         used.add(path.parent.parent)
+    if not used:
+        raise RenderError(f"{block.page}: no evals/<layout>-{row.method}.json in "
+                          + ", ".join(str(f) for f in row.folders))
     return cells, used
 
 
@@ -916,32 +920,37 @@ def render_maze2d_scores(block: Block) -> str:
     """maze2d's table: per row (the marker's lines) and layout the D4RL-normalised score, single goal / random goals
     (means over seeds), the average of the six, the fraction of episodes at the goal at their end (mean of both goal
     settings, where the records hold it) and the milliseconds per action (the range over layouts); the best of each
-    group in bold; under it, the records read and their commits."""
+    group in bold; a layout not yet run reads "not run" (and the row has no average); under it, the records read and
+    their commits."""
     rows = _maze2d_rows(block)
     table, used = [], set()
     for row in rows:
         cells, folders = _maze2d_cells(block, row)
         used |= folders
-        table.append((row, cells, sum(c["single"] + c["multi"] for c in cells.values()) / 6))
+        ran = [c for c in cells.values() if c is not None]
+        table.append((row, cells, sum(c["single"] + c["multi"] for c in ran) / 6 if len(ran) == len(cells) else None))
     best: dict[tuple[str | None, str], float] = {}
     for row, cells, average in table:
         if row.group:
             for layout, c in cells.items():
                 key = (row.group, layout)
-                best[key] = max(best.get(key, float("-inf")), c["single"] + c["multi"])
-            best[row.group, "average"] = max(best.get((row.group, "average"), float("-inf")), average)
+                if c is not None:
+                    best[key] = max(best.get(key, float("-inf")), c["single"] + c["multi"])
+            if average is not None:
+                best[row.group, "average"] = max(best.get((row.group, "average"), float("-inf")), average)
     bold = lambda text, row, key, value: f"**{text}**" if row.group and value == best[row.group, key] else text  # noqa: E731
     lines = ["| method | large | medium | umaze | average of six | at the goal at the end (L / M / U) | ms per action |",
              "|---|---|---|---|---|---|---|"]
     for row, cells, average in table:
-        scores = [bold(f"{c['single']:.1f} / {c['multi']:.1f}", row, layout, c["single"] + c["multi"])
-                  for layout, c in cells.items()]
-        ends = [c.get("at_end") for c in cells.values()]
+        scores = ["not run" if c is None else bold(f"{c['single']:.1f} / {c['multi']:.1f}", row, layout,
+                                                   c["single"] + c["multi"]) for layout, c in cells.items()]
+        ends = [None if c is None else c.get("at_end") for c in cells.values()]
         at_end = " / ".join("–" if e is None else f"{e:.2f}" for e in ends) if any(e is not None for e in ends) else ""
-        ms = sorted(1e3 * c["seconds"] for c in cells.values() if c.get("seconds") is not None)
+        ms = sorted(1e3 * c["seconds"] for c in cells.values() if c is not None and c.get("seconds") is not None)
         speed = "" if not ms else f"{ms[0]:.1f}" if f"{ms[0]:.1f}" == f"{ms[-1]:.1f}" else f"{ms[0]:.1f}-{ms[-1]:.1f}"
         lines.append(f"| {row.label} | " + " | ".join(scores)
-                     + f" | {bold(f'{average:.1f}', row, 'average', average)} | {at_end} | {speed} |")
+                     + f" | {'–' if average is None else bold(f'{average:.1f}', row, 'average', average)} | {at_end} "
+                       f"| {speed} |")
     lines += ["", _records_line(block.page, [(f / "results.json", _read(f / "results.json"))
                                              for f in sorted(used, key=lambda f: f.name)])]
     return "\n".join(lines) + "\n"

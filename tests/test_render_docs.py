@@ -159,14 +159,20 @@ def test_maze2d_scores_reads_each_layout_from_the_first_folder_holding_it(tmp_pa
                          "[results/b](results/b/results.json) (commit bbbbbbb)")
 
 
-def test_maze2d_scores_refuses_a_bad_row_and_a_missing_layout(tmp_path):
+def test_maze2d_scores_marks_a_layout_not_run_and_refuses_a_bad_row_or_a_row_never_run(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("<!-- rendered: maze2d_scores\nonly a label\n-->\n<!-- /rendered -->\n")
     with pytest.raises(RenderError, match=r"must read 'LABEL \| METHOD \| FOLDER"):
         render_page(page)
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "results.json").write_text(json.dumps(dict(commit="0123456789")))
     _maze2d_eval(tmp_path / "r", "large", "p", 1.0, 2.0)
-    page.write_text("<!-- rendered: maze2d_scores\nrow | p | r\n-->\n<!-- /rendered -->\n")
-    with pytest.raises(RenderError, match=r"no evals/medium-p.json in"):
+    _maze2d_eval(tmp_path / "r", "large", "q", 5.0, 2.0)
+    page.write_text("<!-- rendered: maze2d_scores\nrow | p | r | g\nother | q | r | g\n-->\n<!-- /rendered -->\n")
+    assert render_page(page).split("\n")[6:8] == ["| row | 1.0 / 2.0 | not run | not run | – |  |  |",
+                                                   "| other | **5.0 / 2.0** | not run | not run | – |  |  |"]
+    page.write_text("<!-- rendered: maze2d_scores\nrow | p_typo | r\n-->\n<!-- /rendered -->\n")
+    with pytest.raises(RenderError, match=r"no evals/<layout>-p_typo.json in"):
         render_page(page)
 
 
