@@ -8,6 +8,13 @@ from platonic_rl.benchmarks import render_docs
 from platonic_rl.benchmarks.render_docs import RESULTS, RenderError, differences, render_page
 
 
+def _write_records(root, **records):
+    """Each record as ``root/NAME/results.json``."""
+    for name, record in records.items():
+        (root / name).mkdir(parents=True)
+        (root / name / "results.json").write_text(json.dumps(record))
+
+
 def test_every_rendered_table_matches_its_records():
     assert differences() == [], "run `python3 -m platonic_rl.benchmarks.render_docs` and commit the pages"
 
@@ -224,8 +231,7 @@ def test_ogbench_teleport_averages_each_task_over_seeds_and_lists_the_learned_co
     rows1 = [task(0.0, 0.0, 0.0), task(0.0, 1.0, 1.0), task(0.0, 0.0, 0.0), task(0.0, 0.0, 0.0), task(0.5, 0.5, 0.0)]
     record = dict(teleporters=dict(inbound=[[0, 0]], outbound_cells=[[1, 7], [6, 1]], walled_in=[True, False]),
                   per_seed=[seed(0, rows0, [[1.0, 4.0]]), seed(1, rows1, [[3.0, 2.0]])])
-    (tmp_path / "r").mkdir()
-    (tmp_path / "r" / "results.json").write_text(json.dumps(record))
+    _write_records(tmp_path, r=record)
     page = tmp_path / "page.md"
     page.write_text("<!-- rendered: ogbench_teleport r/results.json -->\n<!-- /rendered -->\n")
     lines = render_page(page).split("\n")
@@ -259,9 +265,7 @@ def test_device_loop_learning_averages_the_last_evaluations_per_seed_then_over_s
                    graph_waypoints=last(0.9, 0.7)))}),
                "c": dict(learning={"umaze/qrl": dict(success=last(0.5, 0.5), policy_success=dict(
                    graph_waypoints_rest=last(1.0, 0.8)))})}
-    for name, record in records.items():
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "results.json").write_text(json.dumps(record))
+    _write_records(tmp_path, **records)
     page = tmp_path / "page.md"
     page.write_text("<!-- rendered: device_loop_learning a/results.json b/results.json c/results.json\n"
                     "the umaze | umaze\n-->\n<!-- /rendered -->\n")
@@ -307,9 +311,7 @@ def test_dmc_device_sets_each_loops_seeds_beside_their_mean_and_the_measured_rat
                   envs={"cheetah-run noiseless": {"host": 6608.6, "mjx x1": 2268.4, "mjx x8": 1000.0},
                         "cheetah-run twin": {"host": 1.0, "mjx x1": 1.0, "mjx x8": 1.0}})
     host = dict(summary=dict(noiseless=dict(dreamer=dict(returns=[10.0, 20.0]))))
-    for name, record in (("device", device), ("host", host)):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "results.json").write_text(json.dumps(record))
+    _write_records(tmp_path, device=device, host=host)
     page = tmp_path / "page.md"
     page.write_text("<!-- rendered: dmc_device device/results.json host/results.json\nD | noiseless | dreamer\n-->\n"
                     "<!-- /rendered -->\n")
@@ -352,8 +354,7 @@ def test_mountaincar_scores_sets_each_score_beside_the_papers_and_dashes_what_a_
         qrl_multi=dict(summary=dict(top_of_hill=95.0, nine_states=89.925, spearman_top_of_hill=0.5,
                                     spearman_nine_states_mean=0.2125)),
         oracle_full=dict(summary=dict(top_of_hill=100.0, nine_states=99.9999))))
-    (tmp_path / "mc").mkdir()
-    (tmp_path / "mc" / "results.json").write_text(json.dumps(record))
+    _write_records(tmp_path, mc=record)
     page = tmp_path / "page.md"
     page.write_text("<!-- rendered: mountaincar_scores mc/results.json -->\n<!-- /rendered -->\n")
     assert render_page(page).split("\n")[3:6] == [
@@ -373,9 +374,7 @@ def test_own_dataset_averages_seeds_and_critics_and_sets_the_policies_at_the_las
         row("qrl", 1, 3, 0.9, **{"critic0/violation": 7.0, "critic1/violation": 8.0})])
     policies = dict(rows=[dict(method="qrl", updates=3, success=1.0, at_goal_at_end=0.5)],
                     policy_rows=[dict(policy="lookahead", success=0.25, at_goal_at_end=0.125)])
-    for name, record in (("m", methods), ("p", policies)):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "results.json").write_text(json.dumps(record))
+    _write_records(tmp_path, m=methods, p=policies)
     page = tmp_path / "page.md"
     page.write_text("<!-- rendered: own_dataset m/results.json p/results.json\nG | gcbc\nQ | qrl\nacting | qrl / "
                     "lookahead\n-->\n<!-- /rendered -->\n")
@@ -395,9 +394,7 @@ def test_quasimetric_large_takes_the_best_of_each_rows_methods_per_record_and_bo
         "iqe-sum": result(0.0242, 3.941, 50.8), "deepnorm": result(0.0300, 4.0, 60.0),
         "deepnorm-maxmean": result(0.0210, 4.07, 66.49), "asymdot": result(0.0854, 26716.4, 26589.7)}))
     long = dict(scale=dict(large_steps=6000), large=dict(results={"iqe-sum": result(0.0157, 3.36, 101.84)}))
-    for name, record in (("a", short), ("b", long)):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "results.json").write_text(json.dumps(record))
+    _write_records(tmp_path, a=short, b=long)
     page = tmp_path / "page.md"
     page.write_text("<!-- rendered: quasimetric_large a/results.json b/results.json\nIQE | iqe-sum | IQE-sum\n"
                     "DN | deepnorm deepnorm-maxmean | DeepNorm\ndot | asymdot | Asym. dot product\n-->\n<!-- /rendered -->\n")
@@ -418,8 +415,7 @@ def test_representations_groups_seeds_bolds_each_familys_best_and_marks_a_collap
                             encoder("align_uniform", 3.0, 0.9, 1.0, -3.0), encoder("align_uniform", 3.0, 1.0, 2.0, -3.5),
                             encoder("pixels", None, 0.978, 1.1, -1.2)],
                   summary=dict(best_align_uniform=dict(param=3.0)))
-    (tmp_path / "r").mkdir()
-    (tmp_path / "r" / "results.json").write_text(json.dumps(record))
+    _write_records(tmp_path, r=record)
     page = tmp_path / "page.md"
     page.write_text("<!-- rendered: representations r/results.json -->\n<!-- /rendered -->\n")
     assert render_page(page).split("\n")[3:6] == [
@@ -440,8 +436,7 @@ def test_convergence_reads_the_final_and_untrained_snapshots_of_each_method(tmp_
                  position=dict(mutual_knn=[0.0] * 6, cka=[0.9] * 3 + [0.8, 0.7, 0.3]))
     record = dict(scale=dict(snapshots=[0, 5]), envs=dict(umaze=dict(state=dict(
         entries=entries, mutual_knn=knn, world=world, summary=dict(methods=["qrl", "crl"])))))
-    (tmp_path / "c").mkdir()
-    (tmp_path / "c" / "results.json").write_text(json.dumps(record))
+    _write_records(tmp_path, c=record)
     page = tmp_path / "page.md"
     page.write_text("<!-- rendered: convergence c/results.json -->\n<!-- /rendered -->\n")
     assert render_page(page).split("\n")[3:5] == [
@@ -462,9 +457,7 @@ def test_speed_summary_reads_the_report_its_compiled_profile_and_the_loops(tmp_p
                                                            profiled(9.0, 18.0), denoised_mdp_cpu=profiled(38.5, 82.3)))
     loops = dict(matmul_peak_gflops=201.3, loops=dict(offline=dict(share_of_updates=0.9917),
                                                       device=dict(share_of_updates=0.9335)))
-    for name, record in (("s", speed), ("c", compiled), ("l", loops)):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "results.json").write_text(json.dumps(record))
+    _write_records(tmp_path, s=speed, c=compiled, l=loops)
     page = tmp_path / "page.md"
     page.write_text("<!-- rendered: speed_summary s/results.json c/results.json l/results.json -->\n<!-- /rendered -->\n")
     lines = render_page(page).split("\n")
@@ -484,9 +477,7 @@ def test_dmc_returns_pools_named_records_seeds_ranges_probes_and_means_rows(tmp_
                                        twin=dict(dreamer=run([50.0], [0.7])))),
                    n=dict(summary=dict(twin=dict(denoised=run([80.0], [-0.2])))),
                    n1=dict(summary=dict(twin=dict(denoised=run([40.0], [0.1])))))
-    for name, record in records.items():
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "results.json").write_text(json.dumps(record))
+    _write_records(tmp_path, **records)
     page = tmp_path / "page.md"
     page.write_text("<!-- rendered: dmc_returns d=d/results.json n=n/results.json n1=n1/results.json\n"
                     "cheetah | noiseless | d:noiseless | -\ncheetah | twin | d:twin | n+n1:twin\n"
