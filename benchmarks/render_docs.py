@@ -291,7 +291,7 @@ def render_ogbench_tasks(block: Block) -> str:
                 if wanted is not None and method not in wanted:
                     continue
                 per_task = [[seed["task_success"][t] for seed in entry["per_seed"]] for t in range(5)]
-                cells = [f"{sum(v) / len(v):.0f}" + (f" ({min(v):.0f}-{max(v):.0f})" if max(v) != min(v) else "")
+                cells = [f"{_mean(v):.0f}" + (f" ({min(v):.0f}-{max(v):.0f})" if max(v) != min(v) else "")
                          for v in per_task]
                 lines.append(f"| {dataset} | {ROWS[method].label} | " + " | ".join(cells)
                              + f" | {entry['mean']:.1f} |")
@@ -333,9 +333,19 @@ def render_ogbench_time(block: Block) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _mean_std(values: Sequence[float], digits: int = 2) -> str:
+    """``mean ± std`` at ``digits`` decimals, the std over the values themselves (seeds; not a sample's)."""
+    mean = _mean(values)
+    return f"{mean:.{digits}f} ± {(sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5:.{digits}f}"
+
+
 def _mean_and_range(values: Sequence[float]) -> str:
     """``mean [min-max]``, one decimal."""
-    return f"{sum(values) / len(values):.1f} [{min(values):.1f}-{max(values):.1f}]"
+    return f"{_mean(values):.1f} [{min(values):.1f}-{max(values):.1f}]"
 
 
 def render_ogbench_teleport(block: Block) -> str:
@@ -384,11 +394,6 @@ def _final(success) -> list[float]:
     return [float(v) for v in final_success(dict(success=success))]
 
 
-def _mean_std(values: Sequence[float]) -> str:
-    mean = sum(values) / len(values)
-    return f"{mean:.2f} ± {(sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5:.2f}"
-
-
 def render_device_loop_learning(block: Block) -> str:
     """The device loop's learning table: per env (the marker's lines, ``LABEL | ENV``) the success of QRL, Contrastive
     RL and GCBC (per seed the mean of its last evaluations, mean ± std over seeds) from the first record, QRL's graph
@@ -418,8 +423,7 @@ def render_device_loop_learning(block: Block) -> str:
                       f"{_mean_std(_final(at_rest['policy_success']['graph_waypoints_rest']))} (its agent: "
                       f"{_mean_std(_final(at_rest['success']))}, {seeds} seeds)")
         check = runs.get(f"{env}/qrl", {}).get("critic_check")
-        checked = "" if check is None else (f"{sum(check['actor']) / len(check['actor']):.2f} / "
-                                            f"{sum(check['critic_alone']) / len(check['critic_alone']):.2f}")
+        checked = "" if check is None else f"{_mean(check['actor']):.2f} / {_mean(check['critic_alone']):.2f}"
         lines.append(f"| {label} | {cell('qrl')} | {policy} | {cell('crl')} | {cell('gcbc')} | {checked} |")
     lines += ["", _records_line(block.page, records)]
     return "\n".join(lines) + "\n"
@@ -495,17 +499,15 @@ def render_representations(block: Block) -> str:
         groups.setdefault((encoder["family"], encoder["param"]), []).append(encoder)
     best = {(family, record["summary"][f"best_{family}"]["param"]) for family in ("align_uniform", "infonce")
             if f"best_{family}" in record["summary"]}
-    mean = lambda values: sum(values) / len(values)  # noqa: E731
     lines = ["| encoder | probe accuracy | L_align | L_uniform |", "|---|---|---|---|"]
     for (family, param), encoders in groups.items():
         label = ENCODER_FAMILIES.get(family, family).format(param)
         accuracy = [e["accuracy"] for e in encoders]
-        spread = (sum((a - mean(accuracy)) ** 2 for a in accuracy) / len(accuracy)) ** 0.5
-        cell = f"{mean(accuracy):.3f}" + (f" ± {spread:.3f}" if len(encoders) > 1 else "")
+        cell = _mean_std(accuracy, 3) if len(encoders) > 1 else f"{_mean(accuracy):.3f}"
         if (family, param) in best:
             label, cell = f"**{label}**", f"**{cell}**"
-        uniform = mean([e["uniform"] for e in encoders])
-        lines.append(f"| {label} | {cell} | {mean([e['align'] for e in encoders]):.3f} | {uniform:.3f}"
+        uniform = _mean([e["uniform"] for e in encoders])
+        lines.append(f"| {label} | {cell} | {_mean([e['align'] for e in encoders]):.3f} | {uniform:.3f}"
                      + (" (collapsed)" if uniform > -0.01 else "") + " |")
     lines += ["", _records_line(block.page, [(block.records[0], record)])]
     return "\n".join(lines) + "\n"
@@ -582,10 +584,9 @@ def render_own_dataset(block: Block) -> str:
     budgets = methods["args"]["updates"]
     last = budgets[-1]
     runs = lambda record, method, u: [r for r in record["rows"] if r["method"] == method and r["updates"] == u]  # noqa: E731
-    mean = lambda values: sum(values) / len(values)  # noqa: E731
     leaders = {}
     for u in budgets:
-        means = {m: mean([r["success"] for r in runs(methods, m, u)]) for _, m in rows if runs(methods, m, u)}
+        means = {m: _mean([r["success"] for r in runs(methods, m, u)]) for _, m in rows if runs(methods, m, u)}
         top = max(means.values(), default=None)
         leaders[u] = next(iter(m for m, v in means.items() if v == top)) if list(means.values()).count(top) == 1 \
             else None
@@ -602,7 +603,7 @@ def render_own_dataset(block: Block) -> str:
             nll = [r["bc_nll"] for r in final if "bc_nll" in r]
             violation = [v for r in final for k, v in r.items() if k.endswith("violation")]
             lines.append(f"| {label} | " + " | ".join(cells) + f" | {seconds:.0f} | "
-                         f"{f'{mean(nll):.2f}' if nll else '--'} | {_small(mean(violation)) if violation else '--'} |")
+                         f"{f'{_mean(nll):.2f}' if nll else '--'} | {_small(_mean(violation)) if violation else '--'} |")
             continue
         acted = []
         for name in (n.strip() for n in spec.split("/")):
@@ -610,7 +611,7 @@ def render_own_dataset(block: Block) -> str:
                      or [r for r in policies.get("policy_rows", []) if r["policy"] == name])
             if not found:
                 raise RenderError(f"{block.page}: own_dataset: no method or policy {name!r} in the records")
-            acted.append(f"{mean([r['success'] for r in found]):.2f} ({mean([r['at_goal_at_end'] for r in found]):.2f})")
+            acted.append(f"{_mean([r['success'] for r in found]):.2f} ({_mean([r['at_goal_at_end'] for r in found]):.2f})")
         lines.append(f"| {label} | " + " | " * (len(budgets) - 1) + " / ".join(acted) + " | | | |")
     lines += ["", _records_line(block.page, records)]
     return "\n".join(lines) + "\n"
@@ -648,10 +649,8 @@ def render_fetch_success(block: Block) -> str:
 # ------------------------------------------------------------------------------------------------ dmc
 
 def _seeds_and_mean(values: Sequence[float]) -> str:
-    """``a / b / c (mean ± std)``, one decimal, the std over the seeds (not a sample's)."""
-    mean = sum(values) / len(values)
-    std = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
-    return " / ".join(f"{v:.1f}" for v in values) + f" ({mean:.1f} ± {std:.1f})"
+    """``a / b / c (mean ± std)``, one decimal."""
+    return " / ".join(f"{v:.1f}" for v in values) + f" ({_mean_std(values, 1)})"
 
 
 def render_dmc_device(block: Block) -> str:
@@ -728,7 +727,6 @@ def render_dmc_returns(block: Block) -> str:
             probes += run.get("probe", {}).get("x->distractor_state", [float("nan")] * len(run["returns"]))
         return returns, probes
 
-    mean = lambda values: sum(values) / len(values)  # noqa: E731
     lines = ["| task | variant | Dreamer | Denoised MDP | x -> distractor, Dreamer | x -> distractor, Denoised MDP |",
              "|---|---|---|---|---|---|"]
     runs: list[tuple | None] = []
@@ -745,8 +743,8 @@ def render_dmc_returns(block: Block) -> str:
             picked = [runs[int(w) - 1] for w in words[1:] if not w.startswith("seed=")]
             if any(r is None for r in picked):
                 raise RenderError(f"{block.page}: dmc_returns: a mean row may only average rows of runs, got {refs[0]!r}")
-            means = [mean(values) if values else None for values in (
-                [r[i][0][seed] if seed is not None else mean(r[i][0]) for r in picked if r[i] is not None]
+            means = [_mean(values) if values else None for values in (
+                [r[i][0][seed] if seed is not None else _mean(r[i][0]) for r in picked if r[i] is not None]
                 for i in (0, 1))]
             top = max((m for m in means if m is not None), default=None)
             cells = ["-" if m is None else f"**{m:.1f}**" if m == top else f"{m:.1f}" for m in means]
@@ -756,7 +754,7 @@ def render_dmc_returns(block: Block) -> str:
         pair = (seeds(refs[0], "dreamer"), seeds(refs[1], "denoised"))
         runs.append(pair)
         cells = ["-" if r is None else f"{r[0][0]:.1f}" if len(r[0]) == 1 else
-                 f"{mean(r[0]):.1f} ± {(sum((v - mean(r[0])) ** 2 for v in r[0]) / len(r[0])) ** 0.5:.1f}" for r in pair]
+                 _mean_std(r[0], 1) for r in pair]
         probes = ["-" if r is None or any(v != v for v in r[1]) else _probe_range(r[1]) for r in pair]
         lines.append(f"| {shown} | {label} | {cells[0]} | {cells[1]} | {probes[0]} | {probes[1]} |")
     lines += ["", _records_line(block.page, [(path, records[name]) for name, path in named.items()])]
