@@ -247,16 +247,13 @@ def _agent_policy(agent, layout, scale, seed, data):
     return host_policy(agent, normaliser(layout))
 
 
-def _qrl_policy(name: str, inner: str | None = None, arrival: str | None = None, score: str = "final",
-                candidates: str = "grid", goal_dims: tuple[int, ...] | None = None,
-                stall_goal_dims: tuple[int, ...] | None = None, direct_first: bool = False):
+def _qrl_policy(name: str, inner: str | None = None, arrival: str | None = None, **options):
     """A row acting with :func:`~platonic_rl.agents.qrl_policies.make_policy`'s policy ``name`` at the scale's
-    settings (:meth:`~platonic_rl.benchmarks.presets.QRLPolicySettings.policy_kwargs`); ``inner="helper"``: the
-    row's helper agent (e.g. GCBC's seed) acts between the waypoints."""
+    settings (:meth:`~platonic_rl.benchmarks.presets.QRLPolicySettings.policy_kwargs`, with ``options``);
+    ``inner="helper"``: the row's helper agent (e.g. GCBC's seed) acts between the waypoints."""
     def build(agent, *rest):
         helper, (layout, scale, seed, data) = (rest[0], rest[1:]) if inner == "helper" else (None, rest)
-        kwargs = scale.policies.policy_kwargs(name, inner, arrival, score, candidates, goal_dims, stall_goal_dims,
-                                              direct_first)
+        kwargs = scale.policies.policy_kwargs(name, inner, arrival, **options)
         if inner == "helper":
             kwargs["inner"] = helper
         return host_policy(make_policy(name, agent, data["observations"], **kwargs), normaliser(layout))
@@ -264,13 +261,18 @@ def _qrl_policy(name: str, inner: str | None = None, arrival: str | None = None,
     return build
 
 
-def _recorded(name: str, inner: str | None = None, arrival: str | None = None, score: str = "final",
-              candidates: str = "grid", goal_dims: tuple[int, ...] | None = None,
-              stall_goal_dims: tuple[int, ...] | None = None, direct_first: bool = False
-              ) -> Callable[[Maze2dScale], dict]:
+def _recorded(name: str, inner: str | None = None, arrival: str | None = None,
+              **options) -> Callable[[Maze2dScale], dict]:
     """The settings a policy row keeps in its record: its policy's, less the inner policy's name."""
     return lambda scale: {k: list(v) if isinstance(v, tuple) else v for k, v in scale.policies.policy_kwargs(
-        name, inner, arrival, score, candidates, goal_dims, stall_goal_dims, direct_first).items() if k != "inner"}
+        name, inner, arrival, **options).items() if k != "inner"}
+
+
+def _policy_row(label: str, name: str, inner: str | None = None, arrival: str | None = None, **options) -> Method:
+    """A row of this suite's deployable QRL policies (kind "addition"): policy ``name`` acting with QRL's trained
+    seeds, its settings kept in its record; ``inner="helper"``: GCBC's seeds act between the waypoints."""
+    return Method(label, "qrl", _qrl_policy(name, inner, arrival, **options), "addition",
+                  settings=_recorded(name, inner, arrival, **options), helper="gcbc" if inner == "helper" else None)
 
 
 def _true_greedy_policy(hold: Callable[[Maze2dScale], int]):
@@ -290,55 +292,34 @@ def _mppi_policy(samples: Callable[[Maze2dScale], int]):
 
 TABLE: dict[str, Method] = {
     "qrl": Method("QRL (+BC)", "qrl", _agent_policy),
-    "qrl_lookahead": Method("QRL, latent lookahead", "qrl", _qrl_policy("lookahead"), "addition",
-                            settings=_recorded("lookahead")),
-    "qrl_lookahead_dwell": Method("QRL, latent lookahead, mean along the hold", "qrl",
-                                  _qrl_policy("lookahead", score="dwell"), "addition",
-                                  settings=_recorded("lookahead", score="dwell")),
-    "qrl_lookahead_actor": Method("QRL, latent lookahead over the actor's samples", "qrl",
-                                  _qrl_policy("lookahead", candidates="actor"), "addition",
-                                  settings=_recorded("lookahead", candidates="actor")),
-    "qrl_waypoints": Method("QRL, waypoints + actor", "qrl", _qrl_policy("waypoints", "actor"), "addition",
-                            settings=_recorded("waypoints", "actor")),
-    "qrl_waypoints_lookahead": Method("QRL, waypoints + lookahead", "qrl", _qrl_policy("waypoints", "lookahead"),
-                                      "addition", settings=_recorded("waypoints", "lookahead")),
-    "qrl_graph_waypoints": Method("QRL, graph waypoints + actor", "qrl", _qrl_policy("graph_waypoints", "actor"),
-                                  "addition", settings=_recorded("graph_waypoints", "actor")),
-    "qrl_graph_waypoints_lookahead": Method("QRL, graph waypoints + lookahead", "qrl",
-                                            _qrl_policy("graph_waypoints", "lookahead"), "addition",
-                                            settings=_recorded("graph_waypoints", "lookahead")),
-    "qrl_graph_waypoints_arrival": Method("QRL, graph waypoints + actor, lookahead at the goal", "qrl",
-                                          _qrl_policy("graph_waypoints", "actor", "lookahead"), "addition",
-                                          settings=_recorded("graph_waypoints", "actor", "lookahead")),
-    "qrl_graph_waypoints_dwell": Method("QRL, graph waypoints + actor, dwell lookahead at the goal", "qrl",
-                                        _qrl_policy("graph_waypoints", "actor", "dwell"), "addition",
-                                        settings=_recorded("graph_waypoints", "actor", "dwell")),
-    "qrl_graph_waypoints_goal": Method("QRL, graph waypoints + lookahead, targets as goals", "qrl",
-                                       _qrl_policy("graph_waypoints", "lookahead", goal_dims=GOAL_DIMS), "addition",
-                                       settings=_recorded("graph_waypoints", "lookahead", goal_dims=GOAL_DIMS)),
-    "qrl_graph_waypoints_rest": Method("QRL, graph waypoints + actor, targets at rest after a stall", "qrl",
-                                       _qrl_policy("graph_waypoints", "actor", stall_goal_dims=GOAL_DIMS), "addition",
-                                       settings=_recorded("graph_waypoints", "actor", stall_goal_dims=GOAL_DIMS)),
-    "qrl_graph_waypoints_gcbc": Method("QRL's graph waypoints + GCBC between them", "qrl",
-                                       _qrl_policy("graph_waypoints", "helper"), "addition",
-                                       settings=_recorded("graph_waypoints", "helper"), helper="gcbc"),
-    "qrl_graph_waypoints_gcbc_goal": Method("QRL's graph waypoints + GCBC between them, targets as goals", "qrl",
-                                            _qrl_policy("graph_waypoints", "helper", goal_dims=GOAL_DIMS), "addition",
-                                            settings=_recorded("graph_waypoints", "helper", goal_dims=GOAL_DIMS),
-                                            helper="gcbc"),
-    "qrl_graph_waypoints_gcbc_rest": Method(
-        "QRL's graph waypoints + GCBC between them, targets at rest after a stall", "qrl",
-        _qrl_policy("graph_waypoints", "helper", stall_goal_dims=GOAL_DIMS), "addition",
-        settings=_recorded("graph_waypoints", "helper", stall_goal_dims=GOAL_DIMS), helper="gcbc"),
-    "qrl_graph_waypoints_direct": Method(
-        "QRL, the lookahead towards the goal until a stall, then graph waypoints + actor", "qrl",
-        _qrl_policy("graph_waypoints", "actor", "lookahead", direct_first=True), "addition",
-        settings=_recorded("graph_waypoints", "actor", "lookahead", direct_first=True)),
-    "qrl_graph_waypoints_gcbc_direct": Method(
-        "GCBC towards the goal until a stall, then QRL's graph waypoints at rest + GCBC", "qrl",
-        _qrl_policy("graph_waypoints", "helper", stall_goal_dims=GOAL_DIMS, direct_first=True), "addition",
-        settings=_recorded("graph_waypoints", "helper", stall_goal_dims=GOAL_DIMS, direct_first=True),
-        helper="gcbc"),
+    "qrl_lookahead": _policy_row("QRL, latent lookahead", "lookahead"),
+    "qrl_lookahead_dwell": _policy_row("QRL, latent lookahead, mean along the hold", "lookahead", score="dwell"),
+    "qrl_lookahead_actor": _policy_row("QRL, latent lookahead over the actor's samples", "lookahead",
+                                       candidates="actor"),
+    "qrl_waypoints": _policy_row("QRL, waypoints + actor", "waypoints", "actor"),
+    "qrl_waypoints_lookahead": _policy_row("QRL, waypoints + lookahead", "waypoints", "lookahead"),
+    "qrl_graph_waypoints": _policy_row("QRL, graph waypoints + actor", "graph_waypoints", "actor"),
+    "qrl_graph_waypoints_lookahead": _policy_row("QRL, graph waypoints + lookahead", "graph_waypoints", "lookahead"),
+    "qrl_graph_waypoints_arrival": _policy_row("QRL, graph waypoints + actor, lookahead at the goal",
+                                               "graph_waypoints", "actor", "lookahead"),
+    "qrl_graph_waypoints_dwell": _policy_row("QRL, graph waypoints + actor, dwell lookahead at the goal",
+                                             "graph_waypoints", "actor", "dwell"),
+    "qrl_graph_waypoints_goal": _policy_row("QRL, graph waypoints + lookahead, targets as goals", "graph_waypoints",
+                                            "lookahead", goal_dims=GOAL_DIMS),
+    "qrl_graph_waypoints_rest": _policy_row("QRL, graph waypoints + actor, targets at rest after a stall",
+                                            "graph_waypoints", "actor", stall_goal_dims=GOAL_DIMS),
+    "qrl_graph_waypoints_gcbc": _policy_row("QRL's graph waypoints + GCBC between them", "graph_waypoints", "helper"),
+    "qrl_graph_waypoints_gcbc_goal": _policy_row("QRL's graph waypoints + GCBC between them, targets as goals",
+                                                 "graph_waypoints", "helper", goal_dims=GOAL_DIMS),
+    "qrl_graph_waypoints_gcbc_rest": _policy_row(
+        "QRL's graph waypoints + GCBC between them, targets at rest after a stall", "graph_waypoints", "helper",
+        stall_goal_dims=GOAL_DIMS),
+    "qrl_graph_waypoints_direct": _policy_row(
+        "QRL, the lookahead towards the goal until a stall, then graph waypoints + actor", "graph_waypoints", "actor",
+        "lookahead", direct_first=True),
+    "qrl_graph_waypoints_gcbc_direct": _policy_row(
+        "GCBC towards the goal until a stall, then QRL's graph waypoints at rest + GCBC", "graph_waypoints", "helper",
+        stall_goal_dims=GOAL_DIMS, direct_first=True),
     "qrl_grid": Method("QRL critic, grid argmin", "qrl", lambda agent, layout, *_: grid_policy(agent, layout), "check"),
     "qrl_true": Method("QRL critic, true dynamics", "qrl", _true_greedy_policy(lambda s: 1), "check"),
     "qrl_true_hold": Method("QRL critic, true dyn., held", "qrl", _true_greedy_policy(lambda s: s.critic_hold_steps),

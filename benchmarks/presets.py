@@ -26,7 +26,7 @@ from platonic_rl.envs.reacher import Reacher
 from platonic_rl.training.device_loop import DeviceLoopConfig
 from platonic_rl.training.offline import TrainConfig
 
-# ------------------------------------------------------------------------------ MountainCar (Table 4.1)
+# ------------------------------------------------------------------------------ the benchmarks' Args
 
 
 def fill_unset(args, quick: bool, **defaults: tuple) -> None:
@@ -35,6 +35,9 @@ def fill_unset(args, quick: bool, **defaults: tuple) -> None:
     for name, (default, smoke) in defaults.items():
         if getattr(args, name) is None:
             object.__setattr__(args, name, smoke if quick else default)
+
+
+# ------------------------------------------------------------------------------ MountainCar (Table 4.1)
 
 
 def mountaincar_qrl_config(width: int, depth: int, latent: int, components: int, dim_per_component: int,
